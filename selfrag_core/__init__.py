@@ -1,0 +1,78 @@
+"""selfrag: self-improving retrieval-augmented generation over any backend and LLM."""
+
+from selfrag_core.config import (
+    ExecutionConfig,
+    GroundingConfig,
+    RecursiveRAGConfig,
+    SelfRAGConfig,
+)
+from selfrag_core.errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    LLMCallError,
+    LLMTimeoutError,
+    MissingDependencyError,
+    ParseError,
+    QueryTimeoutError,
+    RAGSystemError,
+    RetrievalError,
+    StrategyError,
+)
+from selfrag_core.llm import _acall_llm, _call_llm
+from selfrag_core.protocols import LLMOutput
+from selfrag_core.retrieval import _aretrieve_safe, _deduplicate, _retrieve_safe
+from selfrag_core.strategies import SelfIRAG
+from selfrag_core.types import (
+    EvaluationResult,
+    Grounding,
+    HealingAttempt,
+    HyDEResult,
+    RecursiveRAGResult,
+    RefinementStep,
+    RetrievedDoc,
+    ScoreKind,
+    SelfHealingReport,
+    SelfRAGResult,
+    SubAnswer,
+    Trace,
+    TraceEvent,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BudgetExceededError",
+    "ConfigurationError",
+    "EvaluationResult",
+    "ExecutionConfig",
+    "Grounding",
+    "GroundingConfig",
+    "HealingAttempt",
+    "HyDEResult",
+    "LLMCallError",
+    "LLMOutput",
+    "LLMTimeoutError",
+    "MissingDependencyError",
+    "ParseError",
+    "QueryTimeoutError",
+    "RAGSystemError",
+    "RecursiveRAGConfig",
+    "RecursiveRAGResult",
+    "RefinementStep",
+    "RetrievalError",
+    "RetrievedDoc",
+    "ScoreKind",
+    "SelfHealingReport",
+    "SelfIRAG",
+    "SelfRAGConfig",
+    "SelfRAGResult",
+    "StrategyError",
+    "SubAnswer",
+    "Trace",
+    "TraceEvent",
+    "_acall_llm",
+    "_aretrieve_safe",
+    "_call_llm",
+    "_deduplicate",
+    "_retrieve_safe",
+]

@@ -1,0 +1,130 @@
+"""Configuration: frozen dataclasses validated at construction."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from selfrag_core.errors import ConfigurationError
+
+DEFAULT_COMPLEXITY_KEYWORDS: tuple[str, ...] = (
+    # Arabic
+    "و", "أو", "ثم", "بعد", "قبل", "أسباب", "نتائج", "مقارنة", "الفرق", "العلاقة",
+    "التأثير", "كيف", "لماذا", "متى", "أين",
+    # English
+    "and", "or", "causes", "effects", "compare", "difference", "relationship", "impact",
+    "how", "why", "when",
+)  # fmt: skip
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_unit(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number in [0, 1], got {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ConfigurationError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_positive_or_none(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive number or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """How a query runs, shared by every strategy (and down a composed tree).
+
+    max_concurrency: independent LLM calls and retrievals of one query that may run
+        at once (hypothetical documents, sub-questions, their retrievals).
+    max_llm_calls: cap on LLM calls (attempts included) per query; None for no cap.
+        Calls past the cap fail with BudgetExceededError and the strategy's fallback
+        applies.
+    llm_timeout: seconds one LLM attempt may take; a timed-out attempt counts as a
+        failed attempt and is retried per policy.
+    query_timeout: seconds a whole query may take; past it, calls fail fast and the
+        fallbacks produce the result.
+    retry_initial_wait / retry_max_wait: exponential back-off between attempts.
+    sleep / async_sleep: injectable for tests (instant retries).
+    """
+
+    max_concurrency: int = 4
+    max_llm_calls: int | None = None
+    llm_timeout: float | None = None
+    query_timeout: float | None = None
+    retry_initial_wait: float = 0.5
+    retry_max_wait: float = 8.0
+    sleep: Callable[[float], None] | None = field(default=None, compare=False)
+    async_sleep: Callable[[float], Awaitable[None]] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_int("max_concurrency", self.max_concurrency, 1)
+        if self.max_llm_calls is not None:
+            _check_int("max_llm_calls", self.max_llm_calls, 1)
+        _check_positive_or_none("llm_timeout", self.llm_timeout)
+        _check_positive_or_none("query_timeout", self.query_timeout)
+        if self.retry_initial_wait < 0 or self.retry_max_wait < 0:
+            raise ConfigurationError("retry waits must be >= 0")
+
+
+@dataclass(frozen=True)
+class GroundingConfig:
+    """LLM-free grounding checks applied to every SelfIRAG evaluation.
+
+    enabled: when False, best-step selection uses the judge's confidence alone (as the
+        reference specification does).
+    min_token_support: share of an answer's content tokens that must occur in the
+        retrieved context for the answer to count as supported.
+    """
+
+    enabled: bool = True
+    min_token_support: float = 0.5
+
+    def __post_init__(self) -> None:
+        _check_unit("min_token_support", self.min_token_support)
+
+
+@dataclass(frozen=True)
+class SelfRAGConfig:
+    max_refinement_iterations: int = 3
+    confidence_threshold: float = 0.80
+    enable_answer_refinement: bool = True
+    enable_retrieval_refinement: bool = True
+    llm_retries: int = 2
+    fast_mode: bool = True
+    skip_refinement_on_high_confidence: bool = True
+    top_k: int = 5
+    grounding: GroundingConfig = field(default_factory=GroundingConfig)
+
+    def __post_init__(self) -> None:
+        _check_int("max_refinement_iterations", self.max_refinement_iterations, 1)
+        _check_unit("confidence_threshold", self.confidence_threshold)
+        _check_int("llm_retries", self.llm_retries, 0)
+        _check_int("top_k", self.top_k, 1)
+
+
+@dataclass(frozen=True)
+class RecursiveRAGConfig:
+    max_depth: int = 3
+    max_sub_questions: int = 4
+    min_query_length: int = 40
+    complexity_keywords: tuple[str, ...] = DEFAULT_COMPLEXITY_KEYWORDS
+    llm_retries: int = 2
+    top_k: int = 5
+
+    def __post_init__(self) -> None:
+        _check_int("max_depth", self.max_depth, 0)
+        _check_int("max_sub_questions", self.max_sub_questions, 1)
+        _check_int("min_query_length", self.min_query_length, 0)
+        _check_int("llm_retries", self.llm_retries, 0)
+        _check_int("top_k", self.top_k, 1)
+        if isinstance(self.complexity_keywords, str):
+            raise ConfigurationError("complexity_keywords must be a list of words, not a string")
+        object.__setattr__(self, "complexity_keywords", tuple(self.complexity_keywords))

@@ -1,0 +1,316 @@
+"""The execution engine shared by every strategy, sync and async.
+
+A strategy is written once, as a *plan*: a generator that yields effect requests
+and receives their results::
+
+    docs = yield Retrieve(backend, query, top_k)
+    reply = yield Generate(llm, prompt, purpose="answer")
+    a, b = yield Parallel((plan_a, plan_b))     # run together, results in order
+
+A failed effect is thrown back into the plan at the ``yield`` (as ``LLMCallError``,
+``RetrievalError``, ``BudgetExceededError`` or ``QueryTimeoutError``), so the plan
+decides the fallback with an ordinary ``try``/``except``. ``Parallel`` never raises:
+a task that failed gives its exception as its result. ``Note`` records an absorbed
+failure in the trace and the log.
+
+Two small drivers carry plans out: :func:`run_sync` with threads (never touching an
+event loop, so it works inside Jupyter's running loop) and :func:`run_async` with
+``asyncio`` (truly async: no thread per query when the LLM and backend are async).
+Both gate every LLM call and retrieval with one semaphore of
+``ExecutionConfig.max_concurrency`` per query, count LLM calls against
+``max_llm_calls``, and apply ``llm_timeout`` / ``query_timeout``. Composed
+strategies (``yield from child._plan(...)``) share all of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+from selfrag_core.config import ExecutionConfig
+from selfrag_core.errors import BudgetExceededError, QueryTimeoutError
+from selfrag_core.llm import LLMReply, acall_llm_detailed, call_llm_detailed
+from selfrag_core.retrieval import _aretrieve_safe, _retrieve_safe
+from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
+
+logger = logging.getLogger("selfrag")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Generate:
+    """Ask ``llm`` for a completion of ``prompt``; the result is an ``LLMReply``."""
+
+    llm: Any
+    prompt: str
+    purpose: str = "generate"
+    retries: int = 2
+    schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Retrieve:
+    """Retrieve from ``backend``; the result is a ``list[RetrievedDoc]``."""
+
+    backend: Any
+    query: str
+    top_k: int = 5
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Note:
+    """Record an absorbed failure or a decision in the trace (result: None)."""
+
+    name: str
+    error: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "fallback"
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Run independent tasks (effects or plans) together; the result is a list in
+    task order, where a failed task's entry is its exception."""
+
+    tasks: tuple[Any, ...]
+
+
+Effect = Union[Generate, Retrieve, Note, Parallel]
+Plan = Generator[Effect, Any, T]
+
+
+class Run:
+    """Per-query state: trace, LLM-call budget, deadline. Never stored on a strategy."""
+
+    def __init__(self, config: ExecutionConfig) -> None:
+        self.config = config
+        self.trace = Trace()
+        self._calls = 0
+        self._lock = threading.Lock()
+        self._deadline = (
+            None if config.query_timeout is None else self.trace.started_at + config.query_timeout
+        )
+
+    def remaining(self) -> float | None:
+        return None if self._deadline is None else self._deadline - time.perf_counter()
+
+    def check_deadline(self) -> None:
+        left = self.remaining()
+        if left is not None and left <= 0:
+            raise QueryTimeoutError(
+                f"query exceeded query_timeout={self.config.query_timeout}s; "
+                "raise ExecutionConfig.query_timeout or lower the work per query"
+            )
+
+    def before_attempt(self) -> None:
+        self.check_deadline()
+        limit = self.config.max_llm_calls
+        with self._lock:
+            if limit is not None and self._calls >= limit:
+                raise BudgetExceededError(
+                    f"LLM-call budget of {limit} per query is used up; raise ExecutionConfig.max_llm_calls",
+                    limit=limit,
+                )
+            self._calls += 1
+
+    def call_timeout(self) -> float | None:
+        left = self.remaining()
+        timeouts = [t for t in (self.config.llm_timeout, left) if t is not None]
+        return max(min(timeouts), 1e-3) if timeouts else None
+
+    # -------------------------------------------------------------- trace helpers
+    def record_llm(
+        self, effect: Generate, start: float, reply: LLMReply | None, error: Exception | None
+    ) -> None:
+        attempts = reply.attempts if reply else getattr(error, "attempts", 0) or 1
+        self.trace.add(
+            TraceEvent(
+                kind="llm",
+                name=effect.purpose,
+                start_s=start - self.trace.started_at,
+                latency_s=time.perf_counter() - start,
+                attempts=attempts,
+                input_tokens=reply.input_tokens if reply else None,
+                output_tokens=reply.output_tokens if reply else None,
+                error=None if error is None else f"{type(error).__name__}: {error}",
+                detail={"prompt_chars": len(effect.prompt)},
+            )
+        )
+
+    def record_retrieval(
+        self, effect: Retrieve, start: float, docs: list[RetrievedDoc] | None, error: Exception | None
+    ) -> None:
+        self.trace.add(
+            TraceEvent(
+                kind="retrieval",
+                name=type(effect.backend).__name__,
+                start_s=start - self.trace.started_at,
+                latency_s=time.perf_counter() - start,
+                error=None if error is None else f"{type(error).__name__}: {error}",
+                detail={"query": effect.query[:200], "top_k": effect.top_k, "hits": len(docs or [])},
+            )
+        )
+
+    def record_note(self, note: Note) -> None:
+        if note.kind == "fallback":
+            logger.warning("selfrag fallback: %s%s", note.name, f" ({note.error})" if note.error else "")
+        self.trace.add(
+            TraceEvent(
+                kind=note.kind,
+                name=note.name,
+                start_s=self.trace.elapsed(),
+                latency_s=0.0,
+                attempts=0,
+                error=note.error,
+                detail=dict(note.detail),
+            )
+        )
+
+
+def _is_plan(task: Any) -> bool:
+    return hasattr(task, "send") and hasattr(task, "throw")
+
+
+# ------------------------------------------------------------------- sync driver
+
+
+def run_sync(plan: Plan[T], run: Run) -> T:
+    """Carry out ``plan`` with blocking calls; parallel tasks run on threads."""
+    return _drive_sync(plan, run, threading.Semaphore(run.config.max_concurrency))
+
+
+def _drive_sync(plan: Plan[T], run: Run, sem: threading.Semaphore) -> T:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.throw(error) if error is not None else plan.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = _exec_sync(effect, run, sem), None
+        except Exception as e:
+            value, error = None, e
+
+
+def _task_sync(task: Any, run: Run, sem: threading.Semaphore) -> Any:
+    try:
+        return _drive_sync(task, run, sem) if _is_plan(task) else _exec_sync(task, run, sem)
+    except Exception as e:
+        return e
+
+
+def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
+    if isinstance(effect, Generate):
+        with sem:
+            start = time.perf_counter()
+            try:
+                reply = call_llm_detailed(
+                    effect.llm, effect.prompt, effect.retries,
+                    schema=dict(effect.schema) if effect.schema is not None else None,
+                    timeout=run.call_timeout(), purpose=effect.purpose,
+                    before_attempt=run.before_attempt, sleep=run.config.sleep,
+                    initial_wait=run.config.retry_initial_wait, max_wait=run.config.retry_max_wait,
+                )  # fmt: skip
+            except Exception as e:
+                run.record_llm(effect, start, None, e)
+                raise
+            run.record_llm(effect, start, reply, None)
+            return reply
+    if isinstance(effect, Retrieve):
+        run.check_deadline()
+        with sem:
+            start = time.perf_counter()
+            try:
+                docs = _retrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options)
+            except Exception as e:
+                run.record_retrieval(effect, start, None, e)
+                raise
+            run.record_retrieval(effect, start, docs, None)
+            return docs
+    if isinstance(effect, Note):
+        run.record_note(effect)
+        return None
+    if isinstance(effect, Parallel):
+        if len(effect.tasks) <= 1:
+            return [_task_sync(t, run, sem) for t in effect.tasks]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(effect.tasks)) as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, _task_sync, t, run, sem) for t in effect.tasks
+            ]
+            return [f.result() for f in futures]
+    raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+
+
+# ------------------------------------------------------------------ async driver
+
+
+async def run_async(plan: Plan[T], run: Run) -> T:
+    """Carry out ``plan`` on the running event loop; parallel tasks are gathered."""
+    return await _drive_async(plan, run, asyncio.Semaphore(run.config.max_concurrency))
+
+
+async def _drive_async(plan: Plan[T], run: Run, sem: asyncio.Semaphore) -> T:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.throw(error) if error is not None else plan.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = await _exec_async(effect, run, sem), None
+        except Exception as e:
+            value, error = None, e
+
+
+async def _task_async(task: Any, run: Run, sem: asyncio.Semaphore) -> Any:
+    try:
+        return await (_drive_async(task, run, sem) if _is_plan(task) else _exec_async(task, run, sem))
+    except Exception as e:
+        return e
+
+
+async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
+    if isinstance(effect, Generate):
+        async with sem:
+            start = time.perf_counter()
+            try:
+                reply = await acall_llm_detailed(
+                    effect.llm, effect.prompt, effect.retries,
+                    schema=dict(effect.schema) if effect.schema is not None else None,
+                    timeout=run.call_timeout(), purpose=effect.purpose,
+                    before_attempt=run.before_attempt, sleep=run.config.async_sleep,
+                    initial_wait=run.config.retry_initial_wait, max_wait=run.config.retry_max_wait,
+                )  # fmt: skip
+            except Exception as e:
+                run.record_llm(effect, start, None, e)
+                raise
+            run.record_llm(effect, start, reply, None)
+            return reply
+    if isinstance(effect, Retrieve):
+        run.check_deadline()
+        async with sem:
+            start = time.perf_counter()
+            try:
+                docs = await _aretrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options)
+            except Exception as e:
+                run.record_retrieval(effect, start, None, e)
+                raise
+            run.record_retrieval(effect, start, docs, None)
+            return docs
+    if isinstance(effect, Note):
+        run.record_note(effect)
+        return None
+    if isinstance(effect, Parallel):
+        return list(await asyncio.gather(*(_task_async(t, run, sem) for t in effect.tasks)))
+    raise TypeError(f"a plan yielded {effect!r}, which is not an effect")

@@ -1,0 +1,194 @@
+"""LLM-free grounding signals: is an answer supported by its context, or degenerate?
+
+Small local models judge their own answers badly (scores of only 0 or 10,
+uncorrelated with correctness), so SelfIRAG never relies on the judge alone: every
+evaluation also carries these signals, and best-step selection and the early stop
+prefer supported, non-degenerate answers.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from selfrag_core.types import Grounding
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "and",
+        "or",
+        "but",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "as",
+        "into",
+        "than",
+        "then",
+        "there",
+        "their",
+        "they",
+        "them",
+        "he",
+        "she",
+        "his",
+        "her",
+        "we",
+        "our",
+        "you",
+        "your",
+        "i",
+        "me",
+        "my",
+        "do",
+        "does",
+        "did",
+        "not",
+        "no",
+        "yes",
+        "so",
+        "such",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "في",
+        "من",
+        "على",
+        "إلى",
+        "عن",
+        "مع",
+        "هو",
+        "هي",
+        "هذا",
+        "هذه",
+        "ذلك",
+        "تلك",
+        "التي",
+        "الذي",
+        "ما",
+        "ماذا",
+        "متى",
+        "أين",
+        "كيف",
+        "لماذا",
+        "هل",
+        "و",
+        "أو",
+        "ثم",
+        "كان",
+        "كانت",
+    ]
+)
+_WH_EN = ("what", "who", "whom", "whose", "when", "where", "which", "why", "how")
+_WH_AR = ("ما", "ماذا", "من", "متى", "أين", "كيف", "لماذا", "كم", "أي")
+_YES_NO = frozenset({"yes", "no", "true", "false", "نعم", "لا", "yes it is", "no it is not"})
+_REFUSAL = re.compile(
+    r"(not (?:available|enough|sufficient|provided|mentioned|found)|insufficient|"
+    r"(?:do not|don't|cannot|can't|unable to) (?:know|answer|find|determine)|no information|"
+    r"غير متوفرة|غير كافية|لا تتوفر|لا أعرف|لا يمكن)",
+    re.IGNORECASE,
+)
+_PROMPT_MARKERS = ("context:", "question:", "answer the question", "السياق:", "السؤال:")
+
+
+def _norm(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(_TOKEN.findall(text))
+
+
+def content_tokens(text: str) -> list[str]:
+    return [t for t in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()) if t not in _STOPWORDS]
+
+
+def _strip_ar_prefix(token: str) -> str:
+    for prefix in ("وال", "بال", "لل", "ال", "و", "ب", "ل", "ف"):
+        if token.startswith(prefix) and len(token) - len(prefix) >= 2:
+            return token[len(prefix) :]
+    return token
+
+
+def _coverage(tokens: list[str], vocab: set[str]) -> float:
+    if not tokens:
+        return 0.0
+    hits = sum(1 for t in tokens if t in vocab or _strip_ar_prefix(t) in vocab)
+    return hits / len(tokens)
+
+
+def is_wh_question(question: str) -> bool:
+    words = _norm(question).split()
+    return bool(words) and (words[0] in _WH_EN or words[0] in _WH_AR or any(w in _WH_EN for w in words[:3]))
+
+
+def is_refusal(answer: str) -> bool:
+    return bool(_REFUSAL.search(answer))
+
+
+def degenerate_reason(answer: str, question: str, context: str) -> str | None:
+    """Why ``answer`` is unusable, or None."""
+    norm = _norm(answer)
+    if not norm:
+        return "empty"
+    lowered = answer.casefold()
+    if sum(marker in lowered for marker in _PROMPT_MARKERS) >= 2:
+        return "prompt_echo"
+    if norm in _YES_NO and is_wh_question(question):
+        return "bare_yes_no"
+    q_norm = _norm(question)
+    if norm == q_norm or (len(norm) > 10 and norm in q_norm):
+        return "question_echo"
+    answer_tokens = content_tokens(answer)
+    q_tokens = set(content_tokens(question))
+    if (
+        answer_tokens
+        and len(answer_tokens) >= 3
+        and set(answer_tokens) <= q_tokens
+        and len(answer_tokens) >= 0.8 * len(q_tokens)
+    ):
+        return "question_echo"
+    if is_refusal(answer) and q_tokens:
+        ctx_vocab = set(content_tokens(context))
+        if _coverage(sorted(q_tokens), ctx_vocab) >= 0.75:
+            return "refusal_with_evidence"
+    return None
+
+
+def assess(answer: str, question: str, context: str, *, min_token_support: float = 0.5) -> Grounding:
+    """Compute the grounding signals of ``answer`` against ``context``."""
+    degenerate = degenerate_reason(answer, question, context)
+    tokens = content_tokens(answer)
+    vocab = set(content_tokens(context))
+    support = _coverage(tokens, vocab)
+    norm_answer, norm_context = _norm(answer), _norm(context)
+    span = bool(tokens) and bool(norm_answer) and f" {norm_answer} " in f" {norm_context} "
+    honest_refusal = degenerate is None and is_refusal(answer)
+    supported = degenerate is None and (span or support >= min_token_support or honest_refusal)
+    return Grounding(token_support=support, span_supported=span, degenerate=degenerate, supported=supported)

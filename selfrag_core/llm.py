@@ -1,0 +1,324 @@
+"""Calling any LLM: duck-typed dispatch, retries with back-off, timeouts, usage.
+
+Accepted LLMs (checked in this order, without importing any framework):
+
+* LangChain runnables (chat models, LLMs, chains): ``invoke`` / ``ainvoke``; the
+  reply may be a string or a message whose ``.text`` / ``.content`` (a string or a
+  list of content blocks) holds the answer; ``usage_metadata`` feeds token counts.
+* LlamaIndex LLMs: ``complete`` / ``acomplete`` returning an object with ``.text``.
+* Objects with ``generate(prompt)`` and optionally ``agenerate`` / ``generate_async``;
+  with ``generate_structured(prompt, schema)`` / ``agenerate_structured`` for the
+  JSON steps (see ``protocols.StructuredLLM``).
+* Plain callables ``f(prompt) -> str`` (sync or async).
+
+An async-only LLM works from sync code too (its coroutine runs on a private loop in
+a worker thread, never on a loop that is already running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from selfrag_core.errors import (
+    BudgetExceededError,
+    LLMCallError,
+    LLMTimeoutError,
+    QueryTimeoutError,
+)
+from selfrag_core.protocols import LLMOutput
+
+logger = logging.getLogger("selfrag")
+
+Hook = Callable[[], None]
+
+
+@dataclass
+class LLMReply:
+    text: str
+    attempts: int = 1
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+def _mro_names(obj: Any) -> set[str]:
+    return {cls.__name__ for cls in type(obj).__mro__}
+
+
+def _is_langchain(llm: Any) -> bool:
+    return "Runnable" in _mro_names(llm) and hasattr(llm, "invoke")
+
+
+def _is_llamaindex(llm: Any) -> bool:
+    return hasattr(llm, "complete") and type(llm).__module__.startswith("llama_index")
+
+
+def is_async_capable(llm: Any) -> bool:
+    """Whether the LLM has a native async path (no thread needed)."""
+    if _is_langchain(llm):
+        return hasattr(llm, "ainvoke")
+    if _is_llamaindex(llm):
+        return hasattr(llm, "acomplete")
+    if any(hasattr(llm, name) for name in ("agenerate", "generate_async")):
+        return True
+    return is_coroutine_callable(llm)
+
+
+def is_coroutine_callable(obj: Any) -> bool:
+    """Whether calling ``obj`` returns a coroutine (async function or async __call__)."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    return callable(obj) and inspect.iscoroutinefunction(type(obj).__call__)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and block.get("type", "text") == "text":
+                parts.append(str(block.get("text", "")))
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def to_reply(raw: Any) -> LLMReply:
+    """Normalise any LLM return value to text plus token usage."""
+    if isinstance(raw, LLMOutput):
+        return LLMReply(raw.text, input_tokens=raw.input_tokens, output_tokens=raw.output_tokens)
+    if isinstance(raw, str):
+        return LLMReply(raw)
+    if isinstance(raw, dict):
+        return LLMReply(_content_text(raw.get("text", raw.get("content", ""))))
+    usage = getattr(raw, "usage_metadata", None)
+    text_attr = getattr(raw, "text", None)
+    if callable(text_attr):  # langchain-core < 1.0 had .text()
+        text_attr = text_attr()
+    if isinstance(text_attr, str) and (text_attr or getattr(raw, "content", None) in (None, "", [])):
+        text = text_attr
+    else:
+        text = _content_text(getattr(raw, "content", text_attr))
+    reply = LLMReply(text)
+    if isinstance(usage, dict):
+        reply.input_tokens = usage.get("input_tokens")
+        reply.output_tokens = usage.get("output_tokens")
+    else:
+        raw_obj = getattr(raw, "raw", None)
+        raw_usage = raw_obj.get("usage") if isinstance(raw_obj, dict) else getattr(raw_obj, "usage", None)
+        if raw_usage is not None and not isinstance(raw_usage, dict):
+            raw_usage = vars(raw_usage) if hasattr(raw_usage, "__dict__") else None
+        if isinstance(raw_usage, dict):
+            reply.input_tokens = raw_usage.get("prompt_tokens")
+            reply.output_tokens = raw_usage.get("completion_tokens")
+    return reply
+
+
+def run_coroutine_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a coroutine from sync code, whether or not this thread has a running loop."""
+
+    async def main() -> Any:
+        return await factory()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+def _invoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
+    if schema is not None and hasattr(llm, "generate_structured"):
+        return llm.generate_structured(prompt, schema)
+    if _is_langchain(llm):
+        return llm.invoke(prompt)
+    if _is_llamaindex(llm):
+        return llm.complete(prompt)
+    if hasattr(llm, "generate"):
+        return llm.generate(prompt)
+    if hasattr(llm, "invoke"):
+        return llm.invoke(prompt)
+    if hasattr(llm, "complete"):
+        return llm.complete(prompt)
+    if is_async_capable(llm):
+        return run_coroutine_sync(lambda: _ainvoke_once(llm, prompt, schema))
+    if callable(llm):
+        return llm(prompt)
+    raise TypeError(
+        f"{type(llm).__name__} is not an LLM: give an object with generate(prompt), "
+        "a LangChain model, a LlamaIndex LLM or a callable"
+    )
+
+
+async def _ainvoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
+    if schema is not None and hasattr(llm, "agenerate_structured"):
+        return await llm.agenerate_structured(prompt, schema)
+    if schema is not None and hasattr(llm, "generate_structured"):
+        return await asyncio.to_thread(llm.generate_structured, prompt, schema)
+    if _is_langchain(llm):
+        return await llm.ainvoke(prompt)
+    if _is_llamaindex(llm):
+        return await llm.acomplete(prompt)
+    for name in ("agenerate", "generate_async"):
+        if hasattr(llm, name):
+            return await getattr(llm, name)(prompt)
+    if is_coroutine_callable(llm):
+        return await llm(prompt)
+    return await asyncio.to_thread(_invoke_once, llm, prompt, schema)
+
+
+def _check_text(reply: LLMReply) -> LLMReply:
+    if not reply.text or not reply.text.strip():
+        raise ValueError("the LLM returned an empty reply")
+    return reply
+
+
+def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> Any:
+    if timeout is None:
+        return fn()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(fn).result(timeout=timeout)
+    except concurrent.futures.TimeoutError as e:
+        raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
+    finally:
+        pool.shutdown(wait=False)  # a hung call is abandoned, never waited on
+
+
+def _retryable(exc: BaseException) -> bool:
+    return not isinstance(exc, (BudgetExceededError, QueryTimeoutError, TypeError))
+
+
+def _policy(retries: int, initial_wait: float, max_wait: float) -> dict[str, Any]:
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    return {
+        "stop": stop_after_attempt(retries + 1),
+        "wait": wait_exponential(multiplier=initial_wait, max=max_wait),
+        "retry": retry_if_exception(_retryable),
+        "reraise": True,
+    }
+
+
+def _exhausted(exc: BaseException, attempts: int, purpose: str) -> LLMCallError:
+    if isinstance(exc, LLMCallError):
+        exc.attempts = attempts
+        return exc
+    what = f" ({purpose})" if purpose else ""
+    return LLMCallError(
+        f"LLM call{what} failed after {attempts} attempt(s): {type(exc).__name__}: {exc}. "
+        "Check that the model is reachable, or raise llm_retries / llm_timeout.",
+        attempts=attempts,
+        purpose=purpose,
+    )
+
+
+def call_llm_detailed(
+    llm: Any,
+    prompt: str,
+    retries: int = 2,
+    *,
+    schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    purpose: str = "",
+    before_attempt: Hook | None = None,
+    sleep: Callable[[float], None] | None = None,
+    initial_wait: float = 0.5,
+    max_wait: float = 8.0,
+) -> LLMReply:
+    """One LLM call with retries; raises LLMCallError (or BudgetExceededError)."""
+    attempts = 0
+    retrying = Retrying(sleep=sleep or time.sleep, **_policy(retries, initial_wait, max_wait))
+    try:
+        for attempt in retrying:
+            with attempt:
+                attempts += 1
+                if before_attempt is not None:
+                    before_attempt()
+                raw = _call_with_timeout(lambda: _invoke_once(llm, prompt, schema), timeout)
+                reply = _check_text(to_reply(raw))
+                reply.attempts = attempts
+                return reply
+    except (BudgetExceededError, QueryTimeoutError, TypeError):
+        raise
+    except Exception as e:
+        raise _exhausted(e, attempts, purpose) from e
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def acall_llm_detailed(
+    llm: Any,
+    prompt: str,
+    retries: int = 2,
+    *,
+    schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    purpose: str = "",
+    before_attempt: Hook | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+    initial_wait: float = 0.5,
+    max_wait: float = 8.0,
+) -> LLMReply:
+    """Async twin of :func:`call_llm_detailed` (same policy, tenacity's async driver)."""
+    attempts = 0
+    retrying = AsyncRetrying(sleep=sleep or asyncio.sleep, **_policy(retries, initial_wait, max_wait))
+    try:
+        async for attempt in retrying:
+            with attempt:
+                attempts += 1
+                if before_attempt is not None:
+                    before_attempt()
+                try:
+                    raw = await asyncio.wait_for(_ainvoke_once(llm, prompt, schema), timeout)
+                except asyncio.TimeoutError as e:
+                    raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
+                reply = _check_text(to_reply(raw))
+                reply.attempts = attempts
+                return reply
+    except (BudgetExceededError, QueryTimeoutError, TypeError):
+        raise
+    except Exception as e:
+        raise _exhausted(e, attempts, purpose) from e
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _call_llm(
+    llm: Any,
+    prompt: str,
+    retries: int = 2,
+    *,
+    schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> str:
+    """Call ``llm`` with ``prompt``; ``retries + 1`` attempts with exponential back-off.
+
+    Returns the reply text. Raises :class:`LLMCallError` when every attempt failed
+    (an exception, a timeout or an empty reply).
+    """
+    return call_llm_detailed(llm, prompt, retries, schema=schema, timeout=timeout, sleep=sleep).text
+
+
+async def _acall_llm(
+    llm: Any,
+    prompt: str,
+    retries: int = 2,
+    *,
+    schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> str:
+    """Async :func:`_call_llm`: awaits the LLM's native async API where it has one."""
+    reply = await acall_llm_detailed(llm, prompt, retries, schema=schema, timeout=timeout, sleep=sleep)
+    return reply.text

@@ -1,0 +1,143 @@
+"""Every prompt of the library, as named templates in English and Arabic.
+
+Templates use ``{name}`` placeholders for their declared variables only; any other
+brace (in retrieved documents, in JSON examples) is left alone, so documents can
+never break formatting. Strategies take ``prompts={"name": "template"}`` overrides,
+validated against the declared variables at construction.
+
+The answer language mirrors the query: a query written mostly in Arabic script
+gets the Arabic templates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from selfrag_core.errors import ConfigurationError
+from selfrag_core.prompts import ar, en
+
+_ARABIC = re.compile(r"[\u0600-\u06FF\u0750-\u077F\u08A0-\u08FF\uFB50-\uFDFF\uFE70-\uFEFF]")
+_LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
+
+
+def detect_language(text: str) -> str:
+    """``"ar"`` when most letters of ``text`` are Arabic script, else ``"en"``."""
+    letters = _LETTER.findall(text)
+    if not letters:
+        return "en"
+    arabic = sum(1 for ch in letters if _ARABIC.match(ch))
+    return "ar" if arabic * 2 >= len(letters) else "en"
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    name: str
+    template: str
+    variables: tuple[str, ...]
+
+    def format(self, **values: Any) -> str:
+        missing = set(self.variables) - values.keys()
+        if missing:
+            raise ConfigurationError(f"prompt {self.name!r} needs values for {sorted(missing)}")
+        if not self.variables:
+            return self.template
+        pattern = re.compile(r"\{(" + "|".join(map(re.escape, self.variables)) + r")\}")
+        return pattern.sub(lambda m: str(values[m.group(1)]), self.template)
+
+
+#: name -> the variables each template must use
+VARIABLES: dict[str, tuple[str, ...]] = {
+    "answer": ("context", "question"),
+    "answer_and_evaluate": ("context", "question"),
+    "evaluate": ("context", "question", "answer"),
+    "refine": ("context", "question", "answer", "issues", "suggestions"),
+    "hyde_document": ("question",),
+    "grounded_answer": ("context", "question"),
+    "decompose": ("question", "max_sub_questions"),
+    "merge": ("question", "sub_answers"),
+    "healing_answer": ("system_prompt", "history", "context", "question"),
+    "faithfulness": ("context", "answer"),
+}
+
+_TEMPLATES: dict[str, Mapping[str, str]] = {"en": en.TEMPLATES, "ar": ar.TEMPLATES}
+
+
+class Prompts:
+    """The templates a strategy uses, with the user's overrides applied."""
+
+    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
+        self._overrides: dict[str, str] = {}
+        for name, template in (overrides or {}).items():
+            if name not in VARIABLES:
+                raise ConfigurationError(f"unknown prompt {name!r}; known prompts: {sorted(VARIABLES)}")
+            if not isinstance(template, str):
+                raise ConfigurationError(f"prompt {name!r} must be a string")
+            absent = [v for v in VARIABLES[name] if "{" + v + "}" not in template]
+            if absent:
+                raise ConfigurationError(f"prompt {name!r} must contain placeholders {absent}")
+            self._overrides[name] = template
+
+    def get(self, name: str, lang: str = "en") -> PromptTemplate:
+        if name not in VARIABLES:
+            raise KeyError(name)
+        text = self._overrides.get(name) or _TEMPLATES.get(lang, en.TEMPLATES)[name]
+        return PromptTemplate(name, text, VARIABLES[name])
+
+    def render(self, name: str, lang: str = "en", **values: Any) -> str:
+        return self.get(name, lang).format(**values)
+
+
+# JSON schemas for the steps whose output is parsed (handed to structured-output LLMs)
+_SCORE = {"type": "integer", "minimum": 0, "maximum": 10}
+_STRINGS = {"type": "array", "items": {"type": "string"}, "maxItems": 3}
+EVALUATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "relevance": _SCORE,
+        "accuracy": _SCORE,
+        "completeness": _SCORE,
+        "clarity": _SCORE,
+        "issues": _STRINGS,
+        "suggestions": _STRINGS,
+    },
+    "required": ["relevance", "accuracy", "completeness", "clarity", "issues", "suggestions"],
+}
+ANSWER_EVALUATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, **EVALUATION_SCHEMA["properties"]},
+    "required": ["answer", *EVALUATION_SCHEMA["required"]],
+}
+DECOMPOSITION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 8}},
+    "required": ["items"],
+}
+FAITHFULNESS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "claims": {
+            "type": "array",
+            "maxItems": 8,
+            "items": {
+                "type": "object",
+                "properties": {"claim": {"type": "string"}, "supported": {"type": "boolean"}},
+                "required": ["claim", "supported"],
+            },
+        }
+    },
+    "required": ["claims"],
+}
+
+__all__ = [
+    "ANSWER_EVALUATION_SCHEMA",
+    "DECOMPOSITION_SCHEMA",
+    "EVALUATION_SCHEMA",
+    "FAITHFULNESS_SCHEMA",
+    "VARIABLES",
+    "PromptTemplate",
+    "Prompts",
+    "detect_language",
+]

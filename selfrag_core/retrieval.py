@@ -1,0 +1,325 @@
+"""Retrieval from any backend, normalised to :class:`RetrievedDoc`.
+
+``_retrieve_safe`` is the single place where backend output formats are understood:
+
+* ``[(obj, score)]`` where obj is a string or has ``.text`` / ``.content`` /
+  ``.page_content`` / ``get_content()``; ``[(score, text)]`` too;
+* ``[dict]`` with ``text`` / ``content`` / ``page_content``, ``score``, ``id``,
+  ``metadata`` (or Haystack's ``meta``); ``{"results": [...]}``, ``{"documents": [...]}``;
+* plain strings; LangChain ``Document`` and ``(Document, score)``; LlamaIndex
+  ``NodeWithScore`` (score may be None); Haystack ``Document`` (``content``, ``meta``,
+  ``score``); ``RetrievedDoc`` itself.
+
+Backends are called with ``retrieve(query, top_k)`` (sync or async, ``aretrieve``
+preferred from async code). LangChain retrievers (``invoke``), LangChain vector
+stores and LlamaIndex retrievers (whose ``retrieve`` takes no ``top_k``) are
+recognised without importing either framework.
+
+Score kinds: a score is a similarity (higher is better), a distance (lower is
+better) or unknown. LangChain relevance scores and LlamaIndex scores are
+similarities; a backend can declare the kind of its scores with a ``score_kind``
+attribute ("similarity" or "distance"), and a dict item with ``distance`` (rather
+than ``score``) is a distance. Anything else is unknown, and the strategies then
+fuse rankings by rank, never by raw score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from selfrag_core.errors import RetrievalError
+from selfrag_core.llm import _mro_names, is_coroutine_callable, run_coroutine_sync
+from selfrag_core.types import RetrievedDoc, ScoreKind
+
+logger = logging.getLogger("selfrag")
+
+_TEXT_KEYS = ("text", "content", "page_content", "document", "chunk", "passage")
+
+
+# ------------------------------------------------------------------ normalisation
+
+
+def _kind_of(value: Any) -> ScoreKind:
+    if isinstance(value, ScoreKind):
+        return value
+    try:
+        return ScoreKind(str(value).lower())
+    except ValueError:
+        return ScoreKind.UNKNOWN
+
+
+def _as_score(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        return None
+    return score if score == score else None  # NaN -> None
+
+
+def _text_of(obj: Any) -> str | None:
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, dict):
+        for key in _TEXT_KEYS:
+            if isinstance(obj.get(key), str):
+                return str(obj[key])
+        return None
+    get_content = getattr(obj, "get_content", None)
+    if callable(get_content):  # LlamaIndex nodes
+        try:
+            content = get_content()
+        except Exception:
+            content = None
+        return content if isinstance(content, str) else None
+    for attr in ("page_content", "content", "text"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _metadata_of(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        meta = obj.get("metadata", obj.get("meta"))
+    else:
+        meta = getattr(obj, "metadata", None)
+        if not isinstance(meta, dict):
+            meta = getattr(obj, "meta", None)
+    return dict(meta) if isinstance(meta, dict) else {}
+
+
+def _id_of(obj: Any, meta: dict[str, Any]) -> str | None:
+    if isinstance(obj, dict):
+        value = obj.get("id", obj.get("doc_id", obj.get("_id")))
+    else:
+        value = getattr(obj, "id", None) or getattr(obj, "node_id", None) or getattr(obj, "id_", None)
+    if value is None:
+        value = meta.get("id") or meta.get("doc_id")
+    return None if value is None else str(value)
+
+
+def _doc_from(obj: Any, score: Any, default_kind: ScoreKind) -> RetrievedDoc | None:
+    if isinstance(obj, RetrievedDoc):
+        return obj
+    if type(obj).__name__ == "NodeWithScore" and hasattr(obj, "node"):
+        node = obj.node
+        text = _text_of(node)
+        if text is None:
+            return None
+        meta = _metadata_of(node)
+        node_score = _as_score(getattr(obj, "score", None))
+        return RetrievedDoc(
+            text, node_score, meta, _id_of(node, meta),
+            ScoreKind.SIMILARITY if node_score is not None else ScoreKind.UNKNOWN,
+        )  # fmt: skip
+    text = _text_of(obj)
+    if text is None:
+        return None
+    meta = _metadata_of(obj)
+    kind = default_kind
+    if isinstance(obj, dict):
+        if score is None and "distance" in obj:
+            score, kind = obj["distance"], ScoreKind.DISTANCE
+        elif score is None and "similarity" in obj:
+            score, kind = obj["similarity"], ScoreKind.SIMILARITY
+        elif score is None:
+            score = obj.get("score", obj.get("relevance_score"))
+        if "score_kind" in obj:
+            kind = _kind_of(obj["score_kind"])
+    elif score is None:
+        score = getattr(obj, "score", None)
+    value = _as_score(score)
+    return RetrievedDoc(
+        text, value, meta, _id_of(obj, meta), kind if value is not None else ScoreKind.UNKNOWN
+    )
+
+
+def _items_of(raw: Any) -> Iterable[Any]:
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        for key in ("results", "documents", "docs", "hits", "nodes", "source_nodes"):
+            if key in raw:
+                return _items_of(raw[key])
+        return [raw] if _text_of(raw) is not None else []
+    if isinstance(raw, (str, bytes)):
+        return [raw]
+    for attr in ("source_nodes", "documents"):  # response-like objects
+        if not isinstance(raw, (list, tuple)) and isinstance(getattr(raw, attr, None), list):
+            return list(getattr(raw, attr))
+    try:
+        return list(raw)
+    except TypeError:
+        return [raw]
+
+
+def normalize_results(raw: Any, *, score_kind: ScoreKind = ScoreKind.UNKNOWN) -> list[RetrievedDoc]:
+    """Turn any supported backend output into a list of ``RetrievedDoc``.
+
+    Items without readable text (image nodes, empty entries) are skipped.
+    """
+    docs: list[RetrievedDoc] = []
+    for item in _items_of(raw):
+        obj, score = item, None
+        if isinstance(item, tuple) and len(item) == 2:
+            first, second = item
+            if _as_score(first) is not None and _text_of(second) is not None and not isinstance(first, str):
+                obj, score = second, first  # (score, text)
+            else:
+                obj, score = first, second
+        doc = _doc_from(obj, score, score_kind)
+        if doc is not None and doc.text.strip():
+            docs.append(doc)
+    return docs
+
+
+# ------------------------------------------------------------------ backend calls
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _declared_kind(backend: Any) -> ScoreKind:
+    return _kind_of(getattr(backend, "score_kind", ScoreKind.UNKNOWN))
+
+
+def _is_lc_vectorstore(backend: Any) -> bool:
+    return "VectorStore" in _mro_names(backend) and hasattr(backend, "similarity_search_with_score")
+
+
+def _is_lc_retriever(backend: Any) -> bool:
+    return "BaseRetriever" in _mro_names(backend) and hasattr(backend, "invoke")
+
+
+def _is_li_retriever(backend: Any) -> bool:
+    return type(backend).__module__.startswith("llama_index") and hasattr(backend, "retrieve")
+
+
+def _kwargs_for(fn: Any, top_k: int, extra: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {k: v for k, v in extra.items() if v is not None and _accepts(fn, k)}
+    if _accepts(fn, "top_k"):
+        kwargs["top_k"] = top_k
+    return kwargs
+
+
+def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
+    kind = _declared_kind(backend)
+    if _is_lc_vectorstore(backend):
+        try:
+            return backend.similarity_search_with_relevance_scores(query, k=top_k), ScoreKind.SIMILARITY
+        except NotImplementedError:
+            return backend.similarity_search_with_score(query, k=top_k), kind
+    if _is_lc_retriever(backend):
+        return list(backend.invoke(query))[:top_k], kind
+    if _is_li_retriever(backend):
+        return list(backend.retrieve(query))[:top_k], kind
+    fn = getattr(backend, "retrieve", None)
+    if fn is None:
+        if callable(backend):
+            fn = backend
+        else:
+            raise TypeError(
+                f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)"
+            )
+    if inspect.iscoroutinefunction(fn):
+        return run_coroutine_sync(lambda: fn(query, **_kwargs_for(fn, top_k, extra))), kind
+    kwargs = _kwargs_for(fn, top_k, extra)
+    if "top_k" not in kwargs:
+        return fn(query, top_k, **kwargs), kind
+    return fn(query, **kwargs), kind
+
+
+async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
+    kind = _declared_kind(backend)
+    if _is_lc_vectorstore(backend):
+        try:
+            return await backend.asimilarity_search_with_relevance_scores(
+                query, k=top_k
+            ), ScoreKind.SIMILARITY
+        except NotImplementedError:
+            return await backend.asimilarity_search_with_score(query, k=top_k), kind
+    if _is_lc_retriever(backend):
+        return list(await backend.ainvoke(query))[:top_k], kind
+    if _is_li_retriever(backend) and hasattr(backend, "aretrieve"):
+        return list(await backend.aretrieve(query))[:top_k], kind
+    for name in ("aretrieve", "retrieve"):
+        fn = getattr(backend, name, None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            kwargs = _kwargs_for(fn, top_k, extra)
+            if "top_k" not in kwargs:
+                return await fn(query, top_k, **kwargs), kind
+            return await fn(query, **kwargs), kind
+    if is_coroutine_callable(backend):
+        return await backend(query, **_kwargs_for(backend, top_k, extra)), kind
+    return await asyncio.to_thread(_sync_call, backend, query, top_k, extra)
+
+
+def _wrap(backend: Any, query: str, exc: Exception) -> RetrievalError:
+    return RetrievalError(
+        f"retrieval from {type(backend).__name__} failed for query {query[:80]!r}: "
+        f"{type(exc).__name__}: {exc}",
+        query=query,
+    )
+
+
+def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> list[RetrievedDoc]:
+    """Retrieve ``top_k`` documents for ``query`` from any backend, normalised.
+
+    ``extra`` keyword arguments (e.g. ``metadata_filter``) are passed only to
+    backends whose ``retrieve`` accepts them. Raises :class:`RetrievalError` if the
+    backend raises or returns something unreadable.
+    """
+    try:
+        raw, kind = _sync_call(backend, query, top_k, extra)
+        return normalize_results(raw, score_kind=kind)[:top_k]
+    except RetrievalError:
+        raise
+    except Exception as e:
+        raise _wrap(backend, query, e) from e
+
+
+async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> list[RetrievedDoc]:
+    """Async :func:`_retrieve_safe`: uses the backend's async API where it has one."""
+    try:
+        raw, kind = await _async_call(backend, query, top_k, extra)
+        return normalize_results(raw, score_kind=kind)[:top_k]
+    except RetrievalError:
+        raise
+    except Exception as e:
+        raise _wrap(backend, query, e) from e
+
+
+def _doc_key(doc: RetrievedDoc) -> str:
+    return hashlib.md5(doc.text[:120].encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def _deduplicate(docs: Iterable[RetrievedDoc]) -> list[RetrievedDoc]:
+    """Merge documents whose first 120 characters hash alike, keeping the best score.
+
+    Scores are compared only when both copies have comparable scores (same kind,
+    known direction); otherwise the first copy (the better-ranked one) is kept.
+    Order of first appearance is preserved.
+    """
+    best: dict[str, RetrievedDoc] = {}
+    for doc in docs:
+        key = _doc_key(doc)
+        kept = best.get(key)
+        if kept is None:
+            best[key] = doc
+        elif kept.score_kind is doc.score_kind:
+            new, old = doc.similarity, kept.similarity
+            if new is not None and (old is None or new > old):
+                best[key] = doc
+    return list(best.values())

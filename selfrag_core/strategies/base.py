@@ -1,0 +1,128 @@
+"""What every strategy shares: input validation, the sync/async entry points, and
+small plan helpers (retrieval with fallback, context formatting)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+from selfrag_core.config import ExecutionConfig
+from selfrag_core.engine import Note, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.errors import RAGSystemError
+from selfrag_core.prompts import Prompts
+from selfrag_core.types import RetrievedDoc
+
+R = TypeVar("R")
+
+#: queries longer than this are rejected (a prompt this long is a mistake, not a question)
+MAX_QUERY_CHARS = 20_000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def validate_query(query: Any, *, name: str = "query", max_chars: int = MAX_QUERY_CHARS) -> str:
+    """Return the query cleaned of control characters, or raise TypeError / ValueError."""
+    if not isinstance(query, str):
+        raise TypeError(f"{name} must be a str, got {type(query).__name__}")
+    cleaned = _CONTROL.sub(" ", query).strip()
+    if not cleaned:
+        raise ValueError(f"{name} is empty; pass the question as a non-empty string")
+    if len(cleaned) > max_chars:
+        raise ValueError(
+            f"{name} is {len(cleaned):,} characters; the limit is {max_chars:,}. "
+            "Send the question, not the documents (index those with add_document)."
+        )
+    return cleaned
+
+
+def validate_context(context: Any) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise TypeError(f"context must be a dict or None, got {type(context).__name__}")
+    return dict(context)
+
+
+def require_llm(llm: Any) -> Any:
+    if not llm:
+        raise ValueError("llm is required: pass an LLM object (generate(prompt) -> str, or a framework LLM)")
+    return llm
+
+
+def format_context(docs: list[RetrievedDoc], limit: int | None = None) -> str:
+    chosen = docs if limit is None else docs[:limit]
+    return "\n\n".join(f"[{i}] {d.text.strip()}" for i, d in enumerate(chosen, 1))
+
+
+def retrieve_or_empty(
+    backend: Any, query: str, top_k: int, options: Mapping[str, Any] | None = None
+) -> Plan[list[RetrievedDoc]]:
+    """Retrieve; on failure record the fallback and continue with no documents."""
+    try:
+        docs: list[RetrievedDoc] = yield Retrieve(backend, query, top_k, dict(options or {}))
+    except RAGSystemError as e:
+        yield Note("retrieval_failed", f"{type(e).__name__}: {e}", {"query": query[:200]})
+        return []
+    return docs
+
+
+def retrieval_options(context: Mapping[str, Any]) -> dict[str, Any]:
+    """Backend keyword options carried in a query's ``context`` (passed where accepted)."""
+    return {k: context[k] for k in ("metadata_filter", "filters") if k in context}
+
+
+class Strategy(Generic[R]):
+    """Base of the four strategies: one plan, two entry points."""
+
+    def __init__(
+        self,
+        rag_system: Any,
+        llm: Any,
+        *,
+        execution: ExecutionConfig | None = None,
+        prompts: Mapping[str, str] | None = None,
+    ) -> None:
+        if rag_system is None:
+            raise ValueError("rag_system is required: pass a retrieval backend (retrieve(query, top_k))")
+        self.rag_system = rag_system
+        self.llm = require_llm(llm)
+        if execution is not None and not isinstance(execution, ExecutionConfig):
+            raise TypeError("execution must be an ExecutionConfig")
+        self.execution = execution or ExecutionConfig()
+        self.prompts = Prompts(prompts)
+
+    # subclasses implement this one method
+    def _plan(self, query: str, context: dict[str, Any]) -> Plan[R]:
+        raise NotImplementedError
+
+    def plan(self, query: str, context: Mapping[str, Any] | None = None) -> Plan[R]:
+        """The validated plan of one query, for composing strategies (``yield from``)."""
+        return self._plan(validate_query(query), validate_context(context))
+
+    def query(self, query: str, context: dict[str, Any] | None = None) -> R:
+        """Answer ``query``. Safe to call from inside a running event loop."""
+        plan = self.plan(query, context)
+        run = Run(self.execution)
+        return self._finish(run_sync(plan, run), run)
+
+    async def aquery(self, query: str, context: dict[str, Any] | None = None) -> R:
+        """Answer ``query`` on the running event loop (no thread when the LLM is async)."""
+        plan = self.plan(query, context)
+        run = Run(self.execution)
+        return self._finish(await run_async(plan, run), run)
+
+    @staticmethod
+    def _finish(result: R, run: Run) -> R:
+        run.trace.wall_s = run.trace.elapsed()
+        if hasattr(result, "trace"):
+            result.trace = run.trace
+        return result
+
+    def add_document(self, text: str, metadata: dict[str, Any] | None = None) -> Any:
+        """Pass-through to the backend's ``add_document`` (metadata defaults to {})."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text must be a non-empty string")
+        adder = getattr(self.rag_system, "add_document", None)
+        if adder is None:
+            raise TypeError(f"{type(self.rag_system).__name__} has no add_document(text, metadata)")
+        return adder(text, metadata if metadata is not None else {})

@@ -1,0 +1,217 @@
+"""Deterministic test doubles, shipped so users can test their own pipelines offline.
+
+``FakeLLM`` answers from a script: a fixed reply, a list of replies (in order), a
+function of the prompt, or ``{substring: reply}`` rules. It can sleep (sync or
+async) to simulate latency, fail on chosen calls, and logs every call. It works
+with sync and async code. ``FakeRetriever`` is an in-memory keyword backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from selfrag_core.types import RetrievedDoc, ScoreKind
+
+Reply = str | BaseException
+Script = str | Sequence[Reply] | Mapping[str, Reply] | Callable[[str], Reply]
+
+
+@dataclass
+class FakeCall:
+    prompt: str
+    is_async: bool
+    start: float
+    end: float = 0.0
+    schema: dict[str, Any] | None = None
+    thread: str = ""
+
+
+class FakeLLM:
+    """A scripted LLM.
+
+    ``script``:
+      * a string: always that reply;
+      * a sequence: the replies in order (the last repeats when the list runs out,
+        unless ``cycle=True``); an exception instance in it is raised instead;
+      * a mapping: the first key found in the prompt (as a substring) picks the
+        reply; ``default`` answers otherwise;
+      * a callable ``f(prompt) -> str``.
+    ``latency``: seconds each call takes (``time.sleep`` / ``asyncio.sleep``).
+    ``fail_on``: 1-based call numbers that raise ``error`` instead of answering.
+    ``structured``: also expose ``generate_structured`` (the schema is logged).
+    """
+
+    def __init__(
+        self,
+        script: Script = "fake answer",
+        *,
+        latency: float = 0.0,
+        fail_on: Iterable[int] = (),
+        error: BaseException | None = None,
+        default: str = "fake answer",
+        cycle: bool = False,
+    ) -> None:
+        self.script = script
+        self.latency = latency
+        self.fail_on = set(fail_on)
+        self.error = error or ConnectionError("simulated LLM outage")
+        self.default = default
+        self.cycle = cycle
+        self.calls: list[FakeCall] = []
+        self._lock = threading.Lock()
+        self._index = 0
+
+    # ---------------------------------------------------------------- scripting
+    def _next(self, prompt: str) -> Reply:
+        script = self.script
+        if isinstance(script, str):
+            return script
+        if callable(script):
+            return script(prompt)
+        if isinstance(script, Mapping):
+            for key, reply in script.items():
+                if key in prompt:
+                    return reply
+            return self.default
+        with self._lock:
+            i = self._index
+            self._index += 1
+        if not script:
+            return self.default
+        return script[i % len(script)] if self.cycle else script[min(i, len(script) - 1)]
+
+    def _begin(self, prompt: str, is_async: bool, schema: dict[str, Any] | None) -> tuple[FakeCall, int]:
+        call = FakeCall(
+            prompt, is_async, time.perf_counter(), schema=schema, thread=threading.current_thread().name
+        )
+        with self._lock:
+            self.calls.append(call)
+            number = len(self.calls)
+        return call, number
+
+    def _finish(self, call: FakeCall, number: int) -> str:
+        call.end = time.perf_counter()
+        if number in self.fail_on:
+            raise self.error
+        reply = self._next(call.prompt)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    # ---------------------------------------------------------------- LLM protocol
+    def generate(self, prompt: str) -> str:
+        call, n = self._begin(prompt, False, None)
+        if self.latency:
+            time.sleep(self.latency)
+        return self._finish(call, n)
+
+    async def agenerate(self, prompt: str) -> str:
+        call, n = self._begin(prompt, True, None)
+        await asyncio.sleep(self.latency)
+        return self._finish(call, n)
+
+    # ---------------------------------------------------------------- inspection
+    @property
+    def n_calls(self) -> int:
+        return len(self.calls)
+
+    @property
+    def prompts(self) -> list[str]:
+        return [c.prompt for c in self.calls]
+
+    def rounds(self) -> int:
+        """Groups of calls that overlapped in time (dependent rounds, with latency > 0)."""
+        spans = sorted((c.start, c.end) for c in self.calls)
+        rounds, end = 0, float("-inf")
+        for s, e in spans:
+            if s > end:
+                rounds += 1
+                end = e
+            else:
+                end = max(end, e)
+        return rounds
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self._index = 0
+
+
+class FakeStructuredLLM(FakeLLM):
+    """A FakeLLM that also accepts a JSON schema (like a grammar-constrained model)."""
+
+    def generate_structured(self, prompt: str, schema: dict[str, Any]) -> str:
+        call, n = self._begin(prompt, False, schema)
+        if self.latency:
+            time.sleep(self.latency)
+        return self._finish(call, n)
+
+    async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> str:
+        call, n = self._begin(prompt, True, schema)
+        await asyncio.sleep(self.latency)
+        return self._finish(call, n)
+
+
+class SyncOnlyFakeLLM(FakeLLM):
+    """A FakeLLM without a native async API (exercises the thread fallback)."""
+
+    agenerate = None  # type: ignore[assignment]
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "agenerate":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@dataclass
+class FakeRetriever:
+    """An in-memory backend: scores documents by shared words with the query.
+
+    ``fail``: raise this exception on every retrieval. ``latency``: seconds per call.
+    Scores are similarities (fraction of query words present).
+    """
+
+    documents: list[str] = field(default_factory=list)
+    latency: float = 0.0
+    fail: BaseException | None = None
+    queries: list[str] = field(default_factory=list)
+    metadata: list[dict[str, Any]] = field(default_factory=list)
+    score_kind: str = "similarity"
+
+    def add_document(self, text: str, metadata: dict[str, Any] | None = None) -> int:
+        self.documents.append(text)
+        self.metadata.append(dict(metadata or {}))
+        return len(self.documents) - 1
+
+    def _search(self, query: str, top_k: int) -> list[RetrievedDoc]:
+        self.queries.append(query)
+        if self.fail is not None:
+            raise self.fail
+        words = {w.casefold() for w in _WORD.findall(query)}
+        scored = []
+        for i, text in enumerate(self.documents):
+            doc_words = {w.casefold() for w in _WORD.findall(text)}
+            score = len(words & doc_words) / max(len(words), 1)
+            if score > 0:
+                meta = self.metadata[i] if i < len(self.metadata) else {}
+                scored.append(RetrievedDoc(text, score, dict(meta), f"doc-{i}", ScoreKind.SIMILARITY))
+        scored.sort(key=lambda d: -(d.score or 0.0))
+        return scored[:top_k]
+
+    def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._search(query, top_k)
+
+    async def aretrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
+        await asyncio.sleep(self.latency)
+        return self._search(query, top_k)

@@ -1,0 +1,400 @@
+"""Result types. Every public result is a dataclass with ``to_dict()`` (JSON-safe)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class ScoreKind(str, Enum):
+    """What a retrieval score means. Raw scores of different kinds are never compared."""
+
+    SIMILARITY = "similarity"  # higher is better
+    DISTANCE = "distance"  # lower is better
+    UNKNOWN = "unknown"  # a number whose direction is not known, or no score at all
+
+
+@dataclass
+class RetrievedDoc:
+    """One retrieved document or chunk, whatever backend it came from."""
+
+    text: str
+    score: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    score_kind: ScoreKind = ScoreKind.UNKNOWN
+
+    @property
+    def similarity(self) -> float | None:
+        """The score as "higher is better", or None where that cannot be known."""
+        if self.score is None:
+            return None
+        if self.score_kind is ScoreKind.SIMILARITY:
+            return self.score
+        if self.score_kind is ScoreKind.DISTANCE:
+            return -self.score
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "text": self.text,
+            "score": self.score,
+            "score_kind": self.score_kind.value,
+            "metadata": _json_safe(self.metadata),
+        }
+
+
+# ----------------------------------------------------------------------------- trace
+
+
+@dataclass
+class TraceEvent:
+    """One LLM call, retrieval or absorbed failure of a query."""
+
+    kind: str  # "llm" | "retrieval" | "fallback"
+    name: str  # purpose of the call ("evaluate", "hyde_doc", ...) or what fell back
+    start_s: float = 0.0  # seconds since the query started
+    latency_s: float = 0.0
+    attempts: int = 1
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "start_s": round(self.start_s, 6),
+            "latency_s": round(self.latency_s, 6),
+            "attempts": self.attempts,
+        }
+        if self.input_tokens is not None or self.output_tokens is not None:
+            out["input_tokens"] = self.input_tokens
+            out["output_tokens"] = self.output_tokens
+        if self.error is not None:
+            out["error"] = self.error
+        if self.detail:
+            out["detail"] = _json_safe(self.detail)
+        return out
+
+
+@dataclass
+class Trace:
+    """Everything that happened during one query, in the order it finished."""
+
+    events: list[TraceEvent] = field(default_factory=list)
+    started_at: float = field(default_factory=time.perf_counter)
+    wall_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, event: TraceEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started_at
+
+    @property
+    def llm_calls(self) -> int:
+        """LLM calls made (attempts included)."""
+        return sum(e.attempts for e in self.events if e.kind == "llm")
+
+    @property
+    def retrievals(self) -> int:
+        return sum(1 for e in self.events if e.kind == "retrieval")
+
+    @property
+    def fallbacks(self) -> list[TraceEvent]:
+        return [e for e in self.events if e.kind == "fallback"]
+
+    @property
+    def errors(self) -> list[TraceEvent]:
+        return [e for e in self.events if e.error is not None]
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(e.input_tokens or 0 for e in self.events if e.kind == "llm")
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(e.output_tokens or 0 for e in self.events if e.kind == "llm")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall_s, 6),
+            "llm_calls": self.llm_calls,
+            "retrievals": self.retrievals,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "fallbacks": len(self.fallbacks),
+            "events": [e.to_dict() for e in self.events],
+        }
+
+
+# ------------------------------------------------------------------------- SelfIRAG
+
+
+@dataclass
+class Grounding:
+    """Cheap, LLM-free signals of whether an answer is supported by its context.
+
+    ``token_support``: share of the answer's content tokens found in the context.
+    ``span_supported``: the answer (normalised) occurs in the context as one span.
+    ``degenerate``: why the answer is unusable ("empty", "bare_yes_no", "echo",
+    "refusal_with_evidence", ...), or None.
+    """
+
+    token_support: float = 0.0
+    span_supported: bool = False
+    degenerate: str | None = None
+    supported: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_support": round(self.token_support, 4),
+            "span_supported": self.span_supported,
+            "degenerate": self.degenerate,
+            "supported": self.supported,
+        }
+
+
+@dataclass
+class EvaluationResult:
+    """The judge's four scores in [0, 1], their geometric mean, and grounding signals."""
+
+    relevance: float
+    accuracy: float
+    completeness: float
+    clarity: float
+    confidence: float
+    issues: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    grounding: Grounding = field(default_factory=Grounding)
+    parsed: bool = True  # False when the judge's output could not be read
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "relevance": self.relevance,
+            "accuracy": self.accuracy,
+            "completeness": self.completeness,
+            "clarity": self.clarity,
+            "confidence": self.confidence,
+            "issues": list(self.issues),
+            "suggestions": list(self.suggestions),
+            "grounding": self.grounding.to_dict(),
+            "parsed": self.parsed,
+        }
+
+
+@dataclass
+class RefinementStep:
+    """One retrieve-generate-evaluate cycle of SelfIRAG."""
+
+    iteration: int
+    answer: str
+    evaluation: EvaluationResult
+    confidence: float
+    query: str = ""
+    action: str = ""
+    reason: str = ""
+    sources: list[RetrievedDoc] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return self.iteration
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "query": self.query,
+            "answer": self.answer,
+            "confidence": self.confidence,
+            "action": self.action,
+            "reason": self.reason,
+            "evaluation": self.evaluation.to_dict(),
+        }
+
+
+@dataclass
+class SelfRAGResult:
+    answer: str
+    confidence: float
+    iterations: int
+    history: list[RefinementStep]
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    trace: Trace = field(default_factory=Trace)
+    best_iteration: int = 0
+
+    @property
+    def final_answer(self) -> str:
+        return self.answer
+
+    @property
+    def refinement_steps(self) -> int:
+        return self.iterations
+
+    @property
+    def initial_quality(self) -> float:
+        return self.history[0].confidence if self.history else 0.0
+
+    @property
+    def final_quality(self) -> float:
+        return self.history[-1].confidence if self.history else 0.0
+
+    @property
+    def steps(self) -> list[RefinementStep]:
+        return list(self.history)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "confidence": self.confidence,
+            "iterations": self.iterations,
+            "best_iteration": self.best_iteration,
+            "initial_quality": self.initial_quality,
+            "final_quality": self.final_quality,
+            "history": [s.to_dict() for s in self.history],
+            "sources": [d.to_dict() for d in self.sources],
+            "trace": self.trace.to_dict(),
+        }
+
+
+# -------------------------------------------------------------------------- HyDERAG
+
+
+@dataclass
+class HyDEResult:
+    answer: str
+    hypothetical_docs: list[str]
+    num_retrieved: int
+    num_ranked: int
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    trace: Trace = field(default_factory=Trace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "hypothetical_docs_generated": len(self.hypothetical_docs),
+            "num_retrieved": self.num_retrieved,
+            "num_ranked": self.num_ranked,
+            "hypothetical_docs": list(self.hypothetical_docs),
+            "sources": [d.to_dict() for d in self.sources],
+            "trace": self.trace.to_dict(),
+        }
+
+
+# --------------------------------------------------------------------- RecursiveRAG
+
+
+@dataclass
+class SubAnswer:
+    question: str
+    answer: str
+    depth: int
+    error: str | None = None
+    result: RecursiveRAGResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"question": self.question, "answer": self.answer, "depth": self.depth}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class RecursiveRAGResult:
+    answer: str
+    depth: int
+    decomposed: bool
+    sub_questions: list[str]
+    sub_answers: list[SubAnswer]
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    trace: Trace = field(default_factory=Trace)
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "decomposed": self.decomposed,
+            "depth": self.depth,
+            "sub_questions": list(self.sub_questions),
+            "sub_answers": [s.to_dict() for s in self.sub_answers],
+            "reason": self.reason,
+            "sources": [d.to_dict() for d in self.sources],
+            "trace": self.trace.to_dict(),
+        }
+
+
+# ------------------------------------------------------------------- SelfHealingRAG
+
+
+@dataclass
+class HealingAttempt:
+    strategy: str
+    answer: str
+    score: float
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    error: str | None = None
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "answer": self.answer,
+            "score": self.score,
+            "error": self.error,
+            "llm_calls": self.llm_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "latency_s": round(self.latency_s, 6),
+            "num_sources": len(self.sources),
+        }
+
+
+@dataclass
+class SelfHealingReport:
+    success: bool
+    attempts: int
+    retries: int
+    strategy: str | None
+    scores: list[float] = field(default_factory=list)
+    threshold: float = 0.0
+    answer: str = ""
+    attempt_details: list[HealingAttempt] = field(default_factory=list)
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    trace: Trace = field(default_factory=Trace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "success": self.success,
+            "attempts": self.attempts,
+            "retries": self.retries,
+            "strategy": self.strategy,
+            "scores": list(self.scores),
+            "threshold": self.threshold,
+            "attempt_details": [a.to_dict() for a in self.attempt_details],
+            "sources": [d.to_dict() for d in self.sources],
+            "trace": self.trace.to_dict(),
+        }
+
+
+def _json_safe(value: Any) -> Any:
+    """Best-effort conversion of metadata to JSON-safe values."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, Enum):
+        return _json_safe(value.value)
+    return str(value)
