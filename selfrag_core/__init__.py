@@ -19,9 +19,11 @@ from selfrag_core.errors import (
     StrategyError,
 )
 from selfrag_core.llm import _acall_llm, _call_llm
+from selfrag_core.memory import ConversationMemory
+from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.retrieval import _aretrieve_safe, _deduplicate, _retrieve_safe
-from selfrag_core.strategies import SelfIRAG
+from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
 from selfrag_core.types import (
     EvaluationResult,
     Grounding,
@@ -43,11 +45,15 @@ __version__ = "0.1.0"
 __all__ = [
     "BudgetExceededError",
     "ConfigurationError",
+    "ConversationMemory",
     "EvaluationResult",
     "ExecutionConfig",
+    "FaithfulnessMetric",
+    "FaithfulnessScore",
     "Grounding",
     "GroundingConfig",
     "HealingAttempt",
+    "HyDERAG",
     "HyDEResult",
     "LLMCallError",
     "LLMOutput",
@@ -56,12 +62,14 @@ __all__ = [
     "ParseError",
     "QueryTimeoutError",
     "RAGSystemError",
+    "RecursiveRAG",
     "RecursiveRAGConfig",
     "RecursiveRAGResult",
     "RefinementStep",
     "RetrievalError",
     "RetrievedDoc",
     "ScoreKind",
+    "SelfHealingRAG",
     "SelfHealingReport",
     "SelfIRAG",
     "SelfRAGConfig",

@@ -9,6 +9,7 @@ with sync and async code. ``FakeRetriever`` is an in-memory keyword backend.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -192,6 +193,13 @@ class FakeRetriever:
         self.metadata.append(dict(metadata or {}))
         return len(self.documents) - 1
 
+    def _vocab(self, i: int) -> frozenset[str]:
+        cache = self.__dict__.setdefault("_vocab_cache", {})
+        key = (i, self.documents[i])
+        if key not in cache:
+            cache[key] = frozenset(w.casefold() for w in _WORD.findall(self.documents[i]))
+        return cache[key]  # type: ignore[no-any-return]
+
     def _search(self, query: str, top_k: int) -> list[RetrievedDoc]:
         self.queries.append(query)
         if self.fail is not None:
@@ -199,8 +207,7 @@ class FakeRetriever:
         words = {w.casefold() for w in _WORD.findall(query)}
         scored = []
         for i, text in enumerate(self.documents):
-            doc_words = {w.casefold() for w in _WORD.findall(text)}
-            score = len(words & doc_words) / max(len(words), 1)
+            score = len(words & self._vocab(i)) / max(len(words), 1)
             if score > 0:
                 meta = self.metadata[i] if i < len(self.metadata) else {}
                 scored.append(RetrievedDoc(text, score, dict(meta), f"doc-{i}", ScoreKind.SIMILARITY))
@@ -215,3 +222,29 @@ class FakeRetriever:
     async def aretrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         await asyncio.sleep(self.latency)
         return self._search(query, top_k)
+
+
+def judge_json(
+    answer: str | None = None,
+    score: float = 9,
+    *,
+    issues: list[str] | None = None,
+    suggestions: list[str] | None = None,
+    **extra: Any,
+) -> str:
+    """A scripted judge reply for SelfIRAG: four equal scores on the 0-10 scale.
+
+    With ``answer`` it is a fast-mode reply (answer and evaluation in one object).
+    """
+    data: dict[str, Any] = {
+        "relevance": score,
+        "accuracy": score,
+        "completeness": score,
+        "clarity": score,
+        "issues": list(issues or []),
+        "suggestions": list(suggestions or []),
+    }
+    if answer is not None:
+        data = {"answer": answer, **data}
+    data.update(extra)
+    return json.dumps(data)

@@ -1,0 +1,69 @@
+"""Import hygiene and the shipped test doubles."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM
+
+
+def test_core_import_pulls_no_framework() -> None:
+    code = (
+        "import sys, selfrag_core, selfrag_core.testing\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "{'langchain', 'langchain_core', 'llama_index', 'torch', 'sentence_transformers', 'llama_cpp', "
+        "'fastapi', 'bm25s'}]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_api_is_exported() -> None:
+    import selfrag_core
+
+    for name in selfrag_core.__all__:
+        assert hasattr(selfrag_core, name), name
+
+
+def test_fake_llm_scripts() -> None:
+    assert FakeLLM("fixed").generate("p") == "fixed"
+    seq = FakeLLM(["a", "b"])
+    assert [seq.generate("p") for _ in range(3)] == ["a", "b", "b"]
+    cyc = FakeLLM(["a", "b"], cycle=True)
+    assert [cyc.generate("p") for _ in range(3)] == ["a", "b", "a"]
+    keyed = FakeLLM({"capital": "Paris"}, default="?")
+    assert keyed.generate("the capital of France") == "Paris" and keyed.generate("other") == "?"
+    fn = FakeLLM(lambda p: p[::-1])
+    assert fn.generate("abc") == "cba"
+
+
+def test_fake_llm_failures_and_log() -> None:
+    llm = FakeLLM("ok", fail_on=[2], error=TimeoutError("boom"))
+    assert llm.generate("one") == "ok"
+    with pytest.raises(TimeoutError):
+        llm.generate("two")
+    assert llm.prompts == ["one", "two"] and llm.n_calls == 2
+    scripted_error = FakeLLM([ValueError("bad"), "fine"])
+    with pytest.raises(ValueError):
+        scripted_error.generate("p")
+    assert scripted_error.generate("p") == "fine"
+
+
+def test_fake_llm_async_and_structured() -> None:
+    llm = FakeStructuredLLM("{}", latency=0.01)
+    assert asyncio.run(llm.agenerate_structured("p", {"type": "object"})) == "{}"
+    assert llm.calls[0].is_async and llm.calls[0].schema == {"type": "object"}
+
+
+def test_fake_retriever() -> None:
+    r = FakeRetriever(["apples are red", "bananas are yellow"])
+    docs = r.retrieve("red apples", 5)
+    assert [d.text for d in docs] == ["apples are red"] and docs[0].score == 1.0
+    assert asyncio.run(r.aretrieve("yellow", 1))[0].text == "bananas are yellow"
+    with pytest.raises(ConnectionError):
+        FakeRetriever(["x"], fail=ConnectionError("down")).retrieve("x", 1)

@@ -1,0 +1,315 @@
+"""SelfIRAG: the loop, call budgets, fallbacks, grounding, concurrency, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from selfrag_core import ExecutionConfig, GroundingConfig, SelfIRAG, SelfRAGConfig
+from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
+from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM
+from selfrag_core.testing import judge_json as judged
+
+Q = "What is the capital of France?"
+GOOD = "Paris is the capital of France."
+
+
+def script(fast: list[str], evaluate: list[str] | None = None, refine: list[str] | None = None,
+           answer: list[str] | None = None) -> Any:  # fmt: skip
+    """A prompt-keyed script: each step type pops its own queue (last one repeats)."""
+    queues = {"fast": list(fast), "evaluate": list(evaluate or []), "refine": list(refine or []),
+              "answer": list(answer or [])}  # fmt: skip
+
+    def pop(kind: str) -> str:
+        q = queues[kind]
+        return q.pop(0) if len(q) > 1 else q[0]
+
+    def reply(prompt: str) -> str:
+        if "Improve the answer" in prompt:
+            return pop("refine")
+        if "then judge your own answer" in prompt:
+            return pop("fast")
+        if "Judge the answer" in prompt:
+            return pop("evaluate")
+        return pop("answer")
+
+    return reply
+
+
+def make(llm: Any, backend: Any, instant: ExecutionConfig, **cfg: Any) -> SelfIRAG:
+    return SelfIRAG(backend, llm, SelfRAGConfig(**cfg), execution=instant)
+
+
+def test_stops_at_threshold_with_one_call(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(judged(GOOD, 9))
+    result = make(llm, backend, instant).query(Q)
+    assert result.answer == GOOD and result.iterations == 1 and llm.n_calls == 1
+    assert result.confidence == pytest.approx(0.9)
+    assert "threshold" in result.steps[0].reason and result.steps[0].step == 1
+    assert result.sources and "Paris" in result.sources[0].text
+
+
+def test_confidence_is_geometric_mean_clamped(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    reply = json.dumps({"answer": GOOD, "relevance": 10, "accuracy": 4, "completeness": 25, "clarity": 0.9,
+                        "issues": [], "suggestions": []})  # fmt: skip
+    result = make(FakeLLM(reply), backend, instant, max_refinement_iterations=1).query(Q)
+    ev = result.history[0].evaluation
+    assert (ev.relevance, ev.accuracy, ev.completeness, ev.clarity) == (1.0, 0.4, 0.25, 0.9)
+    assert result.confidence == pytest.approx((1.0 * 0.4 * 0.25 * 0.9) ** 0.25)
+
+
+def test_runs_all_iterations_below_threshold(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(
+        script(
+            [judged(GOOD, 5, suggestions=["Seine", "river"])],
+            evaluate=[judged(None, 5, suggestions=["Seine"])],
+            refine=[GOOD + " It lies on the Seine."],
+        )
+    )
+    result = make(llm, backend, instant, max_refinement_iterations=3).query(Q)
+    assert result.iterations == 3 and len(result.history) == 3
+    assert [s.action for s in result.history] == ["generate", "evaluate_refined", "evaluate_refined"]
+    # fast mode, refinement on: 1 generate+evaluate, then (refine, evaluate) twice = 5 <= 3 x 2
+    assert llm.n_calls == 5
+    assert result.history[1].answer.endswith("Seine.")  # the refined answer was kept, not discarded
+    assert result.history[1].query == f"{Q} Seine river"  # expanded with the top-2 suggestions
+    assert "iteration cap" in result.history[-1].reason
+
+
+@pytest.mark.parametrize(
+    "fast_mode,refine,expected_calls,spec_max",
+    [(True, True, 5, 6), (True, False, 3, 6), (False, True, 6, 9), (False, False, 6, 9)],
+)
+def test_call_budget_table(
+    backend: FakeRetriever,
+    instant: ExecutionConfig,
+    fast_mode: bool,
+    refine: bool,
+    expected_calls: int,
+    spec_max: int,
+) -> None:
+    llm = FakeLLM(script([judged(GOOD, 5)], evaluate=[judged(None, 5)], refine=[GOOD], answer=[GOOD]))
+    result = make(llm, backend, instant, fast_mode=fast_mode, enable_answer_refinement=refine).query(Q)
+    assert result.iterations == 3
+    assert llm.n_calls == expected_calls <= spec_max
+    assert result.trace.llm_calls == expected_calls
+
+
+def test_best_step_when_last_is_worse(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(script([judged("Paris.", 6)], evaluate=[judged(None, 7), judged(None, 5)],
+                         refine=["Paris is the capital.", "Paris, France."]))  # fmt: skip
+    result = make(llm, backend, instant).query(Q)
+    assert [round(s.confidence, 2) for s in result.history] == [0.6, 0.7, 0.5]
+    assert result.answer == "Paris is the capital." and result.best_iteration == 2
+    assert result.initial_quality == pytest.approx(0.6) and result.final_quality == pytest.approx(0.5)
+    assert "selected" in result.history[1].reason
+
+
+def test_fast_mode_parse_failure_falls_back_to_two_step(
+    backend: FakeRetriever, instant: ExecutionConfig
+) -> None:
+    llm = FakeLLM(script(["I think the answer is Paris but I won't give JSON"], evaluate=[judged(None, 9)],
+                         answer=[GOOD]))  # fmt: skip
+    result = make(llm, backend, instant).query(Q)
+    assert result.answer == GOOD and llm.n_calls == 3  # failed fast call + answer + evaluate
+    assert [e.name for e in result.trace.fallbacks] == ["fast_mode_parse_failed"]
+    assert "JSON" in result.trace.fallbacks[0].detail["raw"]
+
+
+def test_unparsable_evaluation_gets_neutral_scores(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(script(["garbage"], evaluate=["still garbage"], answer=[GOOD]))
+    result = make(llm, backend, instant, max_refinement_iterations=1).query(Q)
+    assert result.confidence == 0.5 and not result.history[0].evaluation.parsed
+    assert "evaluation_parse_failed" in [e.name for e in result.trace.fallbacks]
+
+
+def test_llm_outage_returns_fallback_answer_with_trace(
+    backend: FakeRetriever, instant: ExecutionConfig
+) -> None:
+    llm = FakeLLM("x", fail_on=range(1, 100))
+    result = make(llm, backend, instant, llm_retries=2).query(Q)
+    assert result.answer == GOOD_FALLBACK and result.confidence == 0.0
+    assert llm.n_calls == 3  # retries + 1, then the loop stops: nothing to refine
+    assert result.trace.errors and "simulated LLM outage" in (result.trace.errors[0].error or "")
+    assert result.trace.fallbacks[0].name == "generation_failed"
+
+
+GOOD_FALLBACK = GENERATION_FAILED_ANSWER
+
+
+def test_backend_failure_degrades(instant: ExecutionConfig) -> None:
+    broken = FakeRetriever(["x"], fail=ConnectionError("vector db down"))
+    llm = FakeLLM(judged("I do not know: the information is not available.", 9))
+    result = make(llm, broken, instant).query(Q)
+    assert result.answer.startswith("I do not know") and result.sources == []
+    assert result.trace.fallbacks[0].name == "retrieval_failed"
+    assert "vector db down" in (result.trace.fallbacks[0].error or "")
+
+
+def test_grounding_rejects_confident_degenerate_answer(
+    backend: FakeRetriever, instant: ExecutionConfig
+) -> None:
+    # the judge loves "Yes." (a weak model's habit); the grounded answer scores lower
+    llm = FakeLLM(script([judged("Yes.", 10)], evaluate=[judged(None, 7)], refine=[GOOD]))
+    result = make(llm, backend, instant).query(Q)
+    assert result.history[0].evaluation.grounding.degenerate == "bare_yes_no"
+    assert "not grounded" in result.history[0].reason
+    assert result.answer == GOOD and result.best_iteration == 2
+
+
+def test_grounding_can_be_disabled(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(script([judged("Yes.", 10)], evaluate=[judged(None, 7)], refine=[GOOD]))
+    cfg = SelfRAGConfig(grounding=GroundingConfig(enabled=False))
+    result = SelfIRAG(backend, llm, cfg, execution=instant).query(Q)
+    assert result.answer == "Yes." and result.iterations == 1  # the spec's behaviour
+
+
+def test_unsupported_answer_loses_to_supported(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(script([judged("Lyon, famous for its silk weavers and bouchons.", 9)],
+                         evaluate=[judged(None, 6)], refine=[GOOD]))  # fmt: skip
+    result = make(llm, backend, instant).query(Q)
+    g0 = result.history[0].evaluation.grounding
+    assert not g0.supported and g0.token_support < 0.5
+    assert result.answer == GOOD
+
+
+def test_degenerate_refinement_is_discarded(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(script([judged(GOOD, 5)], refine=["Yes."]))
+    result = make(llm, backend, instant, max_refinement_iterations=2).query(Q)
+    assert "refinement_discarded" in [e.name for e in result.trace.fallbacks]
+    assert result.history[1].action == "regenerate" and result.answer == GOOD
+
+
+def test_arabic_query_uses_arabic_prompts(instant: ExecutionConfig) -> None:
+    backend = FakeRetriever(["باريس هي عاصمة فرنسا."])
+    llm = FakeLLM(judged("باريس هي عاصمة فرنسا.", 9))
+    result = make(llm, backend, instant).query("ما هي عاصمة فرنسا؟")
+    assert "السياق" in llm.prompts[0] and result.answer == "باريس هي عاصمة فرنسا."
+
+
+def test_structured_llm_receives_schema(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeStructuredLLM(judged(GOOD, 9))
+    make(llm, backend, instant).query(Q)
+    assert llm.calls[0].schema is not None and "answer" in llm.calls[0].schema["properties"]
+
+
+def test_llm_call_budget(backend: FakeRetriever) -> None:
+    llm = FakeLLM(script([judged(GOOD, 5)], evaluate=[judged(None, 5)], refine=[GOOD]))
+    rag = SelfIRAG(backend, llm, execution=ExecutionConfig(max_llm_calls=2))
+    result = rag.query(Q)
+    assert llm.n_calls == 2 and result.answer == GOOD
+    assert any("budget" in (e.error or "") for e in result.trace.fallbacks)
+
+
+def test_query_timeout_bounds_a_hung_model(backend: FakeRetriever) -> None:
+    llm = FakeLLM(judged(GOOD, 9), latency=5.0)
+    rag = SelfIRAG(backend, llm, execution=ExecutionConfig(query_timeout=0.3, retry_initial_wait=0))
+    start = time.perf_counter()
+    result = rag.query(Q)
+    assert time.perf_counter() - start < 2.0
+    assert result.answer == GENERATION_FAILED_ANSWER and result.trace.errors
+
+
+async def test_aquery_timeout(backend: FakeRetriever) -> None:
+    llm = FakeLLM(judged(GOOD, 9), latency=5.0)
+    rag = SelfIRAG(backend, llm, execution=ExecutionConfig(llm_timeout=0.1, retry_initial_wait=0))
+    start = time.perf_counter()
+    result = await rag.aquery(Q)
+    assert time.perf_counter() - start < 2.0 and result.answer == GENERATION_FAILED_ANSWER
+    assert result.trace.events[-2].attempts == 3  # timed-out attempts were retried per policy
+
+
+async def test_sync_query_inside_running_loop(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    result = make(FakeLLM(judged(GOOD, 9)), backend, instant).query(Q)  # like a Jupyter cell
+    assert result.answer == GOOD
+
+    async def async_only(prompt: str) -> str:
+        await asyncio.sleep(0)
+        return judged(GOOD, 9)
+
+    assert make(async_only, backend, instant).query(Q).answer == GOOD
+
+
+async def test_concurrent_aqueries_do_not_share_state(instant: ExecutionConfig) -> None:
+    backend = FakeRetriever(["Paris is the capital of France.", "Berlin is the capital of Germany."])
+
+    def reply(prompt: str) -> str:
+        city = "Paris" if "France" in prompt.split("Question:")[-1] else "Berlin"
+        return judged(f"{city} is the capital.", 9)
+
+    llm = FakeLLM(reply, latency=0.05)
+    rag = make(llm, backend, instant)
+    questions = ["What is the capital of France?", "What is the capital of Germany?"] * 8
+    results = await asyncio.gather(*(rag.aquery(q) for q in questions))
+    for q, r in zip(questions, results, strict=True):
+        assert r.answer.startswith("Paris" if "France" in q else "Berlin")
+        assert r.trace.llm_calls == 1 and r.trace.retrievals == 1
+
+
+async def test_aquery_is_truly_async(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(judged(GOOD, 9), latency=0.2)
+    rag = make(llm, backend, instant)
+    start = time.perf_counter()
+    await asyncio.gather(*(rag.aquery(Q) for _ in range(20)))
+    assert time.perf_counter() - start < 1.5  # 20 x 0.2 s sequential would be 4 s
+    assert all(c.is_async for c in llm.calls)
+
+
+@pytest.mark.parametrize(
+    "bad,exc",
+    [
+        (None, TypeError),
+        (123, TypeError),
+        ("", ValueError),
+        ("   \n\t", ValueError),
+        ("x" * 1_000_000, ValueError),
+    ],
+)
+def test_bad_queries(backend: FakeRetriever, instant: ExecutionConfig, bad: Any, exc: type) -> None:
+    rag = make(FakeLLM(judged(GOOD, 9)), backend, instant)
+    with pytest.raises(exc, match="query"):
+        rag.query(bad)
+
+
+async def test_bad_queries_async(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    with pytest.raises(TypeError, match="query"):
+        await make(FakeLLM("x"), backend, instant).aquery(None)  # type: ignore[arg-type]
+
+
+def test_control_characters_are_cleaned(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    llm = FakeLLM(judged(GOOD, 9))
+    make(llm, backend, instant).query("What is the\x00 capital\x07 of France?")
+    assert "\x00" not in llm.prompts[0] and "\x07" not in llm.prompts[0]
+
+
+def test_constructor_validation(backend: FakeRetriever) -> None:
+    for falsy in (None, "", 0):
+        with pytest.raises(ValueError, match="llm"):
+            SelfIRAG(backend, falsy)
+    with pytest.raises(TypeError):
+        SelfIRAG(backend, FakeLLM(), config={"max_refinement_iterations": 2})  # type: ignore[arg-type]
+
+
+def test_get_stats_and_add_document(backend: FakeRetriever) -> None:
+    rag = SelfIRAG(backend, FakeLLM(), SelfRAGConfig(confidence_threshold=0.85))
+    assert rag.get_stats() == {
+        "max_refinement_iterations": 3, "confidence_threshold": 0.85, "enable_answer_refinement": True,
+        "enable_retrieval_refinement": True, "llm_retries": 2, "fast_mode": True,
+    }  # fmt: skip
+    rag.add_document("Rome is the capital of Italy.")
+    assert backend.metadata[-1] == {}
+    with pytest.raises(ValueError):
+        rag.add_document("  ")
+
+
+def test_to_dict_is_json_safe(backend: FakeRetriever, instant: ExecutionConfig) -> None:
+    result = make(FakeLLM(judged(GOOD, 9)), backend, instant).query(Q)
+    data = json.loads(json.dumps(result.to_dict()))
+    for key in ("answer", "confidence", "iterations", "initial_quality", "final_quality", "history", "trace"):
+        assert key in data
+    assert data["trace"]["llm_calls"] == 1 and data["trace"]["events"][0]["kind"] == "retrieval"
+    assert result.final_answer == result.answer and result.refinement_steps == result.iterations
