@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import logging
 import time
@@ -103,7 +104,7 @@ def to_reply(raw: Any) -> LLMReply:
         return LLMReply(_content_text(raw.get("text", raw.get("content", ""))))
     usage = getattr(raw, "usage_metadata", None)
     text_attr = getattr(raw, "text", None)
-    if callable(text_attr):  # langchain-core < 1.0 had .text()
+    if callable(text_attr) and not isinstance(text_attr, str):  # langchain-core < 1.0 had .text()
         text_attr = text_attr()
     if isinstance(text_attr, str) and (text_attr or getattr(raw, "content", None) in (None, "", [])):
         text = text_attr
@@ -135,7 +136,8 @@ def run_coroutine_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
     except RuntimeError:
         return asyncio.run(main())
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, main()).result()
+        # the caller's context (e.g. LangChain's run config) goes along to the worker thread
+        return pool.submit(contextvars.copy_context().run, asyncio.run, main()).result()
 
 
 def _invoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
@@ -189,7 +191,7 @@ def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> Any:
         return fn()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
-        return pool.submit(fn).result(timeout=timeout)
+        return pool.submit(contextvars.copy_context().run, fn).result(timeout=timeout)
     except concurrent.futures.TimeoutError as e:
         raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
     finally:
@@ -197,7 +199,9 @@ def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> Any:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return not isinstance(exc, (BudgetExceededError, QueryTimeoutError, TypeError))
+    # a cancelled task (asyncio.CancelledError, a BaseException) must stop, never be retried
+    fatal = (BudgetExceededError, QueryTimeoutError, TypeError)
+    return isinstance(exc, Exception) and not isinstance(exc, fatal)
 
 
 def _policy(retries: int, initial_wait: float, max_wait: float) -> dict[str, Any]:

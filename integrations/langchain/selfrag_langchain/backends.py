@@ -1,0 +1,151 @@
+"""Any LangChain retriever or vector store as a selfrag retrieval backend."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, Field
+
+from selfrag_core.types import RetrievedDoc, ScoreKind
+from selfrag_langchain._convert import from_document, scored_document
+
+ScoreMode = Literal["relevance", "raw"]
+
+#: what ``similarity_search_with_score`` returns, per store: (module, class, kind)
+_RAW_SCORE_KINDS = (
+    ("langchain_core.vectorstores.in_memory", "InMemoryVectorStore", ScoreKind.SIMILARITY),  # cosine
+    ("langchain_chroma.vectorstores", "Chroma", ScoreKind.DISTANCE),  # l2, cosine and ip distances
+)
+
+
+def _loaded_instance(obj: Any, module: str, name: str) -> bool:
+    """isinstance against a class, without importing its module (unloaded: not an instance)."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls is not None and isinstance(obj, cls)
+
+
+def raw_score_kind(store: VectorStore) -> ScoreKind:
+    """The meaning of ``store.similarity_search_with_score``'s scores; UNKNOWN if not known."""
+    if _loaded_instance(store, "langchain_community.vectorstores.faiss", "FAISS"):
+        strategy = str(getattr(store, "distance_strategy", "")).upper()
+        return ScoreKind.SIMILARITY if "INNER_PRODUCT" in strategy else ScoreKind.DISTANCE
+    for module, name, kind in _RAW_SCORE_KINDS:
+        if _loaded_instance(store, module, name):
+            return kind
+    return ScoreKind.UNKNOWN
+
+
+class VectorStoreSearch(BaseRetriever):
+    """A vector store search returning scored documents, run as a LangChain retriever so
+    it shows in tracing. ``scores="relevance"`` prefers
+    ``similarity_search_with_relevance_scores`` (similarities in [0, 1]) and falls back
+    to ``similarity_search_with_score`` on ``NotImplementedError`` (e.g.
+    ``InMemoryVectorStore``); ``"raw"`` always uses the latter. Each document carries
+    ``score`` and ``score_kind`` in its metadata."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    vectorstore: VectorStore
+    k: int = 4
+    scores: ScoreMode = "relevance"
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    def _scored(self, pairs: list[tuple[Document, float]], kind: ScoreKind) -> list[Document]:
+        return [scored_document(doc, score, kind) for doc, score in pairs]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        store, n = self.vectorstore, k or self.k
+        if self.scores == "relevance":
+            try:
+                pairs = store.similarity_search_with_relevance_scores(query, k=n, **self.search_kwargs)
+                return self._scored(pairs, ScoreKind.SIMILARITY)
+            except NotImplementedError:
+                pass
+        pairs = store.similarity_search_with_score(query, k=n, **self.search_kwargs)
+        return self._scored(pairs, raw_score_kind(store))
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        store, n = self.vectorstore, k or self.k
+        if self.scores == "relevance":
+            try:
+                pairs = await store.asimilarity_search_with_relevance_scores(query, k=n, **self.search_kwargs)
+                return self._scored(pairs, ScoreKind.SIMILARITY)
+            except NotImplementedError:
+                pass
+        pairs = await store.asimilarity_search_with_score(query, k=n, **self.search_kwargs)
+        return self._scored(pairs, raw_score_kind(store))
+
+
+def _with_k(retriever: BaseRetriever, k: int) -> BaseRetriever:
+    """A copy of ``retriever`` returning ``k`` documents, where it has such a setting."""
+    fields = type(retriever).model_fields
+    for name in ("k", "top_k"):
+        if name in fields:
+            return retriever.model_copy(update={name: k})
+    if "search_kwargs" in fields:
+        search_kwargs = getattr(retriever, "search_kwargs", None) or {}
+        return retriever.model_copy(update={"search_kwargs": {**search_kwargs, "k": k}})
+    return retriever
+
+
+class LangChainBackend:
+    """``retrieve(query, top_k)`` / ``aretrieve`` over a LangChain retriever.
+
+    The retriever's own setting for the number of results (``k``, ``top_k`` or
+    ``search_kwargs["k"]``) is set per call (on a copy); other retrievers are cut at
+    ``top_k``. Scores are read from the metadata where a ``VectorStoreSearch`` put
+    them; a plain retriever's documents have none (``ScoreKind.UNKNOWN``: the
+    strategies then fuse by rank). Errors propagate; the strategies turn them into a
+    recorded fallback.
+    """
+
+    def __init__(self, retriever: BaseRetriever) -> None:
+        self.retriever = retriever
+        self._passes_k = isinstance(retriever, VectorStoreSearch)
+
+    def __repr__(self) -> str:
+        return f"LangChainBackend({self.retriever.get_name()})"
+
+    def _call(self, top_k: int) -> tuple[BaseRetriever, dict[str, Any]]:
+        if self._passes_k:
+            return self.retriever, {"k": top_k}
+        return _with_k(self.retriever, top_k), {}
+
+    def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
+        retriever, kwargs = self._call(top_k)
+        return [from_document(d) for d in retriever.invoke(query, **kwargs)[:top_k]]
+
+    async def aretrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
+        retriever, kwargs = self._call(top_k)
+        return [from_document(d) for d in (await retriever.ainvoke(query, **kwargs))[:top_k]]
+
+
+def as_backend(obj: Any, *, scores: ScoreMode = "relevance", **search_kwargs: Any) -> LangChainBackend:
+    """A selfrag backend from a LangChain ``BaseRetriever`` or ``VectorStore``.
+
+    ``scores`` and ``search_kwargs`` (e.g. ``filter=...``) apply to vector stores.
+    Raises ``TypeError`` for anything else (selfrag's own backends need no adapter).
+    """
+    if isinstance(obj, LangChainBackend):
+        return obj
+    if isinstance(obj, VectorStore):
+        return LangChainBackend(
+            VectorStoreSearch(vectorstore=obj, scores=scores, search_kwargs=search_kwargs)
+        )
+    if isinstance(obj, BaseRetriever):
+        if search_kwargs:
+            raise ValueError("search_kwargs apply to vector stores; configure the retriever itself")
+        return LangChainBackend(obj)
+    raise TypeError(
+        f"as_backend expects a LangChain BaseRetriever or VectorStore, got {type(obj).__name__}; "
+        "objects with retrieve(query, top_k) are backends already"
+    )

@@ -1,0 +1,103 @@
+"""Any LangChain model (``BaseChatModel`` or ``BaseLLM``) as selfrag's LLM."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from selfrag_core.protocols import LLMOutput
+from selfrag_langchain._convert import reply_output, structured_output
+
+StructuredMode = Literal["auto", "json_schema", "json_mode", "off"]
+_MODES = ("auto", "json_schema", "json_mode", "off")
+
+
+class LangChainLLM:
+    """Wrap a LangChain model for the strategies.
+
+    ``LangChainLLM(model, *, structured="auto", config=None)``. ``generate`` /
+    ``agenerate`` call ``model.invoke`` / ``ainvoke``; the JSON steps
+    (``generate_structured``) go through ``model.with_structured_output(schema,
+    method=..., include_raw=True)``: ``"auto"`` tries ``json_schema`` then
+    ``json_mode``, and uses plain text (parsed by the core's tolerant parser) when the
+    model supports neither; ``"off"`` always uses plain text. Token usage
+    (``usage_metadata``) is returned with the text, so it reaches ``result.trace``.
+    An empty message raises ``LLMCallError`` (the core retries it as a failed attempt).
+
+    Calls run inside the caller's LangChain run: under ``SelfRAGRunnable`` they are
+    child runs of the chain. ``config`` (a ``RunnableConfig``) is passed to every call.
+    """
+
+    def __init__(
+        self, model: Any, *, structured: StructuredMode = "auto", config: RunnableConfig | None = None
+    ) -> None:
+        if not isinstance(model, Runnable):
+            raise TypeError(
+                f"model must be a LangChain chat model or LLM (a Runnable), got {type(model).__name__}"
+            )
+        if structured not in _MODES:
+            raise ValueError(f"structured must be one of {_MODES}, got {structured!r}")
+        self.model = model
+        self.structured = structured
+        self.config = config
+        self.name = (
+            getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
+        )
+        self._runnables: dict[str, Runnable[Any, Any] | None] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LangChainLLM({self.name!s}, structured={self.structured!r})"
+
+    # ---------------------------------------------------------------- text
+    def generate(self, prompt: str) -> LLMOutput:
+        return reply_output(self.model.invoke(prompt, self.config), str(self.name))
+
+    async def agenerate(self, prompt: str) -> LLMOutput:
+        return reply_output(await self.model.ainvoke(prompt, self.config), str(self.name))
+
+    # ---------------------------------------------------------------- JSON steps
+    def structured_runnable(self, schema: Mapping[str, Any]) -> Runnable[Any, Any] | None:
+        """The model bound to ``schema``, or None when it supports no structured output."""
+        key = json.dumps(schema, sort_keys=True)
+        with self._lock:
+            if key not in self._runnables:
+                self._runnables[key] = self._bind(dict(schema))
+            return self._runnables[key]
+
+    def _bind(self, schema: dict[str, Any]) -> Runnable[Any, Any] | None:
+        if self.structured == "off" or not isinstance(self.model, BaseLanguageModel):
+            return None
+        schema.setdefault("title", "selfrag_output")
+        schema.setdefault("description", "The requested JSON object.")
+        methods = ("json_schema", "json_mode") if self.structured == "auto" else (self.structured,)
+        for method in methods:
+            try:
+                return self.model.with_structured_output(schema, method=method, include_raw=True)
+            except (NotImplementedError, ValueError, TypeError):
+                continue
+        return None
+
+    def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        bound = self.structured_runnable(schema)
+        if bound is None:
+            return self.generate(prompt)
+        return structured_output(bound.invoke(prompt, self.config), str(self.name))
+
+    async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        bound = self.structured_runnable(schema)
+        if bound is None:
+            return await self.agenerate(prompt)
+        return structured_output(await bound.ainvoke(prompt, self.config), str(self.name))
+
+
+def as_llm(model: Any, **kwargs: Any) -> Any:
+    """``LangChainLLM(model)`` for a LangChain model; anything else is returned as is."""
+    if isinstance(model, BaseLanguageModel):
+        return LangChainLLM(model, **kwargs)
+    return model

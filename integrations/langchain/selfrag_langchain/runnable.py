@@ -1,0 +1,114 @@
+"""A selfrag strategy as an LCEL runnable."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, Union
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForChainRun,
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForChainRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import set_config_context
+from langchain_core.runnables.utils import coro_with_context
+from pydantic import ConfigDict, field_validator
+
+from selfrag_langchain._convert import question_of, result_output
+
+T = TypeVar("T")
+Input = Union[str, dict[str, Any]]
+Output = dict[str, Any]
+RunManager = Union[CallbackManagerForChainRun, CallbackManagerForRetrieverRun]
+AsyncRunManager = Union[AsyncCallbackManagerForChainRun, AsyncCallbackManagerForRetrieverRun]
+
+
+def _is_healing(strategy: Any) -> bool:
+    return callable(getattr(strategy, "ask_with_report_sync", None))
+
+
+def check_strategy(strategy: Any) -> Any:
+    """Accept a library strategy: ``query``/``aquery`` (``Strategy``) or ``SelfHealingRAG``'s
+    ``ask_with_report_sync``/``ask_with_report``."""
+    has = [callable(getattr(strategy, name, None)) for name in ("query", "aquery")]
+    if not (all(has) or _is_healing(strategy)):
+        raise TypeError(
+            f"strategy must be a selfrag strategy (query/aquery), got {type(strategy).__name__}; "
+            "e.g. SelfIRAG(as_backend(retriever), LangChainLLM(model))"
+        )
+    return strategy
+
+
+def run_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:
+    """The strategy's result (or ``SelfHealingReport``) for ``question``."""
+    if _is_healing(strategy):
+        return strategy.ask_with_report_sync(question, **_healing_options(context))
+    return strategy.query(question, context)
+
+
+async def arun_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:
+    """Async :func:`run_strategy`."""
+    if _is_healing(strategy):
+        return await strategy.ask_with_report(question, **_healing_options(context))
+    return await strategy.aquery(question, context)
+
+
+def _healing_options(context: dict[str, Any] | None) -> dict[str, Any]:
+    ctx = context or {}
+    return {k: ctx[k] for k in ("top_k", "metadata_filter") if k in ctx}
+
+
+def in_child_run(run_manager: RunManager, fn: Callable[..., T], *args: Any) -> T:
+    """Call ``fn`` so that LangChain calls inside it are child runs of ``run_manager``'s run."""
+    with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
+        return context.run(fn, *args)
+
+
+async def ain_child_run(run_manager: AsyncRunManager, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Async :func:`in_child_run`."""
+    with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
+        return await coro_with_context(fn(*args), context)
+
+
+class SelfRAGRunnable(RunnableSerializable[Input, Output]):
+    """Any selfrag strategy as a runnable: ``SelfRAGRunnable(strategy=SelfIRAG(...))``.
+
+    Input: the question as a string, or a dict with ``question`` (also ``query`` /
+    ``input``) and an optional ``context`` dict (e.g. ``metadata_filter``); anything else
+    raises ``TypeError`` / ``ValueError``. Output: a dict with ``answer``, ``sources``
+    (``Document``s with ``score`` / ``score_kind`` metadata), ``confidence``,
+    ``trace``, ``strategy``, ``question`` and ``details`` (the rest of the result).
+    Backend and LLM failures never raise: the strategy's fallback answer comes back,
+    and ``trace["fallbacks"]`` / ``trace["events"]`` say what failed (``SelfHealingRAG``
+    raises ``StrategyError`` only when every attempt raised).
+
+    The strategy's LangChain model calls and retrievals run as child runs of this
+    runnable's run. ``batch`` / ``abatch`` honour ``max_concurrency``; ``stream`` /
+    ``astream`` yield the final dict once (the strategies choose the answer only after
+    evaluating it, so there is nothing earlier worth streaming).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    strategy: Any
+
+    _check = field_validator("strategy")(lambda cls, v: check_strategy(v))
+
+    def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
+        return super().get_name(suffix, name=name or f"SelfRAG[{type(self.strategy).__name__}]")
+
+    def _run(self, value: Input) -> Output:
+        question, context = question_of(value)
+        return result_output(run_strategy(self.strategy, question, context), question)
+
+    async def _arun(self, value: Input) -> Output:
+        question, context = question_of(value)
+        return result_output(await arun_strategy(self.strategy, question, context), question)
+
+    def invoke(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
+        return self._call_with_config(self._run, input, config, **kwargs)
+
+    async def ainvoke(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
+        return await self._acall_with_config(self._arun, input, config, **kwargs)

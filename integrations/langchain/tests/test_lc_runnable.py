@@ -1,0 +1,156 @@
+"""SelfRAGRunnable: LCEL composition, input validation, batching, streaming, callbacks."""
+
+from __future__ import annotations
+
+import time
+from operator import itemgetter
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.runnables import RunnablePassthrough
+from lc_fakes import ANSWER, CORPUS, RunTree, keyed_model, vector_store
+from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend
+
+from selfrag_core import ExecutionConfig, SelfIRAG
+from selfrag_core.testing import FakeLLM, FakeRetriever, judge_json
+
+QUERY = "What is the capital of France?"
+
+
+def runnable(model: Any = None, *, execution: ExecutionConfig | None = None) -> SelfRAGRunnable:
+    model = model or keyed_model(structured=True)
+    return SelfRAGRunnable(
+        strategy=SelfIRAG(as_backend(vector_store()), LangChainLLM(model), execution=execution)
+    )
+
+
+def test_the_documented_lcel_chain_works() -> None:
+    chain = {"question": RunnablePassthrough()} | runnable() | itemgetter("answer") | StrOutputParser()
+    assert chain.invoke(QUERY) == ANSWER
+
+
+def test_output_dict() -> None:
+    out = runnable().invoke({"question": QUERY})
+    assert out["answer"] == ANSWER and out["question"] == QUERY
+    assert out["strategy"] == "SelfRAGResult"
+    assert out["confidence"] == pytest.approx(0.9)
+    assert out["sources"] and all(isinstance(d, Document) for d in out["sources"])
+    assert out["sources"][0].metadata["score_kind"] == "similarity"
+    assert out["trace"]["llm_calls"] == 1 and out["trace"]["retrievals"] == 1
+    assert out["details"]["iterations"] == 1 and "answer" not in out["details"]
+
+
+def test_context_is_passed_to_the_strategy() -> None:
+    backend = FakeRetriever(CORPUS)
+    r = SelfRAGRunnable(strategy=SelfIRAG(backend, FakeLLM(judge_json(ANSWER))))
+    assert r.invoke({"query": QUERY, "context": {"metadata_filter": {"n": 1}}})["answer"] == ANSWER
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (42, TypeError, "input must be a str or a dict"),
+        (["q"], TypeError, "input must be a str or a dict"),
+        ({"text": QUERY}, ValueError, "no question"),
+        ({"question": 3}, TypeError, r"input\['question'\] must be a str"),
+        ({"question": QUERY, "context": "x"}, TypeError, "context"),
+        ("   ", ValueError, "empty"),
+    ],
+)
+def test_wrong_inputs_raise_clear_typed_errors(value: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        runnable().invoke(value)
+
+
+async def test_wrong_input_raises_in_ainvoke_too() -> None:
+    with pytest.raises(TypeError, match="input must be"):
+        await runnable().ainvoke(42)  # type: ignore[arg-type]
+
+
+async def test_ainvoke_and_astream() -> None:
+    r = runnable()
+    assert (await r.ainvoke(QUERY))["answer"] == ANSWER
+    chunks = [c async for c in r.astream(QUERY)]
+    assert len(chunks) == 1 and chunks[0]["answer"] == ANSWER
+
+
+def test_stream_yields_the_final_dict() -> None:
+    chunks = list(runnable().stream({"question": QUERY}))
+    assert [c["answer"] for c in chunks] == [ANSWER]
+
+
+def test_strategy_is_validated() -> None:
+    with pytest.raises(TypeError, match="strategy must be a selfrag strategy"):
+        SelfRAGRunnable(strategy="SelfIRAG")
+    assert runnable().get_name() == "SelfRAG[SelfIRAG]"
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_batch_honours_max_concurrency(limit: int) -> None:
+    model = keyed_model(structured=True, latency=0.05)
+    outs = runnable(model).batch([QUERY] * 4, config={"max_concurrency": limit})
+    assert [o["answer"] for o in outs] == [ANSWER] * 4
+    assert len(model.prompts) == 4
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_abatch_honours_max_concurrency(limit: int) -> None:
+    model = keyed_model(latency=0.05, default=judge_json(ANSWER))
+    outs = await runnable(model).abatch([QUERY] * 6, config={"max_concurrency": limit})
+    assert [o["answer"] for o in outs] == [ANSWER] * 6
+    assert model.peak == limit
+
+
+def test_batch_peak_concurrency_is_the_limit() -> None:
+    model = keyed_model(latency=0.05, default=judge_json(ANSWER))
+    runnable(model).batch([QUERY] * 6, config={"max_concurrency": 3})
+    assert model.peak == 3
+
+
+async def test_abatch_runs_queries_concurrently() -> None:
+    model = keyed_model(latency=0.3, default=judge_json(ANSWER))
+    start = time.perf_counter()
+    await runnable(model).abatch([QUERY] * 4)
+    assert time.perf_counter() - start < 0.9  # sequential would take 1.2 s
+
+
+def _assert_children_of_the_chain(tree: RunTree, chain_name: str = "SelfRAG[SelfIRAG]") -> None:
+    assert tree.of_kind("llm") and tree.of_kind("retriever")
+    for run_id in tree.of_kind("llm") + tree.of_kind("retriever"):
+        assert chain_name in tree.ancestors(run_id), tree.runs[run_id]
+    assert len(tree.roots()) == 1
+
+
+@pytest.mark.parametrize("execution", [None, ExecutionConfig(llm_timeout=30)], ids=["plain", "timeout"])
+def test_llm_calls_and_retrievals_are_child_runs(
+    run_tree: RunTree, execution: ExecutionConfig | None
+) -> None:
+    runnable(execution=execution).invoke(QUERY, {"callbacks": [run_tree]})
+    _assert_children_of_the_chain(run_tree)
+    names = {name for kind, name, _ in run_tree.runs.values() if kind == "retriever"}
+    assert names == {"VectorStoreSearch"}
+
+
+async def test_async_calls_are_child_runs_too(run_tree: RunTree) -> None:
+    chain = {"question": RunnablePassthrough()} | runnable() | itemgetter("answer")
+    await chain.ainvoke(QUERY, {"callbacks": [run_tree]})
+    _assert_children_of_the_chain(run_tree)
+
+
+def test_batched_runs_keep_their_own_trees(run_tree: RunTree) -> None:
+    runnable().batch([QUERY, QUERY], config={"callbacks": [run_tree]})
+    chains = [rid for rid, (kind, name, _) in run_tree.runs.items() if name == "SelfRAG[SelfIRAG]"]
+    assert len(chains) == 2
+    for run_id in run_tree.of_kind("llm") + run_tree.of_kind("retriever"):
+        assert "SelfRAG[SelfIRAG]" in run_tree.ancestors(run_id)
+
+
+def test_a_failing_model_gives_the_fallback_answer_visible_in_the_output() -> None:
+    model = keyed_model(default="")  # every reply is an empty message
+    execution = ExecutionConfig(retry_initial_wait=0, retry_max_wait=0)
+    out = runnable(model, execution=execution).invoke(QUERY)
+    assert out["answer"] == "error in generating answer"
+    assert out["trace"]["fallbacks"] == 1
+    assert any("empty message" in e.get("error", "") for e in out["trace"]["events"])
