@@ -36,7 +36,14 @@ from typing import Any, TypeVar, Union
 
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import BudgetExceededError, QueryTimeoutError
-from selfrag_core.llm import LLMReply, acall_llm_detailed, call_llm_detailed
+from selfrag_core.llm import (
+    LLMReply,
+    TokenSink,
+    acall_llm_detailed,
+    astream_llm_detailed,
+    call_llm_detailed,
+    stream_llm_detailed,
+)
 from selfrag_core.retrieval import _aretrieve_safe, _retrieve_safe
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
 
@@ -54,6 +61,8 @@ class Generate:
     purpose: str = "generate"
     retries: int = 2
     schema: Mapping[str, Any] | None = None
+    #: the final answer: sent token by token to the run's ``on_token`` when there is one
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,9 @@ Plan = Generator[Effect, Any, T]
 class Run:
     """Per-query state: trace, LLM-call budget, deadline. Never stored on a strategy."""
 
-    def __init__(self, config: ExecutionConfig) -> None:
+    def __init__(self, config: ExecutionConfig, on_token: TokenSink | None = None) -> None:
         self.config = config
+        self.on_token = on_token
         self.trace = Trace()
         self._calls = 0
         self._lock = threading.Lock()
@@ -126,6 +136,17 @@ class Run:
         left = self.remaining()
         timeouts = [t for t in (self.config.llm_timeout, left) if t is not None]
         return max(min(timeouts), 1e-3) if timeouts else None
+
+    def call_options(self, effect: Generate, sleep: Any) -> dict[str, Any]:
+        """Keyword arguments of one LLM call under this run's policy."""
+        return {
+            "timeout": self.call_timeout(),
+            "purpose": effect.purpose,
+            "before_attempt": self.before_attempt,
+            "sleep": sleep,
+            "initial_wait": self.config.retry_initial_wait,
+            "max_wait": self.config.retry_max_wait,
+        }
 
     # -------------------------------------------------------------- trace helpers
     def record_llm(
@@ -213,14 +234,17 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
     if isinstance(effect, Generate):
         with sem:
             start = time.perf_counter()
+            common = run.call_options(effect, run.config.sleep)
             try:
-                reply = call_llm_detailed(
-                    effect.llm, effect.prompt, effect.retries,
-                    schema=dict(effect.schema) if effect.schema is not None else None,
-                    timeout=run.call_timeout(), purpose=effect.purpose,
-                    before_attempt=run.before_attempt, sleep=run.config.sleep,
-                    initial_wait=run.config.retry_initial_wait, max_wait=run.config.retry_max_wait,
-                )  # fmt: skip
+                if effect.stream and run.on_token is not None:
+                    reply = stream_llm_detailed(
+                        effect.llm, effect.prompt, run.on_token, effect.retries, **common
+                    )
+                else:
+                    schema = dict(effect.schema) if effect.schema is not None else None
+                    reply = call_llm_detailed(
+                        effect.llm, effect.prompt, effect.retries, schema=schema, **common
+                    )
             except Exception as e:
                 run.record_llm(effect, start, None, e)
                 raise
@@ -284,14 +308,18 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
     if isinstance(effect, Generate):
         async with sem:
             start = time.perf_counter()
+            common = run.call_options(effect, run.config.async_sleep)
             try:
-                reply = await acall_llm_detailed(
-                    effect.llm, effect.prompt, effect.retries,
-                    schema=dict(effect.schema) if effect.schema is not None else None,
-                    timeout=run.call_timeout(), purpose=effect.purpose,
-                    before_attempt=run.before_attempt, sleep=run.config.async_sleep,
-                    initial_wait=run.config.retry_initial_wait, max_wait=run.config.retry_max_wait,
-                )  # fmt: skip
+                if effect.stream and run.on_token is not None:
+                    sink = run.on_token
+                    reply = await astream_llm_detailed(
+                        effect.llm, effect.prompt, sink, effect.retries, **common
+                    )
+                else:
+                    schema = dict(effect.schema) if effect.schema is not None else None
+                    reply = await acall_llm_detailed(
+                        effect.llm, effect.prompt, effect.retries, schema=schema, **common
+                    )
             except Exception as e:
                 run.record_llm(effect, start, None, e)
                 raise

@@ -228,6 +228,62 @@ def _exhausted(exc: BaseException, attempts: int, purpose: str) -> LLMCallError:
     )
 
 
+def _retry_sync(
+    attempt_fn: Callable[[], LLMReply],
+    retries: int,
+    purpose: str,
+    before_attempt: Hook | None,
+    sleep: Callable[[float], None] | None,
+    initial_wait: float,
+    max_wait: float,
+) -> LLMReply:
+    """tenacity's sync driver around one attempt function (shared by call and stream)."""
+    attempts = 0
+    retrying = Retrying(sleep=sleep or time.sleep, **_policy(retries, initial_wait, max_wait))
+    try:
+        for attempt in retrying:
+            with attempt:
+                attempts += 1
+                if before_attempt is not None:
+                    before_attempt()
+                reply = _check_text(attempt_fn())
+                reply.attempts = attempts
+                return reply
+    except (BudgetExceededError, QueryTimeoutError, TypeError):
+        raise
+    except Exception as e:
+        raise _exhausted(e, attempts, purpose) from e
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _retry_async(
+    attempt_fn: Callable[[], Awaitable[LLMReply]],
+    retries: int,
+    purpose: str,
+    before_attempt: Hook | None,
+    sleep: Callable[[float], Awaitable[None]] | None,
+    initial_wait: float,
+    max_wait: float,
+) -> LLMReply:
+    """tenacity's async driver around one attempt coroutine (same policy)."""
+    attempts = 0
+    retrying = AsyncRetrying(sleep=sleep or asyncio.sleep, **_policy(retries, initial_wait, max_wait))
+    try:
+        async for attempt in retrying:
+            with attempt:
+                attempts += 1
+                if before_attempt is not None:
+                    before_attempt()
+                reply = _check_text(await attempt_fn())
+                reply.attempts = attempts
+                return reply
+    except (BudgetExceededError, QueryTimeoutError, TypeError):
+        raise
+    except Exception as e:
+        raise _exhausted(e, attempts, purpose) from e
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def call_llm_detailed(
     llm: Any,
     prompt: str,
@@ -242,23 +298,11 @@ def call_llm_detailed(
     max_wait: float = 8.0,
 ) -> LLMReply:
     """One LLM call with retries; raises LLMCallError (or BudgetExceededError)."""
-    attempts = 0
-    retrying = Retrying(sleep=sleep or time.sleep, **_policy(retries, initial_wait, max_wait))
-    try:
-        for attempt in retrying:
-            with attempt:
-                attempts += 1
-                if before_attempt is not None:
-                    before_attempt()
-                raw = _call_with_timeout(lambda: _invoke_once(llm, prompt, schema), timeout)
-                reply = _check_text(to_reply(raw))
-                reply.attempts = attempts
-                return reply
-    except (BudgetExceededError, QueryTimeoutError, TypeError):
-        raise
-    except Exception as e:
-        raise _exhausted(e, attempts, purpose) from e
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def attempt() -> LLMReply:
+        return to_reply(_call_with_timeout(lambda: _invoke_once(llm, prompt, schema), timeout))
+
+    return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 
 
 async def acall_llm_detailed(
@@ -275,26 +319,14 @@ async def acall_llm_detailed(
     max_wait: float = 8.0,
 ) -> LLMReply:
     """Async twin of :func:`call_llm_detailed` (same policy, tenacity's async driver)."""
-    attempts = 0
-    retrying = AsyncRetrying(sleep=sleep or asyncio.sleep, **_policy(retries, initial_wait, max_wait))
-    try:
-        async for attempt in retrying:
-            with attempt:
-                attempts += 1
-                if before_attempt is not None:
-                    before_attempt()
-                try:
-                    raw = await asyncio.wait_for(_ainvoke_once(llm, prompt, schema), timeout)
-                except asyncio.TimeoutError as e:
-                    raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
-                reply = _check_text(to_reply(raw))
-                reply.attempts = attempts
-                return reply
-    except (BudgetExceededError, QueryTimeoutError, TypeError):
-        raise
-    except Exception as e:
-        raise _exhausted(e, attempts, purpose) from e
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    async def attempt() -> LLMReply:
+        try:
+            return to_reply(await asyncio.wait_for(_ainvoke_once(llm, prompt, schema), timeout))
+        except asyncio.TimeoutError as e:
+            raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
+
+    return await _retry_async(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 
 
 def _call_llm(
@@ -326,3 +358,134 @@ async def _acall_llm(
     """Async :func:`_call_llm`: awaits the LLM's native async API where it has one."""
     reply = await acall_llm_detailed(llm, prompt, retries, schema=schema, timeout=timeout, sleep=sleep)
     return reply.text
+
+
+# ----------------------------------------------------------------------------- streaming
+
+TokenSink = Callable[[str], None]
+
+
+def _chunk_text(chunk: Any) -> str:
+    if isinstance(chunk, str):
+        return chunk
+    delta = getattr(chunk, "delta", None)  # LlamaIndex CompletionResponse
+    if isinstance(delta, str):
+        return delta
+    return to_reply(chunk).text if chunk is not None else ""
+
+
+def _chunk_usage(chunk: Any, reply: LLMReply) -> None:
+    usage = getattr(chunk, "usage_metadata", None)
+    if isinstance(usage, dict):
+        reply.input_tokens = (reply.input_tokens or 0) + int(usage.get("input_tokens") or 0)
+        reply.output_tokens = (reply.output_tokens or 0) + int(usage.get("output_tokens") or 0)
+
+
+def can_stream(llm: Any) -> bool:
+    """Whether the LLM streams text: LangChain ``stream``, LlamaIndex ``stream_complete``,
+    or an object with ``stream(prompt) -> Iterator[str]`` / ``astream``."""
+    return any(hasattr(llm, name) for name in ("stream", "astream", "stream_complete", "astream_complete"))
+
+
+def _stream_sync(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
+    reply = LLMReply("")
+    parts: list[str] = []
+    if _is_llamaindex(llm) and hasattr(llm, "stream_complete"):
+        chunks: Any = llm.stream_complete(prompt)
+    elif hasattr(llm, "stream"):
+        chunks = llm.stream(prompt)
+    else:  # async-only streaming from sync code
+        return run_coroutine_sync(lambda: _stream_async(llm, prompt, sink))  # type: ignore[no-any-return]
+    for chunk in chunks:
+        text = _chunk_text(chunk)
+        _chunk_usage(chunk, reply)
+        if text:
+            parts.append(text)
+            sink(text)
+    reply.text = "".join(parts)
+    return reply
+
+
+async def _stream_async(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
+    reply = LLMReply("")
+    parts: list[str] = []
+    if _is_llamaindex(llm) and hasattr(llm, "astream_complete"):
+        chunks: Any = await llm.astream_complete(prompt)
+    elif hasattr(llm, "astream"):
+        chunks = llm.astream(prompt)
+        if inspect.isawaitable(chunks):
+            chunks = await chunks
+    else:
+        return await asyncio.to_thread(_stream_sync, llm, prompt, sink)
+    async for chunk in chunks:
+        text = _chunk_text(chunk)
+        _chunk_usage(chunk, reply)
+        if text:
+            parts.append(text)
+            sink(text)
+    reply.text = "".join(parts)
+    return reply
+
+
+def stream_llm_detailed(
+    llm: Any,
+    prompt: str,
+    sink: TokenSink,
+    retries: int = 2,
+    *,
+    timeout: float | None = None,
+    purpose: str = "",
+    before_attempt: Hook | None = None,
+    sleep: Callable[[float], None] | None = None,
+    initial_wait: float = 0.5,
+    max_wait: float = 8.0,
+) -> LLMReply:
+    """Like :func:`call_llm_detailed`, sending text to ``sink`` as it is generated.
+
+    A retried attempt streams again from the start (the final result is
+    authoritative). An LLM that cannot stream is called normally and its whole reply
+    is sent as one piece.
+    """
+
+    def stream() -> LLMReply:
+        if can_stream(llm):
+            return _stream_sync(llm, prompt, sink)
+        reply = to_reply(_invoke_once(llm, prompt, None))
+        sink(reply.text)
+        return reply
+
+    def attempt() -> LLMReply:
+        return _call_with_timeout(stream, timeout)  # type: ignore[no-any-return]
+
+    return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
+
+
+async def astream_llm_detailed(
+    llm: Any,
+    prompt: str,
+    sink: TokenSink,
+    retries: int = 2,
+    *,
+    timeout: float | None = None,
+    purpose: str = "",
+    before_attempt: Hook | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+    initial_wait: float = 0.5,
+    max_wait: float = 8.0,
+) -> LLMReply:
+    """Async :func:`stream_llm_detailed`."""
+
+    async def stream() -> LLMReply:
+        if can_stream(llm):
+            return await _stream_async(llm, prompt, sink)
+        reply = to_reply(await _ainvoke_once(llm, prompt, None))
+        sink(reply.text)
+        return reply
+
+    async def attempt() -> LLMReply:
+        try:
+            return await asyncio.wait_for(stream(), timeout)
+        except asyncio.TimeoutError as e:
+            raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
+
+    return await _retry_async(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)

@@ -3,8 +3,13 @@ small plan helpers (retrieval with fallback, context formatting)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import queue
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from selfrag_core.config import ExecutionConfig
@@ -71,6 +76,87 @@ def retrieval_options(context: Mapping[str, Any]) -> dict[str, Any]:
     return {k: context[k] for k in ("metadata_filter", "filters") if k in context}
 
 
+@dataclass(frozen=True)
+class StreamEvent(Generic[R]):
+    """One item of a streamed query: ``"token"`` (a piece of the final answer's text)
+    or, last, ``"result"`` (the complete result, authoritative)."""
+
+    kind: str
+    text: str = ""
+    result: R | None = None
+
+
+def _answer_of(result: Any) -> str:
+    answer = getattr(result, "answer", "")
+    return answer if isinstance(answer, str) else ""
+
+
+def stream_plan(
+    plan: Plan[R], execution: ExecutionConfig, finish: Callable[[R, Run], R]
+) -> Iterator[StreamEvent[R]]:
+    """Run ``plan`` on a worker thread, yielding the final answer's tokens as the
+    LLM produces them (for LLMs that stream), then the result. When nothing was
+    streamed (the strategy picks its answer only at the end, or the LLM cannot
+    stream), the whole answer comes as one token before the result."""
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+    run = Run(execution, on_token=lambda text: events.put(("token", text)))
+
+    def work() -> None:
+        try:
+            events.put(("result", finish(run_sync(plan, run), run)))
+        except BaseException as e:  # re-raised in the consumer's thread
+            events.put(("error", e))
+
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True).start()
+    streamed = False
+    while True:
+        kind, value = events.get()
+        if kind == "token":
+            streamed = True
+            yield StreamEvent("token", value)
+        elif kind == "error":
+            raise value
+        else:
+            if not streamed and _answer_of(value):
+                yield StreamEvent("token", _answer_of(value))
+            yield StreamEvent("result", result=value)
+            return
+
+
+async def astream_plan(
+    plan: Plan[R], execution: ExecutionConfig, finish: Callable[[R, Run], R]
+) -> AsyncIterator[StreamEvent[R]]:
+    """Async :func:`stream_plan`, on the running event loop."""
+    loop = asyncio.get_running_loop()
+    tokens: asyncio.Queue[str] = asyncio.Queue()
+
+    def sink(text: str) -> None:  # called on the loop, or from a worker thread for sync LLMs
+        loop.call_soon_threadsafe(tokens.put_nowait, text)
+
+    run = Run(execution, on_token=sink)
+    task = asyncio.ensure_future(run_async(plan, run))
+    streamed = False
+    try:
+        while not task.done():
+            getter = asyncio.ensure_future(tokens.get())
+            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                streamed = True
+                yield StreamEvent("token", getter.result())
+            else:
+                getter.cancel()
+        while not tokens.empty():
+            streamed = True
+            yield StreamEvent("token", tokens.get_nowait())
+        result = finish(task.result(), run)
+        if not streamed and _answer_of(result):
+            yield StreamEvent("token", _answer_of(result))
+        yield StreamEvent("result", result=result)
+    finally:
+        if not task.done():  # the consumer went away: stop the query
+            task.cancel()
+
+
 class Strategy(Generic[R]):
     """Base of the four strategies: one plan, two entry points."""
 
@@ -110,6 +196,15 @@ class Strategy(Generic[R]):
         plan = self.plan(query, context)
         run = Run(self.execution)
         return self._finish(await run_async(plan, run), run)
+
+    def stream(self, query: str, context: dict[str, Any] | None = None) -> Iterator[StreamEvent[R]]:
+        """Answer ``query``, yielding the final answer's text as it is generated, then
+        the result (see :func:`stream_plan`)."""
+        return stream_plan(self.plan(query, context), self.execution, self._finish)
+
+    def astream(self, query: str, context: dict[str, Any] | None = None) -> AsyncIterator[StreamEvent[R]]:
+        """Async :meth:`stream`."""
+        return astream_plan(self.plan(query, context), self.execution, self._finish)
 
     @staticmethod
     def _finish(result: R, run: Run) -> R:
