@@ -1,0 +1,263 @@
+"""Load benchmark of ``selfrag serve``: N concurrent requests per strategy, loopback only.
+
+The server runs in a subprocess (uvicorn on 127.0.0.1, a free port) over the embedded
+store, with a scripted LLM that takes ``--latency`` seconds per call (0.2 s by default).
+For each strategy, ``--requests`` requests (50, then 200) are sent at once; the
+script prints throughput, p50/p95/p99 latency, the error count, and the ideal latency
+(dependent LLM rounds, read from the returned traces, x the LLM latency) with the
+ratio p99 / ideal, and the server's CPU time per request (with one worker, N requests
+at once cost about N x that CPU on top of the ideal). Target: no errors and p99
+within 1.5x of the ideal up to the server's concurrency bound. Bounded: at most 1000
+requests per run, ``--time-limit`` seconds per run.
+
+    python benchmarks/bench_serve.py [--requests 50,200] [--latency 0.2] [--strategies self,hyde]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+QUESTIONS = {
+    "self": "What is the capital of France?",
+    "hyde": "What is the capital of France?",
+    "recursive": "What are the causes and effects of the Nile floods, and how do they compare to the Seine?",
+    "healing": "What is the capital of France?",
+}
+DOCS = [
+    "Paris is the capital of France. The city lies on the river Seine.",
+    "Berlin is the capital of Germany and its largest city.",
+    "The Nile is the longest river in Africa and flows into the Mediterranean Sea.",
+    "The Nile floods deposited fertile silt on the fields of ancient Egypt every summer.",
+    "The Seine floods Paris in some winters, as in 1910, when the river rose eight metres.",
+]
+ANSWER = "Paris is the capital of France. The city lies on the river Seine."
+
+
+# ----------------------------------------------------------------------------- server side
+
+
+def build_app(latency: float, max_concurrent: int) -> Any:
+    from selfrag_core.serve import ServeSettings, create_app
+    from selfrag_core.store import RAG
+    from selfrag_core.testing import FakeStructuredLLM
+
+    judge = json.dumps(
+        {
+            "answer": ANSWER,
+            **dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), 9),
+            "issues": [],
+            "suggestions": [],
+            "items": ["What causes the Nile floods?", "What causes the Seine floods?"],
+            "claims": [{"claim": ANSWER, "supported": True}],
+        }
+    )
+
+    class BenchLLM(FakeStructuredLLM):
+        """Plain calls answer ANSWER, JSON calls a judge/decomposition/claims object.
+        Keeps no call log (a long benchmark would grow it)."""
+
+        def _begin(self, prompt: str, is_async: bool, schema: Any) -> Any:
+            return None, 0
+
+        def _finish(self, call: Any, number: int) -> str:
+            return ANSWER
+
+        async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> str:
+            await asyncio.sleep(self.latency)
+            return judge
+
+    rag = RAG("hashing")
+    rag.index_many([{"text": text, "source": f"doc{i}"} for i, text in enumerate(DOCS)])
+    settings = ServeSettings(max_concurrent_queries=max_concurrent, max_llm_calls=32, query_timeout=30)
+    return create_app(rag=rag, llm=BenchLLM(latency=latency), settings=settings)
+
+
+def serve(port: int, latency: float, max_concurrent: int, plain: bool) -> None:
+    import uvicorn
+
+    app = build_app(latency, max_concurrent)
+    stack: dict[str, Any] = {"loop": "asyncio", "http": "h11"} if plain else {}
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096, **stack)
+
+
+def core_cpu_ms(name: str, n: int = 50) -> float:
+    """CPU per query of the strategy alone (no HTTP), at zero LLM latency, in this process."""
+    app = build_app(0.0, 1)
+    strategy = app.state.service.strategies[name]
+    query = strategy.aquery if hasattr(strategy, "aquery") else strategy.ask_with_report
+
+    async def run() -> None:
+        for _ in range(n):
+            json.dumps((await query(QUESTIONS[name])).to_dict())
+
+    asyncio.run(run())  # warm up
+    start = time.process_time()
+    asyncio.run(run())
+    return (time.process_time() - start) / n * 1000
+
+
+# ----------------------------------------------------------------------------- client side
+
+
+def rounds(trace: dict[str, Any]) -> int:
+    """Dependent LLM rounds: groups of LLM calls that overlapped in time."""
+    spans = sorted(
+        (e["start_s"], e["start_s"] + e["latency_s"]) for e in trace["events"] if e["kind"] == "llm"
+    )
+    count, end = 0, float("-inf")
+    for start, stop in spans:
+        if start > end:
+            count, end = count + 1, stop
+        else:
+            end = max(end, stop)
+    return count
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+async def request(port: int, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One HTTP/1.1 request on a fresh connection, as an independent client would send it.
+    (A bare asyncio client: httpx spends more CPU per request than the server at 200 at once.)"""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    writer.write(head.encode() + b"\r\n" + body)
+    try:
+        raw = await reader.read()
+    finally:
+        writer.close()
+    status_line, _, rest = raw.partition(b"\r\n")
+    _, _, payload = rest.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), payload
+
+
+async def load(port: int, name: str, n: int, time_limit: float) -> dict[str, Any]:
+    body = json.dumps({"question": QUESTIONS[name]}).encode()
+    await request(port, "POST", f"/query/{name}", body)  # warm up
+
+    async def one() -> tuple[float, int, int]:
+        start = time.perf_counter()
+        try:
+            status, payload = await request(port, "POST", f"/query/{name}", body)
+        except OSError:
+            return time.perf_counter() - start, 0, 0
+        elapsed = time.perf_counter() - start
+        return elapsed, status, rounds(json.loads(payload)["trace"]) if status == 200 else 0
+
+    start = time.perf_counter()
+    results = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(n))), time_limit)
+    wall = time.perf_counter() - start
+    latencies = [r[0] for r in results]
+    errors = sum(1 for r in results if r[1] != 200)
+    dependent = statistics.mode([r[2] for r in results if r[1] == 200] or [0])
+    return {"wall": wall, "latencies": latencies, "errors": errors, "rounds": dependent}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the server exited during start-up")
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise SystemExit("the server did not start")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` (Linux; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", default="50,200", help="concurrent requests per run (comma-separated)")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds per simulated LLM call")
+    parser.add_argument("--strategies", default="self,hyde,recursive,healing")
+    parser.add_argument("--max-concurrent", type=int, default=256, help="the server's concurrency bound")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per run")
+    parser.add_argument("--plain", action="store_true", help="asyncio + h11 even if uvloop/httptools exist")
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.latency, args.max_concurrent, args.plain)
+        return
+    levels = [int(n) for n in args.requests.split(",")]
+    if max(levels) > 1000:
+        raise SystemExit("--requests is capped at 1000")
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, __file__, "--serve", str(port), "--latency", str(args.latency)]
+    command += ["--max-concurrent", str(args.max_concurrent)] + (["--plain"] if args.plain else [])
+    proc = subprocess.Popen(command, env=dict(os.environ))
+    try:
+        wait_until_up(url, proc)
+        import uvicorn
+
+        extras = (
+            "" if args.plain else ", ".join(m for m in ("uvloop", "httptools") if importlib.util.find_spec(m))
+        )
+        print(
+            f"selfrag serve: one uvicorn {uvicorn.__version__} worker ({extras or 'asyncio, h11'}), "
+            f"LLM latency {args.latency:.2f} s, concurrency bound {args.max_concurrent}, "
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n"
+            "ideal = dependent LLM rounds x latency; cpu = server CPU per request; "
+            "core = CPU per query of the strategy alone (no HTTP)\n"
+        )
+        header = (
+            f"{'strategy':<10} {'conc':>5} {'req/s':>7} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7} {'errors':>6}"
+        )
+        print(f"{header} {'rounds':>6} {'ideal s':>7} {'p99/ideal':>9} {'cpu ms':>7} {'core ms':>7}")
+        for name in args.strategies.split(","):
+            core = core_cpu_ms(name)
+            for n in levels:
+                cpu = process_cpu(proc.pid)
+                r = asyncio.run(load(port, name, n, args.time_limit))
+                cpu_ms = (process_cpu(proc.pid) - cpu) / (n + 1) * 1000
+                lat, ideal = r["latencies"], r["rounds"] * args.latency
+                p99 = percentile(lat, 99)
+                ratio = f"{p99 / ideal:9.2f}" if ideal else f"{'-':>9}"
+                print(
+                    f"{name:<10} {n:5d} {n / r['wall']:7.1f} {percentile(lat, 50):7.3f} "
+                    f"{percentile(lat, 95):7.3f} {p99:7.3f} {r['errors']:6d} {r['rounds']:6d} "
+                    f"{ideal:7.2f} {ratio} {cpu_ms:7.2f} {core:7.2f}"
+                )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()

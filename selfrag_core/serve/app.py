@@ -1,0 +1,360 @@
+"""The ASGI app: the strategies, ingestion and stats over HTTP.
+
+``create_app(rag=..., llm=..., strategies=None, settings=ServeSettings())`` builds a
+FastAPI app holding everything it uses in ``app.state`` (no globals), so tests and
+replicas each build their own. Queries run on the event loop with the strategies'
+async path; a query's events reach a streaming client as server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from selfrag_core.errors import MissingDependencyError
+
+try:
+    from fastapi import FastAPI, Query, Request
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError(f"selfrag serve needs FastAPI ({e}): pip install 'selfrag[serve]'") from e
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from selfrag_core.errors import ConfigurationError, RAGSystemError
+from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
+from selfrag_core.serve.errors import INTERNAL_ERROR, error_body, error_response
+from selfrag_core.serve.execution import Outcome, execute, prepare
+from selfrag_core.serve.middleware import GuardMiddleware
+from selfrag_core.serve.models import (
+    DeleteResponse,
+    DocumentBatch,
+    DocumentIn,
+    ErrorResponse,
+    HealthResponse,
+    IngestResponse,
+    QueryParams,
+    QueryRequest,
+    QueryResponse,
+    StatsResponse,
+)
+from selfrag_core.serve.settings import ServeSettings
+from selfrag_core.strategies.base import validate_query
+
+logger = logging.getLogger("selfrag.serve")
+
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 503, 504)
+}
+
+
+class ApiError(Exception):
+    """An error answered with the service's JSON error shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.headers = status, message, type_, headers
+        self.extra = extra or {}
+
+
+@dataclass
+class ServiceState:
+    """Everything the app uses, kept in ``app.state.service``."""
+
+    rag: Any
+    llm: Any
+    strategies: dict[str, Any]
+    settings: ServeSettings
+    store: DocumentStore
+    active: int = 0
+    counters: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("served", "rejected", "exceeded", "failed"), 0)
+    )
+
+    def try_acquire(self) -> bool:
+        if self.active >= self.settings.max_concurrent_queries:
+            self.counters["rejected"] += 1
+            return False
+        self.active += 1
+        return True
+
+    def release(self) -> None:
+        self.active -= 1
+
+
+def create_app(
+    *,
+    rag: Any,
+    llm: Any,
+    strategies: Mapping[str, Any] | None = None,
+    settings: ServeSettings | None = None,
+) -> FastAPI:
+    """The service over ``rag`` (the backend) and ``llm``.
+
+    ``strategies`` maps URL names to strategy instances (default: every strategy this
+    library has, built over ``rag`` and ``llm``; see ``default_strategies``).
+    """
+    settings = settings or ServeSettings()
+    if strategies is None:
+        from selfrag_core.serve.factory import default_strategies
+
+        strategies = default_strategies(rag, llm)
+    if not strategies:
+        raise ConfigurationError("no strategies to serve: pass strategies={'self': SelfIRAG(rag, llm)}")
+    state = ServiceState(rag, llm, dict(strategies), settings, DocumentStore(rag, settings.index_dir))
+    app = FastAPI(
+        title="selfrag",
+        summary="Self-improving retrieval-augmented generation as a service",
+        version="0.1.0",
+        responses=_ERRORS,
+    )
+    app.state.service = state
+    _install_errors(app)
+    app.add_middleware(
+        GuardMiddleware,
+        token=settings.api_token,
+        max_body_bytes=settings.max_body_bytes,
+        public_paths=PUBLIC_PATHS,
+    )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    for name in state.strategies:
+        _add_query_routes(app, state, name)
+    _add_routes(app, state)
+    return app
+
+
+# ---------------------------------------------------------------------- queries
+
+
+def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
+    kind = type(state.strategies[name]).__name__
+    about = (
+        f"Answer with {kind}. With `stream` the answer comes as server-sent events: `start`, `trace` "
+        "(each LLM call and retrieval as it ends), `token` (the final answer's text: piece by piece where "
+        "the strategy and the LLM stream it, else whole), then `result` (authoritative) or `error`."
+    )
+
+    async def get_query(params: Annotated[QueryParams, Query()]) -> Response:
+        options = params.model_dump(exclude={"q"}, exclude_none=True)
+        return await _answer(state, name, QueryRequest.model_validate({"question": params.q, **options}))
+
+    async def post_query(body: QueryRequest) -> Response:
+        return await _answer(state, name, body)
+
+    for method, endpoint in (("GET", get_query), ("POST", post_query)):
+        app.add_api_route(
+            f"/query/{name}", endpoint, methods=[method], response_model=QueryResponse,
+            tags=["query"], summary=f"Ask {kind}", description=about,
+        )  # fmt: skip
+
+
+async def _answer(state: ServiceState, name: str, body: QueryRequest) -> Response:
+    settings = state.settings
+    try:
+        question = validate_query(body.question, name="question", max_chars=settings.max_question_chars)
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, str(e)) from e
+    if body.top_k is not None and body.top_k > settings.max_top_k:
+        raise ApiError(422, f"top_k is {body.top_k}; this server allows at most {settings.max_top_k}")
+    events: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def push(event: str, data: dict[str, Any]) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, (event, data))
+
+    try:
+        strategy, execution = prepare(state.strategies[name], body, settings)
+    except ConfigurationError as e:
+        raise ApiError(422, str(e)) from e
+    if not state.try_acquire():
+        raise ApiError(
+            503,
+            f"the server is answering {settings.max_concurrent_queries} queries already; retry shortly",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
+    query = execute(strategy, question, body, execution, settings, push if body.stream else None)
+    if not body.stream:
+        try:
+            status, content = _reply(state, await _guarded(query), execution)
+            return JSONResponse(content, status_code=status)
+        finally:
+            state.release()
+
+    async def produce() -> None:
+        push("start", {"strategy": name, "question": question})
+        try:
+            status, content = _reply(state, await _guarded(query), execution)
+            push("result" if status == 200 else "error", content)
+        except Exception as e:  # headers are sent: the error goes in the stream
+            logger.error("streamed query failed: %s: %s", type(e).__name__, e, exc_info=e)
+            push("error", error_body(500, INTERNAL_ERROR))
+        finally:
+            loop.call_soon_threadsafe(events.put_nowait, None)
+
+    task = asyncio.create_task(produce())
+    task.add_done_callback(lambda _: state.release())  # runs even if cancelled before it started
+    return StreamingResponse(
+        _sse(events, task),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _guarded(query: Any) -> Outcome | ApiError:
+    """The outcome, or the error a failed query is answered with (never a stack trace)."""
+    try:
+        outcome: Outcome = await query
+        return outcome
+    except RAGSystemError as e:
+        logger.warning("query failed: %s: %s", type(e).__name__, e)
+        report = getattr(e, "report", None)
+        extra = {"trace": report.trace.to_dict()} if report is not None else {}
+        return ApiError(502, f"{type(e).__name__}: {e}", extra=extra)
+
+
+def _reply(state: ServiceState, outcome: Outcome | ApiError, execution: Any) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body answering a query (counted in the stats)."""
+    if isinstance(outcome, ApiError):
+        state.counters["failed"] += 1
+        return outcome.status, error_body(outcome.status, outcome.message, outcome.type, **outcome.extra)
+    if outcome.exceeded is not None:
+        state.counters["exceeded"] += 1
+        partial = {"trace": outcome.trace.to_dict()}
+        if outcome.result is not None:
+            partial["result"] = outcome.result.to_dict()
+        return 504, error_body(504, outcome.message(execution), outcome.exceeded, **partial)
+    state.counters["served"] += 1
+    return 200, outcome.result.to_dict()
+
+
+async def _sse(
+    events: asyncio.Queue[tuple[str, dict[str, Any]] | None], task: asyncio.Task[None]
+) -> AsyncIterator[str]:
+    """Server-sent events until the query ends; a client going away cancels the query."""
+    try:
+        while (item := await events.get()) is not None:
+            event, data = item
+            yield f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+    finally:
+        if not task.done():
+            task.cancel()
+            logger.info("client went away mid-stream; query cancelled")
+
+
+# ---------------------------------------------------------------------- the rest
+
+
+def _add_routes(app: FastAPI, state: ServiceState) -> None:
+    @app.api_route("/query/{strategy}", methods=["GET", "POST"], include_in_schema=False)
+    async def unknown_strategy(strategy: str) -> Response:
+        known = ", ".join(sorted(state.strategies))
+        raise ApiError(404, f"unknown strategy {strategy!r}; this server has: {known}", "unknown_strategy")
+
+    @app.get("/healthz", response_model=HealthResponse, tags=["service"])
+    async def healthz() -> HealthResponse:
+        return HealthResponse(status="ok", strategies=sorted(state.strategies), documents=state.store.count())
+
+    @app.get("/stats", response_model=StatsResponse, tags=["service"])
+    async def stats() -> StatsResponse:
+        limits = dataclasses.asdict(state.settings)
+        limits["api_token"] = state.settings.api_token is not None
+        return StatsResponse(
+            strategies={name: _strategy_stats(s) for name, s in state.strategies.items()},
+            documents=state.store.count(),
+            queries={**state.counters, "active": state.active},
+            limits=limits,
+        )
+
+    @app.post("/documents", response_model=IngestResponse, tags=["documents"])
+    async def add_documents(body: DocumentIn | DocumentBatch) -> IngestResponse:
+        docs = body.documents if isinstance(body, DocumentBatch) else [body]
+        settings = state.settings
+        if len(docs) > settings.max_batch_documents:
+            raise ApiError(
+                400, f"{len(docs)} documents in one batch; the limit is {settings.max_batch_documents}"
+            )
+        try:
+            for doc in docs:
+                check_text(doc, settings.max_document_chars)
+            added = await state.store.add(docs)
+        except (DocumentError, TypeError, ValueError) as e:
+            status = 501 if isinstance(e, UnsupportedError) else 400
+            raise ApiError(status, str(e)) from e
+        return IngestResponse(
+            indexed=len(added.sources),
+            chunks=added.chunks,
+            sources=added.sources,
+            count=added.count,
+            persisted=added.persisted,
+        )
+
+    @app.delete("/documents/{source:path}", response_model=DeleteResponse, tags=["documents"])
+    async def delete_document(source: str) -> DeleteResponse:
+        try:
+            removed, persisted = await state.store.delete(source)
+        except KeyError as e:
+            raise ApiError(404, f"no document with source {source!r}", "unknown_source") from e
+        except UnsupportedError as e:
+            raise ApiError(501, str(e)) from e
+        return DeleteResponse(source=source, deleted=removed, count=state.store.count(), persisted=persisted)
+
+
+def _strategy_stats(strategy: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = {"class": type(strategy).__name__}
+    getter: Callable[[], Any] | None = getattr(strategy, "get_stats", None)
+    if callable(getter):
+        stats.update(getter())
+    return stats
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.type, headers=exc.headers, **exc.extra)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = str(exc.detail)
+        if exc.status_code == 404:
+            message = f"no route {request.url.path}; see /docs for the endpoints"
+        elif exc.status_code == 400 and "parsing the body" in message:
+            message = "the request body could not be read; send UTF-8 JSON"
+        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [
+            {
+                "loc": [str(x) for x in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": str(e.get("type")),
+            }
+            for e in exc.errors()
+        ]
+        if any(d["type"] == "json_invalid" for d in details):
+            return error_response(400, "the request body is not valid JSON", "invalid_json")
+        summary = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in details[:5])
+        return error_response(422, f"invalid request: {summary}", details=details)

@@ -1,0 +1,143 @@
+"""Ingestion and deletion against whatever backend the service was given.
+
+Writes are serialised by one lock and, when an index directory is configured and the
+backend can ``save``, persisted after every change, so a crash or a client going away
+never loses an indexed document. Backends are used by duck typing, best first:
+``aindex_many(documents)`` (a batch, all or nothing), ``aindex(text, source=..., **metadata)``,
+``index(...)``, ``add_document(text, metadata)``;
+``delete(source)`` and ``count()`` where they exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selfrag_core.serve.models import DocumentIn
+
+logger = logging.getLogger("selfrag.serve")
+
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufffd]")  # as the store: \t\n\r\f\v are text
+
+
+class DocumentError(ValueError):
+    """A document the service refuses (empty, binary, too long)."""
+
+
+class UnsupportedError(TypeError):
+    """The backend cannot do what was asked (e.g. it has no ``delete``)."""
+
+
+def check_text(doc: DocumentIn, max_chars: int) -> None:
+    """Raise DocumentError for an empty, binary-looking or over-long document."""
+    name = f"document {doc.source!r}" if doc.source else "the document"
+    if not doc.text.strip():
+        raise DocumentError(f"{name} is empty; send its text in 'text'")
+    if "\x00" in doc.text or len(_CONTROL.findall(doc.text)) > 0.05 * len(doc.text):
+        raise DocumentError(f"{name} looks binary (NUL or control characters); send extracted plain text")
+    if len(doc.text) > max_chars:
+        raise DocumentError(f"{name} is {len(doc.text):,} characters; the limit is {max_chars:,}: split it")
+
+
+def source_of(doc: DocumentIn) -> str:
+    """The document's source, or a content hash when none was given."""
+    return doc.source or "sha256:" + hashlib.sha256(doc.text.encode("utf-8")).hexdigest()[:16]
+
+
+async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Await ``fn`` if it is async, else run it in a thread (backend writes may be slow)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+@dataclass
+class Added:
+    sources: list[str]
+    chunks: int | None
+    count: int | None
+    persisted: bool
+
+
+class DocumentStore:
+    """The service's write path to its backend."""
+
+    def __init__(self, backend: Any, index_dir: str | Path | None = None) -> None:
+        self.backend = backend
+        self.index_dir = Path(index_dir) if index_dir is not None else None
+        self._lock = asyncio.Lock()
+
+    @property
+    def can_add(self) -> bool:
+        return any(callable(getattr(self.backend, n, None)) for n in ("aindex", "index", "add_document"))
+
+    def count(self) -> int | None:
+        counter = getattr(self.backend, "count", None)
+        if callable(counter):
+            value = counter()
+            return value if isinstance(value, int) else None
+        docs = getattr(self.backend, "documents", None)
+        return len(docs) if isinstance(docs, list) else None
+
+    async def add(self, docs: list[DocumentIn]) -> Added:
+        if not self.can_add:
+            raise UnsupportedError(f"{type(self.backend).__name__} cannot index documents (no add_document)")
+        sources: list[str] = []
+        counts: list[Any] = []
+        async with self._lock:
+            try:
+                batch = getattr(self.backend, "aindex_many", None)
+                if callable(batch):  # all or nothing
+                    names = [source_of(d) for d in docs]
+                    items = [
+                        {"text": d.text, "source": name, "metadata": dict(d.metadata)}
+                        for d, name in zip(docs, names, strict=True)
+                    ]
+                    counts.append(await batch(items))
+                    sources.extend(names)
+                else:
+                    for doc in docs:
+                        counts.append(await self._add_one(doc.text, source_of(doc), dict(doc.metadata)))
+                        sources.append(source_of(doc))
+            finally:  # what was indexed before a failure is kept
+                persisted = await self._persist() if sources else False
+        chunks = sum(counts) if all(isinstance(n, int) for n in counts) else None
+        return Added(sources, chunks, self.count(), persisted)
+
+    async def _add_one(self, text: str, source: str, metadata: dict[str, Any]) -> Any:
+        b = self.backend
+        for name in ("aindex", "index"):
+            fn = getattr(b, name, None)
+            if callable(fn):
+                return await _call(fn, text, source=source, **metadata)
+        return await _call(b.add_document, text, {**metadata, "source": source})
+
+    async def delete(self, source: str) -> tuple[int | None, bool]:
+        """Delete every chunk of ``source``; returns (chunks removed or None, persisted).
+        Raises KeyError when the backend shows nothing was removed."""
+        deleter = getattr(self.backend, "delete", None)
+        if not callable(deleter):
+            raise UnsupportedError(f"{type(self.backend).__name__} cannot delete documents (no delete)")
+        async with self._lock:
+            before = self.count()
+            returned = await _call(deleter, source)
+            after = self.count()
+            removed = returned if isinstance(returned, int) and not isinstance(returned, bool) else None
+            if removed is None and before is not None and after is not None:
+                removed = before - after
+            if removed == 0 or returned is False:
+                raise KeyError(source)
+            return removed, await self._persist()
+
+    async def _persist(self) -> bool:
+        saver = getattr(self.backend, "save", None)
+        if self.index_dir is None or not callable(saver):
+            return False
+        await _call(saver, self.index_dir)
+        return True

@@ -1,0 +1,192 @@
+"""Running one query for the service.
+
+Each request gets a shallow copy of the shared strategy with its options applied
+(the shared instance is never mutated), and the engine is driven here with a
+per-request ``ExecutionConfig`` (the server's caps, lowered by the request), so the
+LLM-call budget and the timeout hold per request and the partial trace survives
+even when the query is cancelled. A listener sees every trace event as it happens
+and the final answer's text: token by token where the strategy streams it
+(``Generate(stream=True)``) and the LLM can stream, else whole, before the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from selfrag_core.config import ExecutionConfig
+from selfrag_core.engine import Run, run_async
+from selfrag_core.errors import ConfigurationError, StrategyError
+from selfrag_core.memory import ConversationMemory
+from selfrag_core.serve.models import QueryRequest
+from selfrag_core.serve.settings import ServeSettings
+from selfrag_core.strategies.base import Strategy
+from selfrag_core.types import Trace, TraceEvent
+
+#: where each request option lives, in order: a field of ``strategy.config`` or an attribute
+OPTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "top_k": ("top_k", "retrieval_top_k"),
+    "max_iterations": ("max_refinement_iterations",),
+    "threshold": ("confidence_threshold", "quality_threshold"),
+    "max_depth": ("max_depth",),
+}
+
+#: a listener receives (event name, JSON-safe data)
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+class UnsupportedOptionError(ConfigurationError):
+    """A request option that the chosen strategy does not have."""
+
+
+def configured(strategy: Any, options: dict[str, Any]) -> Any:
+    """A shallow per-request copy of ``strategy`` with ``options`` applied.
+
+    Raises UnsupportedOptionError for an option the strategy lacks, and the config's
+    own ConfigurationError for a value it rejects.
+    """
+    clone = copy.copy(strategy)
+    config = getattr(strategy, "config", None)
+    config_fields = (
+        {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    )
+    changes: dict[str, Any] = {}
+    for option, value in options.items():
+        name = next((n for n in OPTION_FIELDS[option] if n in config_fields), None)
+        if name is not None:
+            changes[name] = value
+            continue
+        name = next((n for n in OPTION_FIELDS[option] if _is_setting(strategy, n)), None)
+        if name is None:
+            raise UnsupportedOptionError(f"option {option!r} does not apply to {type(strategy).__name__}")
+        setattr(clone, name, value)
+    if changes:
+        clone.config = dataclasses.replace(config, **changes)  # type: ignore[type-var]
+    return clone
+
+
+def _is_setting(obj: Any, name: str) -> bool:
+    value = getattr(obj, name, None)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _min(*values: float | None) -> Any:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def execution_for(base: ExecutionConfig, settings: ServeSettings, request: QueryRequest) -> ExecutionConfig:
+    """The strategy's execution config under the server's caps, lowered by the request."""
+    return dataclasses.replace(
+        base,
+        max_llm_calls=_min(base.max_llm_calls, settings.max_llm_calls, request.max_llm_calls),
+        query_timeout=_min(base.query_timeout, settings.query_timeout, request.timeout),
+    )
+
+
+@dataclass
+class ObservedTrace(Trace):
+    """A trace that tells a listener about every event as it is added."""
+
+    listener: Listener | None = field(default=None, repr=False, compare=False)
+
+    def add(self, event: TraceEvent) -> None:
+        super().add(event)
+        if self.listener is not None:
+            self.listener("trace", event.to_dict())
+
+
+@dataclass
+class Outcome:
+    """What a query produced: the result (None when it was cut off), its trace, and
+    whether it exceeded its budget or timeout (``"budget_exceeded"`` / ``"query_timeout"``)."""
+
+    result: Any
+    trace: Trace
+    exceeded: str | None = None
+
+    def message(self, execution: ExecutionConfig) -> str:
+        if self.exceeded == "budget_exceeded":
+            return (
+                f"the query used up its budget of {execution.max_llm_calls} LLM calls; "
+                "ask a simpler question or raise max_llm_calls"
+            )
+        return f"the query ran past its {execution.query_timeout}s timeout; retry later or raise the timeout"
+
+
+def _exceeded(trace: Trace, run: Run) -> str | None:
+    errors = [e.error for e in trace.events if e.error]
+    if any(e.startswith("BudgetExceededError") for e in errors):
+        return "budget_exceeded"
+    left = run.remaining()
+    if any(e.startswith("QueryTimeoutError") for e in errors) or (left is not None and left <= 0):
+        return "query_timeout"
+    return None
+
+
+def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tuple[Any, ExecutionConfig]:
+    """The per-request strategy copy and its execution config (raises on a bad option)."""
+    clone = configured(strategy, request.strategy_options())
+    if isinstance(getattr(clone, "memory", None), ConversationMemory):
+        # a stateless service: one client's conversation must never reach another's prompt
+        clone._memory = ConversationMemory()
+    base = getattr(strategy, "execution", None)
+    return clone, execution_for(
+        base if isinstance(base, ExecutionConfig) else ExecutionConfig(), settings, request
+    )
+
+
+async def execute(
+    strategy: Any,
+    question: str,
+    request: QueryRequest,
+    execution: ExecutionConfig,
+    settings: ServeSettings,
+    listener: Listener | None = None,
+) -> Outcome:
+    """Run ``question`` through the prepared ``strategy`` (anything with ``plan(query,
+    context)``: the four strategies) on the running loop.
+
+    A StrategyError (SelfHealingRAG: every attempt raised) is re-raised with its
+    report finished, unless the budget or the timeout caused it.
+    """
+    context = {"metadata_filter": dict(request.metadata_filter)} if request.metadata_filter else None
+    plan = strategy.plan(question, context)
+    streamed: list[str] = []
+
+    def on_token(text: str) -> None:  # the final answer's text, where the strategy streams it
+        streamed.append(text)
+        if listener is not None:
+            listener("token", {"text": text})
+
+    run = Run(execution, on_token=on_token if listener is not None else None)
+    trace = run.trace = ObservedTrace(started_at=run.trace.started_at, listener=listener)
+    hard_limit = None if execution.query_timeout is None else execution.query_timeout + settings.timeout_grace
+    try:
+        result = await asyncio.wait_for(run_async(plan, run), hard_limit)
+    except asyncio.TimeoutError:
+        trace.wall_s = trace.elapsed()
+        return Outcome(None, trace, "query_timeout")
+    except StrategyError as e:
+        if e.report is None:
+            raise
+        _finish(strategy, e.report, run)
+        exceeded = _exceeded(trace, run)
+        if exceeded is None:
+            raise
+        return Outcome(e.report, trace, exceeded)
+    result = _finish(strategy, result, run)
+    answer = getattr(result, "answer", None)
+    if listener is not None and not streamed and isinstance(answer, str) and answer:
+        listener("token", {"text": answer})  # chosen at the end: the whole answer at once
+    return Outcome(result, trace, _exceeded(trace, run))
+
+
+def _finish(strategy: Any, result: Any, run: Run) -> Any:
+    """The strategy's own finishing step (trace, wall time, per-attempt usage)."""
+    finish = getattr(strategy, "_finish", None)
+    return finish(result, run) if callable(finish) else Strategy._finish(result, run)

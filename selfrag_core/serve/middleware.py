@@ -1,0 +1,131 @@
+"""Checks made before routing (the bearer token, the body size, UTF-8 JSON) and the
+last resort for unhandled errors (a JSON 500, never a stack trace).
+
+A plain ASGI middleware, so a refused request is never parsed: an oversized body is
+cut off at the limit (413) whether or not it declares its length.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from selfrag_core.serve.errors import INTERNAL_ERROR, error_response
+
+logger = logging.getLogger("selfrag.serve")
+
+_BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+class GuardMiddleware:
+    def __init__(
+        self, app: ASGIApp, *, token: str | None, max_body_bytes: int, public_paths: frozenset[str]
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.public_paths = public_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        problem = self._check_token(scope) or self._check_length(scope)
+        if problem is None and scope["method"] in _BODY_METHODS:
+            body, problem = await self._read_body(scope, receive)
+            if problem is None:
+                receive = _replay(body, receive)
+        if problem is not None:
+            await problem(scope, receive, send)
+            return
+        await self._call_app(scope, receive, send)
+
+    async def _call_app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, with any unhandled error answered as a JSON 500 (details go to the log
+        only) and kept from the server, so the connection stays usable."""
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as e:
+            logger.error("unhandled error: %s: %s", type(e).__name__, e, exc_info=e)
+            if not started:
+                await error_response(500, INTERNAL_ERROR)(scope, receive, send)
+
+    def _check_token(self, scope: Scope) -> ASGIApp | None:
+        if self.token is None or scope["path"] in self.public_paths or scope["method"] == "OPTIONS":
+            return None
+        auth = _header(scope, b"authorization") or ""
+        scheme, _, given = auth.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            return None
+        message = "missing bearer token" if not auth else "invalid bearer token"
+        return error_response(
+            401, f"{message}: send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"}
+        )
+
+    def _check_length(self, scope: Scope) -> ASGIApp | None:
+        declared = _header(scope, b"content-length")
+        if declared is None:
+            return None
+        if not declared.strip().isdigit():
+            return error_response(400, f"invalid Content-Length {declared!r}")
+        if int(declared) > self.max_body_bytes:
+            return self._too_large()
+        return None
+
+    def _too_large(self) -> ASGIApp:
+        return error_response(
+            413, f"request body is larger than {self.max_body_bytes:,} bytes; send less per request"
+        )
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes, ASGIApp | None]:
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return b"", self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if "json" in (_header(scope, b"content-type") or "").lower():
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return b"", error_response(
+                    400, f"request body is not valid UTF-8 (byte {e.start}); send JSON encoded as UTF-8"
+                )
+        return body, None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive channel that yields the already-read body once, then the real channel."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,145 @@
+"""Typed request and response bodies (they generate the OpenAPI schema).
+
+Requests are strict (no "5" for 5, no unknown fields), so wrong JSON types get 422.
+Responses declare the fields every result shares (answer, sources, trace) and let
+each strategy's own ``to_dict()`` fields through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Scalar = str | int | float | bool
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class QueryOptions(BaseModel):
+    """Per-request options; each applies only to the strategies that have it (422 otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top_k: int | None = Field(None, ge=1, description="documents retrieved per search")
+    max_iterations: int | None = Field(None, ge=1, le=10, description="SelfIRAG refinement iterations")
+    threshold: float | None = Field(
+        None, ge=0.0, le=1.0, description="SelfIRAG confidence / SelfHealingRAG quality threshold"
+    )
+    max_depth: int | None = Field(None, ge=0, le=5, description="RecursiveRAG decomposition depth")
+    max_llm_calls: int | None = Field(None, ge=1, description="LLM-call budget (may only lower the server's)")
+    timeout: float | None = Field(None, gt=0, description="seconds (may only lower the server's)")
+    stream: bool = Field(False, description="answer as server-sent events (trace, answer tokens, result)")
+
+    def strategy_options(self) -> dict[str, Any]:
+        """The options that change a strategy's configuration, as given."""
+        names = ("top_k", "max_iterations", "threshold", "max_depth")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+class QueryParams(QueryOptions):
+    """GET ``/query/{strategy}?q=...``: the question and the options as query parameters."""
+
+    q: str = Field(description="the question")
+
+
+class QueryRequest(QueryOptions):
+    """POST ``/query/{strategy}``: the question and the options as a JSON object."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    question: str = Field(description="the question (non-empty; length-limited by the server)")
+    metadata_filter: dict[str, Scalar] | None = Field(
+        None, description="passed to backends that accept a metadata filter"
+    )
+
+
+class ErrorBody(BaseModel):
+    type: str
+    message: str
+    status: int
+
+
+class ErrorResponse(BaseModel):
+    """Every error: ``{"error": {"type", "message", "status"}}``; a 504 adds the partial
+    ``trace`` (and the fallback ``result`` when the strategy produced one)."""
+
+    model_config = ConfigDict(extra="allow")
+    error: ErrorBody
+
+
+class SourceOut(BaseModel):
+    id: str | None
+    text: str
+    score: float | None
+    score_kind: str
+    metadata: dict[str, Any]
+
+
+class TraceEventOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: str
+    name: str
+    start_s: float
+    latency_s: float
+    attempts: int
+
+
+class TraceOut(BaseModel):
+    wall_s: float
+    llm_calls: int
+    retrievals: int
+    input_tokens: int
+    output_tokens: int
+    fallbacks: int
+    events: list[TraceEventOut]
+
+
+class QueryResponse(BaseModel):
+    """A strategy result's ``to_dict()``: the shared fields below plus the strategy's own."""
+
+    model_config = ConfigDict(extra="allow")
+    answer: str
+    sources: list[SourceOut]
+    trace: TraceOut
+
+
+class DocumentIn(_Request):
+    text: str = Field(description="the document's text (UTF-8, non-empty, not binary)")
+    source: str | None = Field(
+        None, min_length=1, max_length=1000, description="identifier used by DELETE; default: a content hash"
+    )
+    metadata: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class DocumentBatch(_Request):
+    documents: list[DocumentIn] = Field(min_length=1)
+
+
+class IngestResponse(BaseModel):
+    indexed: int = Field(description="documents indexed")
+    chunks: int | None = Field(description="chunks created, where the backend reports it")
+    sources: list[str]
+    count: int | None = Field(description="the backend's size after ingestion, where it reports one")
+    persisted: bool
+
+
+class DeleteResponse(BaseModel):
+    source: str
+    deleted: int | None = Field(description="chunks removed, where the backend reports it")
+    count: int | None
+    persisted: bool
+
+
+class HealthResponse(BaseModel):
+    status: str
+    strategies: list[str]
+    documents: int | None
+
+
+class StatsResponse(BaseModel):
+    strategies: dict[str, dict[str, Any]]
+    documents: int | None
+    queries: dict[str, int]
+    limits: dict[str, Any]

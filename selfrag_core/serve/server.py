@@ -1,0 +1,119 @@
+"""``selfrag serve``: the app on uvicorn, with its command-line arguments.
+
+``python -m selfrag_core.serve`` parses :func:`add_arguments` and calls :func:`run`.
+Importing this module needs neither FastAPI nor uvicorn (``run`` imports them), so a
+CLI can add the arguments to its parser unconditionally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from selfrag_core.errors import MissingDependencyError
+from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
+
+
+def run(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    index_dir: str | None = None,
+    llm_spec: str = "local",
+    *,
+    settings: ServeSettings | None = None,
+    rag: Any = None,
+    llm: Any = None,
+    strategies: Mapping[str, Any] | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve the strategies over the index in ``index_dir`` with the LLM ``llm_spec``
+    until interrupted; ingestion is saved to ``index_dir``.
+
+    ``settings`` defaults to ``ServeSettings.from_env()`` (the bearer token from
+    ``SELFRAG_API_TOKEN``). A caller that has already built them (the CLI) passes
+    ``rag``, ``llm`` and ``strategies``; otherwise they are built from ``index_dir``
+    and ``llm_spec`` (``default_strategies``).
+    """
+    try:
+        import uvicorn
+    except ImportError as e:
+        hint = "pip install 'selfrag[serve]'"
+        raise MissingDependencyError(f"selfrag serve needs uvicorn ({e}): {hint}") from e
+
+    from selfrag_core.local import make_llm
+    from selfrag_core.serve.app import create_app
+    from selfrag_core.serve.factory import open_backend
+
+    settings = settings or ServeSettings.from_env()
+    if index_dir is not None and settings.index_dir is None:
+        settings = dataclasses.replace(settings, index_dir=str(index_dir))
+    rag = open_backend(index_dir) if rag is None else rag
+    llm = make_llm(llm_spec) if llm is None else llm
+    app = create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> None:
+    """The ``serve`` options. With ``shared=False`` the options a CLI parser already has
+    (``--index``, ``--llm``, ``--max-llm-calls``, same names and dests) are left out."""
+    defaults = ServeSettings()
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    add("--port", type=int, default=8000, help="port (default: 8000)")
+    if shared:
+        add("--index", metavar="DIR", help="index directory, saved after each change (default: in memory)")
+        add("--llm", default="local", help="fake, local (default), gemma, a .gguf path, provider:model")
+        add("--max-llm-calls", type=int, default=defaults.max_llm_calls, help="LLM calls per query")
+    add(
+        "--max-concurrent",
+        type=int,
+        default=defaults.max_concurrent_queries,
+        help="queries at once before 503",
+    )
+    add("--timeout", type=float, default=defaults.query_timeout, help="seconds per query before 504")
+    add(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow a CORS origin (repeatable)",
+    )
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.epilog = (
+        f"Set {TOKEN_ENV} to require 'Authorization: Bearer <token>' on every endpoint but /healthz."
+    )
+
+
+def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -> ServeSettings:
+    """The settings given by :func:`add_arguments`' options (the token from the environment)."""
+    return ServeSettings.from_env(
+        max_concurrent_queries=args.max_concurrent,
+        query_timeout=args.timeout,
+        max_llm_calls=args.max_llm_calls,
+        cors_origins=tuple(args.cors_origin),
+        index_dir=index_dir if index_dir is not None else args.index,
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> None:
+    """Run the service as parsed by :func:`add_arguments`."""
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    run(
+        args.host,
+        args.port,
+        args.index,
+        args.llm,
+        settings=settings_from_args(args),
+        log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m selfrag_core.serve", description="Serve selfrag over HTTP."
+    )
+    add_arguments(parser)
+    run_from_args(parser.parse_args(argv))

@@ -1,0 +1,72 @@
+"""The service's limits and options: one frozen dataclass, validated at construction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from selfrag_core.config import _check_int, _check_positive_or_none
+from selfrag_core.errors import ConfigurationError
+
+#: the environment variable holding the optional bearer token
+TOKEN_ENV = "SELFRAG_API_TOKEN"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Limits a public service needs, and where the index persists.
+
+    max_body_bytes: larger request bodies get 413.
+    max_question_chars: longer questions get 400.
+    max_concurrent_queries: queries running at once; beyond it 503 with Retry-After.
+    retry_after_s: the Retry-After value sent with 503.
+    max_llm_calls / query_timeout: per-request caps (a request may only lower them);
+        a query that hits either gets 504 with its partial trace.
+    timeout_grace: seconds past ``query_timeout`` after which a query is cancelled
+        outright (the engine normally stops it at ``query_timeout`` itself).
+    max_top_k: the largest ``top_k`` a request may ask for.
+    max_batch_documents / max_document_chars: ingestion limits (400 beyond them).
+    api_token: when set, every endpoint but /healthz needs ``Authorization: Bearer <token>``.
+    cors_origins: allowed CORS origins; empty (the default) means no CORS headers.
+    index_dir: when set and the backend has ``save``, the index is saved there after
+        every ingestion or deletion.
+    """
+
+    max_body_bytes: int = 1_000_000
+    max_question_chars: int = 4_000
+    max_concurrent_queries: int = 256
+    retry_after_s: int = 1
+    max_llm_calls: int | None = 32
+    query_timeout: float | None = 60.0
+    timeout_grace: float = 2.0
+    max_top_k: int = 50
+    max_batch_documents: int = 256
+    max_document_chars: int = 500_000
+    api_token: str | None = field(default=None, repr=False)
+    cors_origins: tuple[str, ...] = ()
+    index_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_question_chars", "max_concurrent_queries", "max_top_k"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("max_batch_documents", "max_document_chars"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("retry_after_s", self.retry_after_s, 0)
+        if self.max_llm_calls is not None:
+            _check_int("max_llm_calls", self.max_llm_calls, 1)
+        _check_positive_or_none("query_timeout", self.query_timeout)
+        if self.timeout_grace < 0:
+            raise ConfigurationError("timeout_grace must be >= 0")
+        if self.api_token is not None and not self.api_token.strip():
+            raise ConfigurationError(f"api_token is empty; unset {TOKEN_ENV} or give it a value")
+        if isinstance(self.cors_origins, str):
+            raise ConfigurationError("cors_origins must be a list of origins, not a string")
+        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServeSettings:
+        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` (unless overridden)."""
+        env = os.environ if environ is None else environ
+        token = env.get(TOKEN_ENV, "").strip() or None
+        return cls(**{"api_token": token, **overrides})  # type: ignore[arg-type]

@@ -1,0 +1,92 @@
+"""``python -m selfrag_core.serve``: the real entry point, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_module_entry_point_serves_and_persists(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s")
+    port, index_dir = _free_port(), tmp_path / "index"
+    env = {**os.environ, "SELFRAG_API_TOKEN": "tok"}
+    command = [sys.executable, "-m", "selfrag_core.serve", "--llm", "fake", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*command, "--index", str(index_dir), "--log-level", "warning"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        auth = {"Authorization": "Bearer tok"}
+        with httpx.Client(base_url=url, headers=auth, timeout=30) as c:
+            assert c.get("/stats", headers={"Authorization": "Bearer no"}).status_code == 401
+            doc = {"text": "Oslo is the capital of Norway.", "source": "norway.txt"}
+            assert c.post("/documents", json=doc).json()["persisted"] is True
+            for name in ("self", "hyde", "recursive", "healing"):
+                answer = c.get(f"/query/{name}", params={"q": "What is the capital of Norway?"})
+                assert answer.status_code == 200, answer.text
+                assert "Oslo" in answer.json()["answer"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    from selfrag_core.store import RAG
+
+    assert "norway.txt" in RAG.load(index_dir).sources()
+
+
+def test_the_cli_side_imports_no_framework() -> None:
+    code = (
+        "import sys, argparse, selfrag_core, selfrag_core.serve.server as s; "
+        "s.add_arguments(argparse.ArgumentParser()); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'uvicorn', 'starlette')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_arguments_alone_and_beside_a_cli_parser() -> None:
+    import argparse
+
+    from selfrag_core.serve.server import add_arguments, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--index", "idx", "--cors-origin", "https://a", "--cors-origin", "https://b"])
+    settings = settings_from_args(args)
+    assert (args.index, args.llm, args.port) == ("idx", "local", 8000)
+    assert settings.index_dir == "idx" and settings.cors_origins == ("https://a", "https://b")
+
+    cli = argparse.ArgumentParser()  # a CLI that already has --index, --llm and --max-llm-calls
+    cli.add_argument("--index")
+    cli.add_argument("--llm", default="local")
+    cli.add_argument("--max-llm-calls", type=int, default=12)
+    add_arguments(cli, shared=False)
+    args = cli.parse_args(["--max-concurrent", "3", "--timeout", "5", "--port", "9000"])
+    settings = settings_from_args(args, index_dir="/data/index")
+    assert (settings.max_concurrent_queries, settings.query_timeout, settings.max_llm_calls) == (3, 5.0, 12)
+    assert settings.index_dir == "/data/index" and args.port == 9000
