@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from selfrag_core.errors import ParseError
@@ -78,25 +79,29 @@ def _single_to_double(text: str) -> str:
     return "".join(out)
 
 
-def _attempts(candidate: str) -> list[str]:
+def _variants(candidate: str) -> Iterator[str]:
+    """The candidate as it is, then progressively repaired (computed lazily)."""
+    yield candidate
     fixed = _TRAILING_COMMA.sub(r"\1", candidate)
-    variants = [candidate, fixed, _single_to_double(fixed)]
-    pythonish = re.sub(
-        r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", re.sub(r"\bNone\b", "null", variants[-1]))
-    )
-    variants.append(pythonish)
-    return variants
+    yield fixed
+    double = _single_to_double(fixed)
+    yield double
+    yield re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", re.sub(r"\bNone\b", "null", double)))
+
+
+def _candidates(text: str) -> Iterator[str]:
+    sources = [m.strip() for m in _FENCE.findall(text)] + [text.strip()]
+    yield from sources
+    for source in sources:
+        yield from _balanced_spans(source)
 
 
 def parse_json(text: str) -> Any:
     """Parse the first JSON value found in model output. Raises ParseError."""
     if not isinstance(text, str):
         raise ParseError(f"expected text to parse, got {type(text).__name__}", raw=str(text))
-    candidates = [m.strip() for m in _FENCE.findall(text)] + [text.strip()]
-    for source in list(candidates):
-        candidates.extend(_balanced_spans(source))
-    for candidate in candidates:
-        for variant in _attempts(candidate):
+    for candidate in _candidates(text):
+        for variant in _variants(candidate):
             try:
                 return json.loads(variant, strict=False)
             except ValueError:

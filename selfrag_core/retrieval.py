@@ -26,6 +26,7 @@ fuse rankings by rank, never by raw score.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import inspect
 import logging
@@ -183,12 +184,29 @@ def normalize_results(raw: Any, *, score_kind: ScoreKind = ScoreKind.UNKNOWN) ->
 # ------------------------------------------------------------------ backend calls
 
 
-def _accepts(fn: Any, name: str) -> bool:
+def _signature_names(fn: Any) -> frozenset[str] | None:
+    """Parameter names of ``fn`` ("**" standing for **kwargs), or None if unknown."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        return None
+    return frozenset("**" if p.kind is p.VAR_KEYWORD else name for name, p in params.items())
+
+
+_cached_signature_names = functools.lru_cache(maxsize=512)(_signature_names)
+
+
+def _parameters(fn: Any) -> frozenset[str] | None:
+    """Like ``_signature_names``, memoised per underlying function (bounded)."""
+    try:
+        return _cached_signature_names(getattr(fn, "__func__", fn))
+    except TypeError:  # unhashable callable
+        return _signature_names(fn)
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    names = _parameters(fn)
+    return names is not None and (name in names or "**" in names)
 
 
 def _declared_kind(backend: Any) -> ScoreKind:
