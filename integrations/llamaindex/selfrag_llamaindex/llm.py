@@ -1,0 +1,113 @@
+"""Any LlamaIndex LLM as the strategies' LLM."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.types import PydanticProgramMode
+
+from selfrag_core.protocols import LLMOutput
+from selfrag_llamaindex import _events
+from selfrag_llamaindex._convert import llm_output, model_from_schema
+
+logger = logging.getLogger("selfrag")
+
+#: the whole prompt is the only variable, so braces in documents are never parsed
+_VERBATIM = PromptTemplate("{selfrag_prompt}")
+
+
+class LlamaIndexLLM:
+    """``LlamaIndexLLM(llm, *, structured=None)``: a LlamaIndex ``LLM`` as a selfrag LLM.
+
+    ``generate`` / ``agenerate`` call ``complete`` / ``acomplete`` with the final prompt
+    string (no LlamaIndex prompt template ever formats retrieved text) and report the
+    token counts the model returns. ``generate_structured`` uses ``structured_predict``
+    with a pydantic model built from the step's JSON schema when ``structured`` is
+    true; ``None`` (the default) means "when the LLM is a function-calling model or has
+    a non-default ``pydantic_program_mode``"; otherwise, or when structured prediction
+    fails (logged), a plain completion whose JSON the core parses tolerantly.
+
+    There is no fallback to ``Settings.llm``: ``llm`` is required.
+    """
+
+    def __init__(self, llm: Any, *, structured: bool | None = None) -> None:
+        if llm is None:
+            raise ValueError(
+                "llm is required: pass a LlamaIndex LLM instance (selfrag never falls back to Settings.llm)"
+            )
+        if not isinstance(llm, LLM):
+            raise TypeError(
+                f"LlamaIndexLLM needs a llama_index.core.llms.LLM, got {type(llm).__name__}; "
+                "other LLMs can be given to the strategies directly"
+            )
+        self.llm = llm
+        if structured is None:
+            structured = (
+                llm.metadata.is_function_calling_model
+                or llm.pydantic_program_mode is not PydanticProgramMode.DEFAULT
+            )
+        self.structured = bool(structured)
+
+    def __repr__(self) -> str:
+        return f"LlamaIndexLLM({type(self.llm).__name__}, structured={self.structured})"
+
+    # ------------------------------------------------------------------ plain completion
+    def generate(self, prompt: str) -> LLMOutput:
+        with _events.event(*self._start(prompt)) as ev:
+            out = llm_output(self.llm.complete(prompt))
+            _events.end(ev, self._end(prompt, out.text))
+        return out
+
+    async def agenerate(self, prompt: str) -> LLMOutput:
+        with _events.event(*self._start(prompt)) as ev:
+            out = llm_output(await self.llm.acomplete(prompt))
+            _events.end(ev, self._end(prompt, out.text))
+        return out
+
+    # ------------------------------------------------------------------ JSON steps
+    def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        if self.structured:
+            try:
+                with _events.event(*self._start(prompt)) as ev:
+                    value = self.llm.structured_predict(
+                        model_from_schema(schema), _VERBATIM, selfrag_prompt=prompt
+                    )
+                    _events.end(ev, self._end(prompt, value.model_dump_json()))
+                return LLMOutput(value.model_dump_json())
+            except Exception as e:
+                self._unstructured(e)
+        return self.generate(prompt)
+
+    async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        if self.structured:
+            try:
+                with _events.event(*self._start(prompt)) as ev:
+                    value = await self.llm.astructured_predict(
+                        model_from_schema(schema), _VERBATIM, selfrag_prompt=prompt
+                    )
+                    _events.end(ev, self._end(prompt, value.model_dump_json()))
+                return LLMOutput(value.model_dump_json())
+            except Exception as e:
+                self._unstructured(e)
+        return await self.agenerate(prompt)
+
+    def _unstructured(self, exc: Exception) -> None:
+        logger.warning(
+            "selfrag fallback: structured_predict failed on %s (%s: %s); using a plain completion",
+            type(self.llm).__name__, type(exc).__name__, exc,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ events
+    def _start(self, prompt: str) -> tuple[Any, dict[Any, Any], Any]:
+        payload = {
+            _events.EventPayload.PROMPT: prompt,
+            _events.EventPayload.MODEL_NAME: self.llm.metadata.model_name,
+        }
+        return _events.CBEventType.LLM, payload, getattr(self.llm, "callback_manager", None)
+
+    @staticmethod
+    def _end(prompt: str, text: str) -> dict[str, Any]:
+        return {_events.EventPayload.PROMPT: prompt, _events.EventPayload.COMPLETION: text}

@@ -1,0 +1,198 @@
+"""The strategies as a LlamaIndex query engine."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncGenerator, Generator, Iterator
+from typing import Any
+
+import llama_index.core.instrumentation as instrument
+from llama_index.core.base.response.schema import (
+    RESPONSE_TYPE,
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.instrumentation.events.query import QueryEndEvent, QueryStartEvent
+from llama_index.core.query_engine import CustomQueryEngine
+from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
+from llama_index.core.question_gen.types import SubQuestion
+from llama_index.core.schema import QueryType
+from pydantic import Field, field_validator
+
+from selfrag_llamaindex import _events
+from selfrag_llamaindex._convert import nodes_from_docs, query_text, response_metadata, sub_questions_of
+from selfrag_llamaindex.backend import as_backend
+from selfrag_llamaindex.llm import LlamaIndexLLM
+
+dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]
+
+
+def entry_points(strategy: Any) -> tuple[Any, Any]:
+    """The strategy's (sync, async) calls as ``f(query, context) -> result``:
+    ``query``/``aquery`` (SelfIRAG, HyDERAG, RecursiveRAG) or ``ask_with_report_sync``/
+    ``ask_with_report`` (SelfHealingRAG, which takes ``top_k`` and ``metadata_filter``
+    from the context). Raises ``TypeError`` for anything else."""
+    if callable(getattr(strategy, "query", None)) and callable(getattr(strategy, "aquery", None)):
+        return strategy.query, strategy.aquery
+    sync, asynchronous = (getattr(strategy, n, None) for n in ("ask_with_report_sync", "ask_with_report"))
+    if callable(sync) and callable(asynchronous):
+        return (
+            lambda q, ctx: sync(q, **_report_options(ctx)),
+            lambda q, ctx: asynchronous(q, **_report_options(ctx)),
+        )
+    raise TypeError(
+        f"{type(strategy).__name__} is not a selfrag strategy: it needs query()/aquery() "
+        "(SelfIRAG, HyDERAG, RecursiveRAG) or ask_with_report() (SelfHealingRAG)"
+    )
+
+
+def _report_options(context: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (context or {}).items() if k in ("top_k", "metadata_filter")}
+
+
+def run_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:
+    return entry_points(strategy)[0](query, context)
+
+
+async def arun_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:
+    return await entry_points(strategy)[1](query, context)
+
+
+def _chunks(text: str) -> Generator[str, None, None]:
+    """The answer in word-sized chunks (leading whitespace kept), for streaming."""
+    yield from re.findall(r"\s*\S+", text) or [text]
+
+
+class SelfRAGQueryEngine(CustomQueryEngine):
+    """``SelfRAGQueryEngine(strategy=..., streaming=False, context=None, callback_manager=None)``.
+
+    Answers with any selfrag strategy and returns a ``Response``: the strategy's
+    answer, ``source_nodes`` = the documents it used (``NodeWithScore`` with the
+    backend's node ids), and ``metadata`` = the result's ``to_dict()`` without answer
+    and sources (confidence or scores, sub-questions, hypothetical documents, the
+    trace), ``strategy``, ``fallbacks`` (every fallback the core or the adapter took)
+    and ``adapter_notes``.
+
+    ``aquery`` runs the strategy's ``aquery`` on the event loop (never blocking it).
+    With ``streaming=True`` the result is a ``StreamingResponse`` (``AsyncStreamingResponse``
+    from ``aquery``) whose generator yields the final answer word by word once the
+    strategy has finished. During a query, the engine's ``callback_manager`` sees a
+    QUERY event, an LLM event per call of a :class:`LlamaIndexLLM` and a RETRIEVE
+    event per retrieval of an :func:`as_backend` backend, and SUB_QUESTION events
+    for a decomposition (emitted when the strategy is done); instrumentation
+    handlers see the query span and, through LlamaIndex's own LLMs and retrievers,
+    their events. ``context`` is passed to every ``strategy.query`` (e.g.
+    ``{"filters": ...}``).
+    """
+
+    strategy: Any
+    streaming: bool = False
+    context: dict[str, Any] | None = Field(default=None)
+
+    @field_validator("strategy")
+    @classmethod
+    def _check_strategy(cls, value: Any) -> Any:
+        entry_points(value)
+        return value
+
+    @classmethod
+    def from_llamaindex(
+        cls,
+        strategy_cls: Any,
+        *,
+        llm: Any,
+        retriever: Any,
+        streaming: bool = False,
+        callback_manager: Any = None,
+        **strategy_kwargs: Any,
+    ) -> SelfRAGQueryEngine:
+        """Build ``strategy_cls(as_backend(retriever), LlamaIndexLLM(llm), **kwargs)``
+        and the engine over it. ``retriever`` may be a retriever or an index."""
+        strategy = strategy_cls(as_backend(retriever), LlamaIndexLLM(llm), **strategy_kwargs)
+        extra = {} if callback_manager is None else {"callback_manager": callback_manager}
+        return cls(strategy=strategy, streaming=streaming, **extra)
+
+    # ------------------------------------------------------------------ LlamaIndex entry points
+    @dispatcher.span
+    def query(self, str_or_query_bundle: QueryType) -> RESPONSE_TYPE:
+        dispatcher.event(QueryStartEvent(query=str_or_query_bundle))
+        query, notes = query_text(str_or_query_bundle)
+        with self.callback_manager.as_trace("query"):
+            response = self._respond(query, notes)
+        dispatcher.event(QueryEndEvent(query=str_or_query_bundle, response=response))
+        return response
+
+    @dispatcher.span
+    async def aquery(self, str_or_query_bundle: QueryType) -> RESPONSE_TYPE:
+        dispatcher.event(QueryStartEvent(query=str_or_query_bundle))
+        query, notes = query_text(str_or_query_bundle)
+        with self.callback_manager.as_trace("query"):
+            response = await self._arespond(query, notes)
+        dispatcher.event(QueryEndEvent(query=str_or_query_bundle, response=response))
+        return response
+
+    def custom_query(self, query_str: str) -> RESPONSE_TYPE:
+        return self._respond(query_str, [])
+
+    async def acustom_query(self, query_str: str) -> RESPONSE_TYPE:
+        return await self._arespond(query_str, [])
+
+    # ------------------------------------------------------------------ shared pre/post
+    def _respond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
+        with self._observed(query) as (ev, observation):
+            result = run_strategy(self.strategy, query, self.context)
+            return self._response(result, notes, observation, ev, asynchronous=False)
+
+    async def _arespond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
+        with self._observed(query) as (ev, observation):
+            result = await arun_strategy(self.strategy, query, self.context)
+            return self._response(result, notes, observation, ev, asynchronous=True)
+
+    @contextlib.contextmanager
+    def _observed(self, query: str) -> Iterator[tuple[Any, _events.Observation]]:
+        payload: dict[str, Any] = {_events.EventPayload.QUERY_STR: query}
+        with (
+            self.callback_manager.event(_events.CBEventType.QUERY, payload=payload) as ev,
+            _events.observing(self.callback_manager) as observation,
+        ):
+            yield ev, observation
+
+    def _response(
+        self,
+        result: Any,
+        notes: list[dict[str, Any]],
+        observation: _events.Observation,
+        ev: Any,
+        *,
+        asynchronous: bool,
+    ) -> RESPONSE_TYPE:
+        self._sub_question_events(result)
+        answer = str(result.answer)
+        nodes = nodes_from_docs(list(getattr(result, "sources", None) or []), observation.nodes)
+        metadata = response_metadata(result, self.strategy, notes + observation.notes)
+        response: RESPONSE_TYPE
+        if not self.streaming:
+            response = Response(answer, nodes, metadata)
+        elif asynchronous:
+            response = AsyncStreamingResponse(_achunks(answer), nodes, metadata)
+        else:
+            response = StreamingResponse(_chunks(answer), nodes, metadata)
+        ev.on_end(payload={_events.EventPayload.RESPONSE: response})
+        return response
+
+    def _sub_question_events(self, result: Any) -> None:
+        tool = type(self.strategy).__name__
+        for question, answer in sub_questions_of(result):
+            pair = SubQuestionAnswerPair(
+                sub_q=SubQuestion(sub_question=question, tool_name=tool), answer=answer, sources=[]
+            )
+            payload: dict[str, Any] = {_events.EventPayload.SUB_QUESTION: pair}
+            with self.callback_manager.event(_events.CBEventType.SUB_QUESTION, payload=payload) as ev:
+                ev.on_end(payload=payload)
+
+
+async def _achunks(text: str) -> AsyncGenerator[str, None]:
+    for chunk in _chunks(text):
+        yield chunk

@@ -1,0 +1,111 @@
+import json
+import logging
+
+import pytest
+from llama_index.core import Settings
+from llama_index.core.llms import MockLLM
+from llama_index.core.types import PydanticProgramMode
+from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
+from selfrag_llamaindex._convert import llm_output, model_from_schema
+
+from selfrag_core import ExecutionConfig, LLMOutput
+from selfrag_core.prompts import EVALUATION_SCHEMA
+from selfrag_core.strategies import SelfIRAG
+from selfrag_core.testing import FakeLLM
+
+from .li_fakes import SELF_RAG_RULES
+
+pytestmark = pytest.mark.integration
+
+NO_WAIT = ExecutionConfig(retry_initial_wait=0.0, retry_max_wait=0.0)
+
+
+def test_llm_is_required_and_settings_llm_is_never_used() -> None:
+    Settings.llm = MockLLM()
+    try:
+        with pytest.raises(ValueError, match=r"Settings\.llm"):
+            LlamaIndexLLM(None)
+    finally:
+        Settings._llm = None
+
+
+def test_a_non_llamaindex_llm_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"llama_index\.core\.llms\.LLM"):
+        LlamaIndexLLM(FakeLLM("x"))
+
+
+def test_mock_llm_echoes_the_exact_prompt_braces_included() -> None:
+    prompt = 'Context: {"key": {value}} and {0} and {question}\nQuestion: what?'
+    out = LlamaIndexLLM(MockLLM()).generate(prompt)
+    assert out.text == prompt  # nothing formatted the braces
+
+
+async def test_async_generate_uses_acomplete(make_llm) -> None:
+    llm = make_llm([("hello", "world")])
+    out = await LlamaIndexLLM(llm).agenerate("say hello")
+    assert out == LLMOutput("world", input_tokens=2, output_tokens=1)
+    assert llm.prompts == ["say hello"]
+
+
+def test_token_counts_from_raw_usage_and_additional_kwargs() -> None:
+    from llama_index.core.base.llms.types import CompletionResponse
+
+    openai_like = CompletionResponse(text="a", raw={"usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    assert llm_output(openai_like) == LLMOutput("a", 7, 3)
+    kwargs_only = CompletionResponse(text="b", additional_kwargs={"prompt_tokens": 5, "completion_tokens": 2})
+    assert llm_output(kwargs_only) == LLMOutput("b", 5, 2)
+    assert llm_output(CompletionResponse(text="c")) == LLMOutput("c")
+
+
+def test_structured_predict_when_the_llm_declares_a_program_mode(make_llm) -> None:
+    reply = json.dumps({"relevance": 8, "accuracy": 7, "completeness": 9, "clarity": 8, "issues": ["x"],
+                        "suggestions": []})  # fmt: skip
+    llm = make_llm([("Rate", reply)], pydantic_program_mode=PydanticProgramMode.LLM)
+    wrapped = LlamaIndexLLM(llm)
+    assert wrapped.structured
+    out = wrapped.generate_structured("Rate this {braced} text", EVALUATION_SCHEMA)
+    assert json.loads(out.text)["accuracy"] == 7
+    assert "Rate this {braced} text" in llm.prompts[0]  # the prompt went through verbatim
+    assert "relevance" in llm.prompts[0] and llm.prompts[0] != "Rate this {braced} text"  # schema added
+
+
+def test_structured_failure_falls_back_to_plain_completion_and_logs(make_llm, caplog) -> None:
+    llm = make_llm([("Rate", "not json at all")], pydantic_program_mode=PydanticProgramMode.LLM)
+    with caplog.at_level(logging.WARNING, logger="selfrag"):
+        out = LlamaIndexLLM(llm).generate_structured("Rate it", EVALUATION_SCHEMA)
+    assert out.text == "not json at all"
+    assert llm.prompts[-1] == "Rate it"
+    assert "structured_predict failed" in caplog.text
+
+
+def test_plain_llms_get_plain_completions_for_json_steps(make_llm) -> None:
+    llm = make_llm([("Rate", "{}")])
+    wrapped = LlamaIndexLLM(llm)
+    assert not wrapped.structured
+    assert wrapped.generate_structured("Rate it", EVALUATION_SCHEMA).text == "{}"
+    assert llm.prompts == ["Rate it"]
+
+
+def test_model_from_schema_requires_the_required_fields() -> None:
+    model = model_from_schema(EVALUATION_SCHEMA)
+    with pytest.raises(ValueError):
+        model(relevance=1)
+    ok = model(relevance=1, accuracy=2, completeness=3, clarity=4, issues=[], suggestions=["s"])
+    assert ok.suggestions == ["s"]
+
+
+def test_empty_llm_text_gives_the_documented_fallback_in_metadata(make_llm, index) -> None:
+    llm = make_llm([], default="")
+    strategy = SelfIRAG(as_backend(index), LlamaIndexLLM(llm), execution=NO_WAIT)
+    response = SelfRAGQueryEngine(strategy=strategy).query("What is the capital of France?")
+    assert str(response) == "error in generating answer"
+    assert "generation_failed" in response.metadata["fallbacks"]
+    errors = [e["error"] for e in response.metadata["trace"]["events"] if e.get("error")]
+    assert any("empty reply" in e for e in errors)
+
+
+def test_token_counts_reach_the_trace(make_llm, index) -> None:
+
+    strategy = SelfIRAG(as_backend(index), LlamaIndexLLM(make_llm(SELF_RAG_RULES)))
+    trace = SelfRAGQueryEngine(strategy=strategy).query("What is the capital of France?").metadata["trace"]
+    assert trace["input_tokens"] > 50 and trace["output_tokens"] > 5

@@ -1,0 +1,226 @@
+import asyncio
+import json
+import time
+
+import pytest
+from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
+from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+from llama_index.core.query_engine import RouterQueryEngine, SubQuestionQueryEngine
+from llama_index.core.question_gen import LLMQuestionGenerator
+from llama_index.core.response_synthesizers import get_response_synthesizer
+from llama_index.core.schema import QueryBundle
+from llama_index.core.selectors import LLMSingleSelector
+from llama_index.core.tools import QueryEngineTool
+from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
+
+from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
+
+from .li_fakes import HEALING_RULES, HYDE_RULES, RECURSIVE_RULES, SELF_RAG_RULES
+
+pytestmark = pytest.mark.integration
+
+FRANCE = "What is the capital of France?"
+BOTH = "Compare the capitals of France and Spain: how do they differ and why?"
+
+
+def engine(strategy_cls, llm, index, **kwargs):
+    return SelfRAGQueryEngine.from_llamaindex(strategy_cls, llm=llm, retriever=index, **kwargs)
+
+
+def test_self_rag_response_has_answer_nodes_and_scores(make_llm, index) -> None:
+    response = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index).query(FRANCE)
+    assert isinstance(response, Response)
+    assert str(response) == "Paris is the capital of France."
+    assert response.source_nodes[0].node_id == "paris"
+    assert response.source_nodes[0].score is not None
+    meta = response.metadata
+    assert meta["strategy"] == "SelfIRAG" and meta["confidence"] == pytest.approx(0.9)
+    assert meta["history"][0]["evaluation"]["relevance"] == pytest.approx(0.9)
+    assert meta["trace"]["llm_calls"] == 1 and meta["fallbacks"] == []
+    assert "answer" not in meta and "sources" not in meta
+
+
+def test_hyde_metadata_holds_the_hypothetical_documents(make_llm, index) -> None:
+    response = engine(HyDERAG, make_llm(HYDE_RULES), index, num_hypothetical_docs=2).query(FRANCE)
+    assert str(response) == "Paris is the capital of France."
+    assert response.metadata["hypothetical_docs"] == ["Paris is the capital of France, on the Seine."] * 2
+    assert response.source_nodes[0].node_id == "paris"
+
+
+def test_recursive_metadata_holds_the_sub_questions(make_llm, index) -> None:
+    response = engine(RecursiveRAG, make_llm(RECURSIVE_RULES), index).query(BOTH)
+    assert response.metadata["sub_questions"] == [
+        "What is the capital of France?",
+        "What is the capital of Spain?",
+    ]
+    assert [s["answer"] for s in response.metadata["sub_answers"]] == [
+        "Paris is the capital of France.", "Madrid is the capital of Spain.",
+    ]  # fmt: skip
+    assert {"paris", "madrid"} <= {n.node_id for n in response.source_nodes}
+
+
+def test_self_healing_report_becomes_a_response(make_llm, index) -> None:
+    llm = LlamaIndexLLM(make_llm(HEALING_RULES))
+    strategy = SelfHealingRAG(llm, [as_backend(index)], quality_threshold=0.5)
+    response = SelfRAGQueryEngine(strategy=strategy, context={"top_k": 2}).query(FRANCE)
+    assert str(response) == "Paris is the capital of France."
+    assert response.metadata["success"] is True and response.metadata["scores"] == [1.0]
+    assert len(response.source_nodes) == 2
+
+
+def test_not_a_strategy_is_refused(make_llm) -> None:
+    with pytest.raises((TypeError, ValueError), match="not a selfrag strategy"):
+        SelfRAGQueryEngine(strategy=make_llm())
+
+
+def test_query_bundle_with_custom_embedding_strs_uses_the_query_and_says_so(make_llm, index) -> None:
+    bundle = QueryBundle(FRANCE, custom_embedding_strs=["Seine river city"])
+    response = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index).query(bundle)
+    assert str(response) == "Paris is the capital of France."
+    assert response.metadata["fallbacks"] == ["custom_embedding_strs_ignored"]
+    assert response.metadata["adapter_notes"][0]["detail"]["custom_embedding_strs"] == ["Seine river city"]
+
+
+async def test_aquery_runs_concurrently_on_the_event_loop(make_llm, index) -> None:
+    qe = engine(SelfIRAG, make_llm(SELF_RAG_RULES, latency=0.3), index)
+    start = time.perf_counter()
+    responses = await asyncio.gather(*(qe.aquery(FRANCE) for _ in range(4)))
+    elapsed = time.perf_counter() - start
+    assert [str(r) for r in responses] == ["Paris is the capital of France."] * 4
+    assert elapsed < 0.9, f"4 one-call queries took {elapsed:.2f}s; sequential would take 1.2s"
+
+
+async def test_aquery_does_not_block_the_loop(make_llm, index) -> None:
+    qe = engine(SelfIRAG, make_llm(SELF_RAG_RULES, latency=0.3), index)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await qe.aquery(FRANCE)
+    task.cancel()
+    assert ticks >= 5  # a blocking call would have starved the ticker
+
+
+def test_streaming_sync(make_llm, index) -> None:
+    response = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index, streaming=True).query(FRANCE)
+    assert isinstance(response, StreamingResponse)
+    chunks = list(response.response_gen)
+    assert len(chunks) > 1 and "".join(chunks) == "Paris is the capital of France."
+    assert response.source_nodes[0].node_id == "paris" and response.metadata["strategy"] == "SelfIRAG"
+
+
+async def test_streaming_async(make_llm, index) -> None:
+    response = await engine(SelfIRAG, make_llm(SELF_RAG_RULES), index, streaming=True).aquery(FRANCE)
+    assert isinstance(response, AsyncStreamingResponse)
+    chunks = [c async for c in response.async_response_gen()]
+    assert "".join(chunks) == "Paris is the capital of France."
+
+
+def test_debug_handler_sees_query_retrievals_llm_calls_and_sub_questions(make_llm, index) -> None:
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    qe = engine(RecursiveRAG, make_llm(RECURSIVE_RULES), index, callback_manager=CallbackManager([debug]))
+    qe.query(BOTH)
+    assert len(debug.get_event_pairs(CBEventType.QUERY)) == 1
+    retrieved = [p[0].payload["query_str"] for p in debug.get_event_pairs(CBEventType.RETRIEVE)]
+    assert sorted(retrieved) == ["What is the capital of France?", "What is the capital of Spain?"]
+    llm_prompts = [p[0].payload["formatted_prompt"] for p in debug.get_llm_inputs_outputs()]
+    assert len(llm_prompts) == 4 and llm_prompts[0].startswith("SUBQUESTIONS:")
+    completions = [p[1].payload["completion"] for p in debug.get_llm_inputs_outputs()]
+    assert "Madrid is the capital of Spain." in completions
+    subs = [
+        p[0].payload["sub_question"].sub_q.sub_question
+        for p in debug.get_event_pairs(CBEventType.SUB_QUESTION)
+    ]
+    assert subs == ["What is the capital of France?", "What is the capital of Spain?"]
+
+
+async def test_debug_handler_sees_async_calls_too(make_llm, index) -> None:
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    qe = engine(RecursiveRAG, make_llm(RECURSIVE_RULES), index, callback_manager=CallbackManager([debug]))
+    await qe.aquery(BOTH)
+    assert len(debug.get_event_pairs(CBEventType.RETRIEVE)) == 2
+    assert len(debug.get_llm_inputs_outputs()) == 4
+
+
+def test_instrumentation_sees_the_query_span_and_the_llm_events(make_llm, index) -> None:
+    import llama_index.core.instrumentation as instrument
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+    seen: list[str] = []
+
+    class Collect(BaseEventHandler):
+        def handle(self, event, **kwargs) -> None:
+            seen.append(event.class_name())
+
+    root = instrument.get_dispatcher()
+    handler = Collect()
+    root.add_event_handler(handler)
+    try:
+        engine(SelfIRAG, make_llm(SELF_RAG_RULES), index).query(FRANCE)
+    finally:
+        root.event_handlers.remove(handler)
+    for name in ("QueryStartEvent", "RetrievalStartEvent", "LLMCompletionStartEvent", "QueryEndEvent"):
+        assert name in seen
+
+
+def _router(make_llm, index) -> RouterQueryEngine:
+    """A router whose scripted selector picks tool 2 (ours) over tool 1 (another engine)."""
+    other = engine(SelfIRAG, make_llm([], default="wrong tool"), index)
+    ours = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index)
+    choice = json.dumps([{"choice": 2, "reason": "capitals"}])
+    selector_llm = make_llm([("Using only the choices above", choice)])
+    return RouterQueryEngine(
+        selector=LLMSingleSelector.from_defaults(llm=selector_llm),
+        query_engine_tools=[
+            QueryEngineTool.from_defaults(
+                query_engine=other, name="weather", description="Weather forecasts."
+            ),
+            QueryEngineTool.from_defaults(
+                query_engine=ours, name="capitals", description="Capitals of Europe."
+            ),
+        ],
+        llm=selector_llm,
+    )
+
+
+def test_router_query_engine_routes_to_our_engine(make_llm, index) -> None:
+    response = _router(make_llm, index).query(FRANCE)
+    assert str(response) == "Paris is the capital of France."
+    assert response.source_nodes[0].node_id == "paris"
+    assert response.metadata["strategy"] == "SelfIRAG"
+
+
+async def test_router_query_engine_async(make_llm, index) -> None:
+    response = await _router(make_llm, index).aquery(FRANCE)
+    assert str(response) == "Paris is the capital of France."
+    assert response.metadata["strategy"] == "SelfIRAG"
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_sub_question_query_engine_uses_our_engine_as_a_tool(make_llm, index, use_async) -> None:
+    items = {"items": [{"sub_question": FRANCE, "tool_name": "capitals"}]}
+    planner = make_llm(
+        [("<Tools>", "```json\n" + json.dumps(items) + "\n```"), ("Paris is the capital", "Final: Paris.")]
+    )
+    ours = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index)
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    sub = SubQuestionQueryEngine.from_defaults(
+        query_engine_tools=[QueryEngineTool.from_defaults(ours, name="capitals", description="Capitals.")],
+        llm=planner,
+        question_gen=LLMQuestionGenerator.from_defaults(llm=planner),
+        response_synthesizer=get_response_synthesizer(llm=planner),
+        use_async=use_async,
+        verbose=False,
+    )
+    sub.callback_manager = CallbackManager([debug])
+    response = sub.query("Tell me about France.")
+    assert str(response) == "Final: Paris."
+    [(_, end)] = debug.get_event_pairs(CBEventType.SUB_QUESTION)
+    pair = end.payload["sub_question"]
+    assert pair.answer == "Paris is the capital of France."
+    assert pair.sources[0].node_id == "paris"  # our source nodes, ids kept
