@@ -1,6 +1,9 @@
 """The strategies, each one plan run by the shared engine."""
 
 from selfrag_core.strategies.base import Strategy
+from selfrag_core.strategies.hyde import HyDERAG
+from selfrag_core.strategies.recursive import RecursiveRAG
+from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
 
-__all__ = ["SelfIRAG", "Strategy"]
+__all__ = ["HyDERAG", "RecursiveRAG", "SelfHealingRAG", "SelfIRAG", "Strategy"]

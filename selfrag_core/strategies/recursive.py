@@ -1,0 +1,237 @@
+"""RecursiveRAG: decompose a complex question, answer the parts together, merge.
+
+Differences from the reference implementation, on purpose:
+
+* The sub-questions of one decomposition are answered concurrently (one parallel
+  round), so a depth-1 decomposition costs three dependent LLM rounds (decompose,
+  answer, merge) whatever the breadth.
+* A junk decomposition (nothing readable, empty items, copies or near-copies of the
+  question, duplicates, a single item) is answered directly instead;
+  ``result.reason`` says why.
+* A sub-question whose answer failed stays in ``sub_answers`` with its ``error``.
+* ``leaf``: another strategy (e.g. ``SelfIRAG``) may answer the leaves; it runs in
+  the same query, sharing its LLM-call budget and concurrency limit.
+* The recursion depth is a private parameter of the plan, not of ``query``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
+from selfrag_core.engine import Generate, Note, Parallel, Plan
+from selfrag_core.errors import RAGSystemError
+from selfrag_core.llm import LLMReply
+from selfrag_core.parsing import parse_list
+from selfrag_core.prompts import DECOMPOSITION_SCHEMA, detect_language
+from selfrag_core.retrieval import _deduplicate
+from selfrag_core.strategies.base import Strategy, format_context, retrieval_options, retrieve_or_empty
+from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
+from selfrag_core.types import RecursiveRAGResult, SubAnswer
+
+#: the answer when retrieval finds nothing (as in the reference specification)
+NOT_ENOUGH_ANSWER = "There is not enough information."
+#: token-set overlap (Jaccard) at which a sub-question counts as a copy of the question
+NEAR_COPY = 0.85
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+#: one-letter Arabic proclitics ("and", "so", "with", "for") stripped when matching keywords
+_PROCLITICS = ("و", "ف", "ب", "ل")
+_MERGE_LABELS = {"en": ("Sub-question", "Answer"), "ar": ("السؤال الفرعي", "الإجابة")}
+
+
+def _tokens(text: str) -> list[str]:
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def _word_forms(token: str) -> set[str]:
+    forms = {token}
+    if len(token) > 2 and token[0] in _PROCLITICS:
+        forms.add(token[1:])
+    return forms
+
+
+def matched_keywords(query: str, keywords: Sequence[str]) -> list[str]:
+    """The keywords found in ``query`` as whole words (see :meth:`RecursiveRAG.is_complex`)."""
+    tokens = _tokens(query)
+    forms = [_word_forms(t) for t in tokens]
+    found = []
+    for keyword in keywords:
+        parts = _tokens(keyword)
+        n = len(parts)
+        if n and any(all(parts[j] in forms[i + j] for j in range(n)) for i in range(len(tokens) - n + 1)):
+            found.append(keyword)
+    return found
+
+
+def _copies(item: str, question: str) -> bool:
+    """Whether ``item`` restates ``question``: it holds every word of it, or nearly
+    the same words (Jaccard >= NEAR_COPY)."""
+    ti, tq = set(_tokens(item)), set(_tokens(question))
+    return bool(tq) and (ti >= tq or len(ti & tq) / len(ti | tq) >= NEAR_COPY)
+
+
+def clean_decomposition(question: str, items: list[str]) -> tuple[list[str], list[str]]:
+    """Drop empty items, copies of the question and duplicates; return (kept, what was dropped)."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for raw in items:
+        item = raw.strip()
+        if not _tokens(item):
+            dropped.append("an empty item")
+        elif _copies(item, question):
+            dropped.append(f"a copy of the question ({item[:60]!r})")
+        elif any(set(_tokens(item)) == set(_tokens(k)) for k in kept):
+            dropped.append(f"a duplicate ({item[:60]!r})")
+        else:
+            kept.append(item)
+    return kept, dropped
+
+
+def _failure(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+class RecursiveRAG(Strategy[RecursiveRAGResult]):
+    """Recursive decomposition over any backend and any LLM.
+
+    ``RecursiveRAG(rag_system, llm, config=None, *, execution=None, prompts=None,
+    leaf=None)``; raises ``ValueError`` when ``llm`` is falsy. ``leaf`` is an optional
+    strategy of this library whose plan answers every question that is not
+    decomposed (its ``answer`` and ``sources`` are used). ``query`` / ``aquery`` never
+    raise for backend or LLM failures: the fallback answer is returned and the
+    failure is in ``result.trace``.
+    """
+
+    def __init__(
+        self,
+        rag_system: Any,
+        llm: Any,
+        config: RecursiveRAGConfig | None = None,
+        *,
+        execution: ExecutionConfig | None = None,
+        prompts: Mapping[str, str] | None = None,
+        leaf: Any = None,
+    ) -> None:
+        super().__init__(rag_system, llm, execution=execution, prompts=prompts)
+        if config is not None and not isinstance(config, RecursiveRAGConfig):
+            raise TypeError("config must be a RecursiveRAGConfig")
+        if leaf is not None and not callable(getattr(leaf, "plan", None)):
+            raise TypeError("leaf must be a selfrag strategy (SelfIRAG, HyDERAG, ...) with a plan() method")
+        self.config = config or RecursiveRAGConfig()
+        self.leaf = leaf
+
+    def is_complex(self, query: str) -> bool:
+        """Whether ``query`` is worth decomposing: at least ``min_query_length``
+        characters AND at least two distinct ``complexity_keywords``.
+
+        Keywords match as whole words (case-insensitive, on word tokens), never as
+        substrings, so "and" does not match "England" nor "how" "show". Arabic
+        attaches one-letter proclitics (و، ف، ب، ل) to words, so a token also matches
+        with its first letter stripped: "وكيف" matches "كيف" and "ونتائج" "نتائج". The
+        conjunction "و" counts only when written as a word of its own; attached, it
+        would match nearly every Arabic sentence. Multi-word keywords match as
+        consecutive words.
+        """
+        cfg = self.config
+        return (
+            len(query) >= cfg.min_query_length and len(matched_keywords(query, cfg.complexity_keywords)) >= 2
+        )
+
+    # ------------------------------------------------------------------ the plan
+    def _plan(self, query: str, context: dict[str, Any]) -> Plan[RecursiveRAGResult]:
+        try:
+            return (yield from self._solve(query, context, 0))
+        except RAGSystemError as e:
+            yield Note("generation_failed", _failure(e))
+            return RecursiveRAGResult(GENERATION_FAILED_ANSWER, 0, False, [], [], reason="generation failed")
+
+    def _solve(self, query: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
+        """Answer ``query`` at ``depth``; raises when its direct answer cannot be generated."""
+        cfg = self.config
+        if depth >= cfg.max_depth:
+            return (yield from self._direct(query, context, depth, f"max_depth {cfg.max_depth} reached"))
+        if not self.is_complex(query):
+            return (yield from self._direct(query, context, depth, "simple query"))
+        subs, reason = yield from self._decompose(query)
+        if len(subs) < 2:
+            return (yield from self._direct(query, context, depth, reason))
+        outcomes = yield Parallel(tuple(self._solve(s, context, depth + 1) for s in subs))
+        sub_answers = []
+        for sub, outcome in zip(subs, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                yield Note("sub_question_failed", _failure(outcome), {"question": sub[:200]})
+                sub_answers.append(SubAnswer(sub, "", depth + 1, error=_failure(outcome)))
+            else:
+                sub_answers.append(SubAnswer(sub, outcome.answer, depth + 1, result=outcome))
+        answer = yield from self._merge(query, sub_answers)
+        sources = _deduplicate(d for s in sub_answers if s.result for d in s.result.sources)
+        return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources, reason=reason)
+
+    def _direct(
+        self, query: str, context: dict[str, Any], depth: int, reason: str
+    ) -> Plan[RecursiveRAGResult]:
+        if self.leaf is not None:
+            leaf_result = yield from self.leaf.plan(query, context)
+            answer, sources = leaf_result.answer, list(leaf_result.sources)
+            return RecursiveRAGResult(
+                answer, depth, False, [], [], sources, reason=f"{reason}: leaf strategy"
+            )
+        cfg = self.config
+        docs = yield from retrieve_or_empty(self.rag_system, query, cfg.top_k, retrieval_options(context))
+        if not docs:
+            yield Note("not_enough_information", "retrieval returned no documents", {"query": query[:200]})
+            return RecursiveRAGResult(
+                NOT_ENOUGH_ANSWER, depth, False, [], [], reason=f"{reason}: no documents"
+            )
+        prompt = self.prompts.render(
+            "grounded_answer", detect_language(query), context=format_context(docs), question=query
+        )
+        reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries)
+        return RecursiveRAGResult(
+            reply.text.strip(), depth, False, [], [], docs, reason=f"{reason}: answered"
+        )
+
+    def _decompose(self, query: str) -> Plan[tuple[list[str], str]]:
+        """Sub-questions to answer (fewer than two: answer directly) and why."""
+        cfg = self.config
+        prompt = self.prompts.render(
+            "decompose", detect_language(query), question=query, max_sub_questions=cfg.max_sub_questions
+        )
+        try:
+            reply: LLMReply = yield Generate(
+                self.llm, prompt, "decompose", cfg.llm_retries, DECOMPOSITION_SCHEMA
+            )
+        except RAGSystemError as e:
+            yield Note("decomposition_failed", _failure(e), {"then": "answer directly"})
+            return [], "decomposition failed: answered directly"
+        subs, dropped = clean_decomposition(query, parse_list(reply.text))
+        if len(subs) > cfg.max_sub_questions:
+            dropped.append(f"{len(subs) - cfg.max_sub_questions} past max_sub_questions")
+            subs = subs[: cfg.max_sub_questions]
+        detail = f" (dropped {', '.join(dropped)})" if dropped else ""
+        if len(subs) < 2:
+            why = f"junk decomposition: {len(subs)} usable sub-question(s){detail}"
+            yield Note("decomposition_unusable", why, {"raw": reply.text[:500], "then": "answer directly"})
+            return [], f"{why}: answered directly"
+        return subs, f"decomposed into {len(subs)} sub-questions{detail}"
+
+    def _merge(self, query: str, sub_answers: list[SubAnswer]) -> Plan[str]:
+        answered = [s for s in sub_answers if s.error is None]
+        if not answered:
+            yield Note("all_sub_questions_failed", "no sub-question could be answered")
+            return GENERATION_FAILED_ANSWER
+        lang = detect_language(query)
+        asked, said = _MERGE_LABELS[lang]
+        blocks = "\n\n".join(
+            f"{asked} {i}: {s.question}\n{said}: {s.answer}" for i, s in enumerate(answered, 1)
+        )
+        prompt = self.prompts.render("merge", lang, question=query, sub_answers=blocks)
+        try:
+            reply: LLMReply = yield Generate(self.llm, prompt, "merge", self.config.llm_retries)
+            return reply.text.strip()
+        except RAGSystemError as e:
+            yield Note("merge_failed", _failure(e), {"then": "concatenate the sub-answers"})
+            return "\n\n".join(s.answer for s in answered)

@@ -1,0 +1,303 @@
+"""SelfHealingRAG: try strategies in order until an answer is faithful enough.
+
+Each attempt retrieves with one strategy and answers, then the answer is scored
+(default: :class:`~selfrag_core.metrics.FaithfulnessMetric`, one LLM call). The
+first answer scoring at least ``quality_threshold`` is returned; otherwise the
+best-scoring one. A strategy is either
+
+* a retrieval backend (anything ``_retrieve_safe`` accepts: sync or async
+  ``retrieve``, with or without ``metadata_filter``, which is passed only where
+  accepted): the answer is generated here from ``system_prompt``, the conversation
+  memory and the retrieved context; or
+* a strategy of this library (``HyDERAG``, ``RecursiveRAG``, ``SelfIRAG``, another
+  ``SelfHealingRAG``): its plan runs inside this query (one LLM-call budget, one
+  concurrency limit) and its ``answer`` and ``sources`` are scored.
+
+The whole thing is one plan, so ``ask`` (async) and ``ask_sync`` share it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from selfrag_core.config import ExecutionConfig
+from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
+from selfrag_core.llm import LLMReply
+from selfrag_core.memory import ConversationMemory
+from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
+from selfrag_core.prompts import Prompts, detect_language
+from selfrag_core.strategies.base import Strategy, format_context, require_llm, validate_query
+from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
+from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
+
+DEFAULT_SYSTEM_PROMPT = (
+    "Answer using only the provided context. If the context does not contain the answer, say so."
+)
+#: the answer of an attempt whose retrieval found nothing (no LLM call is made)
+NO_CONTEXT_ANSWER = "The context does not contain the answer."
+_ATTEMPT = "attempt"  # trace marker kind that opens each attempt
+
+
+def _unit(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ConfigurationError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _is_strategy(obj: Any) -> bool:
+    """A library strategy, composed through its plan rather than called as a backend."""
+    return isinstance(obj, (Strategy, SelfHealingRAG))
+
+
+class SelfHealingRAG:
+    """``SelfHealingRAG(llm, strategies, *, quality_threshold=0.75, max_retries=2,
+    system_prompt=DEFAULT_SYSTEM_PROMPT, retrieval_top_k=5, memory=None, tracer=None,
+    metric=None, execution=None, prompts=None)``.
+
+    ``max_retries``: strategies tried after the first (at most ``max_retries + 1``
+    attempts). ``memory``: a :class:`ConversationMemory` (one is created when
+    omitted); each returned answer is added to it and the history goes into the
+    answer prompt of backend attempts. ``tracer``: an object with
+    ``record(attempt: HealingAttempt)`` (or a callable), told each attempt's
+    strategy, score, LLM calls, tokens and latency. ``metric``: see
+    ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``).
+
+    ``ask`` never raises for a failure one attempt can absorb; when every attempt
+    raises it raises :class:`StrategyError` (``.report`` holds the report) from the
+    last error.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        strategies: Sequence[Any],
+        *,
+        quality_threshold: float = 0.75,
+        max_retries: int = 2,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        retrieval_top_k: int = 5,
+        memory: ConversationMemory | None = None,
+        tracer: Any = None,
+        metric: Any = None,
+        execution: ExecutionConfig | None = None,
+        prompts: Mapping[str, str] | None = None,
+    ) -> None:
+        self.llm = require_llm(llm)
+        if isinstance(strategies, (str, bytes)) or not isinstance(strategies, Sequence):
+            raise TypeError("strategies must be a list of retrieval backends or selfrag strategies")
+        if not strategies or any(s is None for s in strategies):
+            raise ValueError("strategies is empty (or holds None): pass at least one retrieval strategy")
+        self.strategies = list(strategies)
+        self.quality_threshold = _unit("quality_threshold", quality_threshold)
+        self.max_retries = _count("max_retries", max_retries, 0)
+        if not isinstance(system_prompt, str):
+            raise TypeError("system_prompt must be a str")
+        self.system_prompt = system_prompt
+        self.retrieval_top_k = _count("retrieval_top_k", retrieval_top_k, 1)
+        if memory is not None and not isinstance(memory, ConversationMemory):
+            raise TypeError("memory must be a ConversationMemory")
+        self._memory = memory if memory is not None else ConversationMemory()
+        if tracer is not None and not (callable(getattr(tracer, "record", None)) or callable(tracer)):
+            raise TypeError("tracer must have record(attempt) or be callable")
+        self.tracer = tracer
+        if execution is not None and not isinstance(execution, ExecutionConfig):
+            raise TypeError("execution must be an ExecutionConfig")
+        self.execution = execution or ExecutionConfig()
+        self.prompts = Prompts(prompts)
+        self.metric = check_metric(metric) if metric is not None else FaithfulnessMetric(llm, prompts=prompts)
+        self._last: contextvars.ContextVar[SelfHealingReport | None] = contextvars.ContextVar(
+            f"selfhealing_last_report_{id(self)}", default=None
+        )
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def memory(self) -> ConversationMemory:
+        return self._memory
+
+    @property
+    def last_report(self) -> SelfHealingReport | None:
+        """The report of the last ``ask`` made *in this context* (thread or asyncio
+        task), or None. A best-effort convenience: concurrent callers never see each
+        other's report, but a report set inside ``asyncio.gather``'s tasks is not
+        visible to the caller of ``gather``. Use ``ask_with_report`` for certainty."""
+        return self._last.get()
+
+    async def ask(
+        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+    ) -> str:
+        report = await self.ask_with_report(query, top_k=top_k, metadata_filter=metadata_filter)
+        return report.answer
+
+    def ask_sync(
+        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+    ) -> str:
+        """Sync ``ask``; safe to call from inside a running event loop."""
+        return self.ask_with_report_sync(query, top_k=top_k, metadata_filter=metadata_filter).answer
+
+    async def ask_with_report(
+        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+    ) -> SelfHealingReport:
+        """Like ``ask``, returning the whole :class:`SelfHealingReport`."""
+        plan, run = self._start(query, top_k, metadata_filter)
+        try:
+            return self._finish(await run_async(plan, run), run)
+        except StrategyError as e:
+            self._finish(e.report, run)
+            raise
+
+    def ask_with_report_sync(
+        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+    ) -> SelfHealingReport:
+        plan, run = self._start(query, top_k, metadata_filter)
+        try:
+            return self._finish(run_sync(plan, run), run)
+        except StrategyError as e:
+            self._finish(e.report, run)
+            raise
+
+    def plan(self, query: str, context: Mapping[str, Any] | None = None) -> Plan[SelfHealingReport]:
+        """The plan of one question, for composing (the report has ``answer`` and
+        ``sources``). ``context`` may carry ``top_k`` and ``metadata_filter``."""
+        ctx = dict(context or {})
+        return self._plan(validate_query(query), self._top_k(ctx.get("top_k")), ctx.get("metadata_filter"))
+
+    # ------------------------------------------------------------------ internals
+    def _top_k(self, top_k: int | None) -> int:
+        return self.retrieval_top_k if top_k is None else _count("top_k", top_k, 1)
+
+    def _start(
+        self, query: str, top_k: int | None, metadata_filter: dict[str, Any] | None
+    ) -> tuple[Plan[SelfHealingReport], Run]:
+        if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
+            raise TypeError("metadata_filter must be a dict or None")
+        return self._plan(validate_query(query), self._top_k(top_k), metadata_filter), Run(self.execution)
+
+    def _finish(self, report: SelfHealingReport, run: Run) -> SelfHealingReport:
+        run.trace.wall_s = run.trace.elapsed()
+        report.trace = run.trace
+        _attempt_usage(report.attempt_details, run.trace)
+        if self.tracer is not None:
+            record = getattr(self.tracer, "record", None) or self.tracer
+            for attempt in report.attempt_details:
+                record(attempt)
+        self._last.set(report)
+        return report
+
+    def _plan(
+        self, query: str, top_k: int, metadata_filter: Mapping[str, Any] | None
+    ) -> Plan[SelfHealingReport]:
+        history = self._memory.history_text()
+        threshold = self.quality_threshold
+        tried = self.strategies[: self.max_retries + 1]
+        attempts: list[HealingAttempt] = []
+        last_error: BaseException | None = None
+        for strategy in tried:
+            name = type(strategy).__name__
+            yield Note(name, kind=_ATTEMPT, detail={"attempt": len(attempts) + 1})
+            attempt = HealingAttempt(strategy=name, answer="", score=0.0)
+            attempts.append(attempt)
+            try:
+                attempt.answer, attempt.sources = yield from self._attempt(
+                    strategy, query, history, top_k, metadata_filter
+                )
+            except (RAGSystemError, ValueError, TypeError) as e:
+                last_error = e
+                attempt.error = f"{type(e).__name__}: {e}"
+                yield Note("attempt_failed", attempt.error, {"strategy": name, "then": "next strategy"})
+                continue
+            attempt.score, reason = yield from self._score(query, attempt)
+            if attempt.score >= threshold:
+                break
+            why = f"{name} scored {attempt.score:.2f} < {threshold:.2f}"
+            yield Note("below_threshold", why, {"reason": reason}, kind="decision")
+
+        report = _report(attempts, threshold)
+        if report.strategy is None:
+            raise StrategyError(
+                f"every attempt failed ({len(attempts)} strategies tried); the last error: {last_error}. "
+                "Check the backends and the LLM; report.attempt_details holds each error.",
+                report=report,
+            ) from last_error
+        self._memory.add(query, report.answer)
+        return report
+
+    def _attempt(
+        self,
+        strategy: Any,
+        query: str,
+        history: str,
+        top_k: int,
+        metadata_filter: Mapping[str, Any] | None,
+    ) -> Plan[tuple[str, list[RetrievedDoc]]]:
+        context = {"metadata_filter": dict(metadata_filter)} if metadata_filter else {}
+        if _is_strategy(strategy):
+            result = yield from strategy.plan(query, context)
+            if result.answer == GENERATION_FAILED_ANSWER:
+                raise StrategyError(f"{type(strategy).__name__} could not generate an answer (see the trace)")
+            return str(result.answer), list(result.sources)
+        docs: list[RetrievedDoc] = yield Retrieve(strategy, query, top_k, context)
+        if not docs:
+            yield Note("nothing_retrieved", f"{type(strategy).__name__} returned no documents")
+            return NO_CONTEXT_ANSWER, []
+        prompt = self.prompts.render(
+            "healing_answer", detect_language(query), system_prompt=self.system_prompt,
+            history=history, context=format_context(docs), question=query,
+        )  # fmt: skip
+        reply: LLMReply = yield Generate(self.llm, prompt, "answer")
+        return reply.text.strip(), docs
+
+    def _score(self, query: str, attempt: HealingAttempt) -> Plan[tuple[float, str]]:
+        contexts = [d.text for d in attempt.sources]
+        try:
+            scored = yield from metric_plan(self.metric, query, attempt.answer, contexts)
+        except (RAGSystemError, ValueError, TypeError) as e:
+            yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
+            return 0.0, "the metric failed"
+        return scored.score, scored.reason
+
+
+def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingReport:
+    """The first attempt that cleared the threshold, else the best-scoring (earliest on ties)."""
+    answered = [a for a in attempts if a.error is None]
+    chosen = next((a for a in answered if a.score >= threshold), None)
+    if chosen is None and answered:
+        chosen = max(answered, key=lambda a: a.score)
+    return SelfHealingReport(
+        success=chosen is not None and chosen.score >= threshold,
+        attempts=len(attempts),
+        retries=max(len(attempts) - 1, 0),
+        strategy=None if chosen is None else chosen.strategy,
+        scores=[a.score for a in attempts],
+        threshold=threshold,
+        answer="" if chosen is None else chosen.answer,
+        attempt_details=attempts,
+        sources=[] if chosen is None else chosen.sources,
+    )
+
+
+def _attempt_usage(attempts: list[HealingAttempt], trace: Trace) -> None:
+    """Fill each attempt's calls, tokens and latency from the trace: attempts run one
+    after another, so the events between two attempt markers belong to the first."""
+    spans: list[list[Any]] = []
+    for event in trace.events:
+        if event.kind == _ATTEMPT:
+            spans.append([event.start_s])
+        elif spans and event.kind == "llm":
+            spans[-1].append(event)
+    ends = [s[0] for s in spans[1:]] + [trace.wall_s or time.perf_counter() - trace.started_at]
+    for attempt, span, end in zip(attempts, spans, ends, strict=False):
+        events = span[1:]
+        attempt.llm_calls = sum(e.attempts for e in events)
+        attempt.input_tokens = sum(e.input_tokens or 0 for e in events)
+        attempt.output_tokens = sum(e.output_tokens or 0 for e in events)
+        attempt.latency_s = end - span[0]
