@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, Union
 
 from selfrag_core.config import ExecutionConfig
@@ -199,6 +199,33 @@ class Run:
 
 def _is_plan(task: Any) -> bool:
     return hasattr(task, "send") and hasattr(task, "throw")
+
+
+def _quiet_task(task: Any) -> Any:
+    if _is_plan(task):
+        return without_streaming(task)
+    if isinstance(task, Generate) and task.stream:
+        return replace(task, stream=False)
+    if isinstance(task, Parallel):
+        return Parallel(tuple(_quiet_task(t) for t in task.tasks))
+    return task
+
+
+def without_streaming(plan: Plan[T]) -> Plan[T]:
+    """Run a composed child plan with its answer streaming turned off: its answer is
+    an intermediate one (a sub-answer, an attempt that may be rejected), so its
+    tokens must not reach the caller's stream."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.throw(error) if error is not None else plan.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = (yield _quiet_task(effect)), None
+        except Exception as e:
+            value, error = None, e
 
 
 # ------------------------------------------------------------------- sync driver

@@ -91,3 +91,21 @@ async def test_consumer_leaving_cancels_the_query() -> None:
     first = await stream.__anext__()
     assert first.kind == "token"
     await stream.aclose()  # no hang, no error
+
+
+def test_only_the_final_answer_of_a_composition_streams() -> None:
+    from selfrag_core import RecursiveRAG
+
+    def reply(prompt: str) -> str:
+        if "SUBQUESTIONS" in prompt:
+            return '{"items": ["What are the causes of the flood?", "What are the effects of the flood?"]}'
+        if "Combine the answers" in prompt:
+            return "merged final answer"
+        return "sub answer text"
+
+    backend = FakeRetriever(["The flood had causes and effects on the town."])
+    rag = RecursiveRAG(backend, StreamingLLM(reply))
+    events = list(rag.stream("What are the causes and effects of the flood, and how did the town respond?"))
+    tokens = "".join(e.text for e in events if e.kind == "token")
+    assert tokens == "merged final answer "  # the sub-answers' tokens never reach the stream
+    assert events[-1].result is not None and events[-1].result.decomposed

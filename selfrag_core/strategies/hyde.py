@@ -175,7 +175,7 @@ class HyDERAG(Strategy[HyDEResult]):
             "grounded_answer", lang, context=format_context(ranked, ANSWER_DOCS), question=query
         )
         try:
-            reply: LLMReply = yield Generate(self.llm, prompt, "answer", self.llm_retries)
+            reply: LLMReply = yield Generate(self.llm, prompt, "answer", self.llm_retries, stream=True)
             result.answer = reply.text.strip()
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
-from selfrag_core.engine import Generate, Note, Parallel, Plan
+from selfrag_core.engine import Generate, Note, Parallel, Plan, without_streaming
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
@@ -158,7 +158,8 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         subs, reason = yield from self._decompose(query)
         if len(subs) < 2:
             return (yield from self._direct(query, context, depth, reason))
-        outcomes = yield Parallel(tuple(self._solve(s, context, depth + 1) for s in subs))
+        # sub-answers are not the final answer: their tokens must not reach a stream
+        outcomes = yield Parallel(tuple(without_streaming(self._solve(s, context, depth + 1)) for s in subs))
         sub_answers = []
         for sub, outcome in zip(subs, outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -189,7 +190,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         prompt = self.prompts.render(
             "grounded_answer", detect_language(query), context=format_context(docs), question=query
         )
-        reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries)
+        reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
         return RecursiveRAGResult(
             reply.text.strip(), depth, False, [], [], docs, reason=f"{reason}: answered"
         )
@@ -230,7 +231,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         )
         prompt = self.prompts.render("merge", lang, question=query, sub_answers=blocks)
         try:
-            reply: LLMReply = yield Generate(self.llm, prompt, "merge", self.config.llm_retries)
+            reply: LLMReply = yield Generate(self.llm, prompt, "merge", self.config.llm_retries, stream=True)
             return reply.text.strip()
         except RAGSystemError as e:
             yield Note("merge_failed", _failure(e), {"then": "concatenate the sub-answers"})

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync, without_streaming
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
@@ -241,7 +241,7 @@ class SelfHealingRAG:
     ) -> Plan[tuple[str, list[RetrievedDoc]]]:
         context = {"metadata_filter": dict(metadata_filter)} if metadata_filter else {}
         if _is_strategy(strategy):
-            result = yield from strategy.plan(query, context)
+            result = yield from without_streaming(strategy.plan(query, context))
             if result.answer == GENERATION_FAILED_ANSWER:
                 raise StrategyError(f"{type(strategy).__name__} could not generate an answer (see the trace)")
             return str(result.answer), list(result.sources)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseLanguageModel
@@ -60,6 +60,14 @@ class LangChainLLM:
 
     async def agenerate(self, prompt: str) -> LLMOutput:
         return reply_output(await self.model.ainvoke(prompt, self.config), str(self.name))
+
+    def stream(self, prompt: str) -> Iterator[Any]:
+        """The model's own stream (message chunks; the core reads their text and usage)."""
+        yield from self.model.stream(prompt, self.config)
+
+    async def astream(self, prompt: str) -> AsyncIterator[Any]:
+        async for chunk in self.model.astream(prompt, self.config):
+            yield chunk
 
     # ---------------------------------------------------------------- JSON steps
     def structured_runnable(self, schema: Mapping[str, Any]) -> Runnable[Any, Any] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar, Union
 
 from langchain_core.callbacks import (
@@ -13,7 +13,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import set_config_context
-from langchain_core.runnables.utils import coro_with_context
+from langchain_core.runnables.utils import AddableDict, coro_with_context
 from pydantic import ConfigDict, field_validator
 
 from selfrag_langchain._convert import question_of, result_output
@@ -85,9 +85,11 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
     raises ``StrategyError`` only when every attempt raised).
 
     The strategy's LangChain model calls and retrievals run as child runs of this
-    runnable's run. ``batch`` / ``abatch`` honour ``max_concurrency``; ``stream`` /
-    ``astream`` yield the final dict once (the strategies choose the answer only after
-    evaluating it, so there is nothing earlier worth streaming).
+    runnable's run. ``batch`` / ``abatch`` honour ``max_concurrency``. ``stream`` /
+    ``astream`` yield ``{"answer": token}`` chunks as the strategy's final answer is
+    generated (HyDE, recursive merge: token by token when the model streams; SelfIRAG
+    picks its answer only after evaluating it, so it arrives as one chunk), then one
+    chunk with every other key; the chunks add up to the ``invoke`` output.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -107,8 +109,51 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
         question, context = question_of(value)
         return result_output(await arun_strategy(self.strategy, question, context), question)
 
+    def _chunks(self, inputs: Iterator[Input], run_manager: CallbackManagerForChainRun) -> Iterator[Output]:
+        for value in inputs:
+            question, context = question_of(value)
+            if _is_healing(self.strategy):
+                yield AddableDict(in_child_run(run_manager, self._run, value))
+                continue
+            with set_config_context(RunnableConfig(callbacks=run_manager.get_child())):
+                for event in self.strategy.stream(question, context):
+                    yield _chunk(event, question)
+
+    async def _achunks(
+        self, inputs: AsyncIterator[Input], run_manager: AsyncCallbackManagerForChainRun
+    ) -> AsyncIterator[Output]:
+        async for value in inputs:
+            question, context = question_of(value)
+            if _is_healing(self.strategy):
+                yield AddableDict(await ain_child_run(run_manager, self._arun, value))
+                continue
+            with set_config_context(RunnableConfig(callbacks=run_manager.get_child())):
+                async for event in self.strategy.astream(question, context):
+                    yield _chunk(event, question)
+
+    def stream(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Output]:
+        yield from self._transform_stream_with_config(iter([input]), self._chunks, config, **kwargs)
+
+    async def astream(
+        self, input: Input, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Output]:
+        async def one() -> AsyncIterator[Input]:
+            yield input
+
+        async for chunk in self._atransform_stream_with_config(one(), self._achunks, config, **kwargs):
+            yield chunk
+
     def invoke(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
         return self._call_with_config(self._run, input, config, **kwargs)
 
     async def ainvoke(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
         return await self._acall_with_config(self._arun, input, config, **kwargs)
+
+
+def _chunk(event: Any, question: str) -> Output:
+    """A stream event as an output chunk: answer tokens, then everything else."""
+    if event.kind == "token":
+        return AddableDict(answer=event.text)
+    rest = result_output(event.result, question)
+    del rest["answer"]
+    return AddableDict(rest)

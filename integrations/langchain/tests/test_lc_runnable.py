@@ -73,12 +73,35 @@ async def test_ainvoke_and_astream() -> None:
     r = runnable()
     assert (await r.ainvoke(QUERY))["answer"] == ANSWER
     chunks = [c async for c in r.astream(QUERY)]
-    assert len(chunks) == 1 and chunks[0]["answer"] == ANSWER
+    assert chunks[0] == {"answer": ANSWER} and "answer" not in chunks[-1]
+    total = chunks[0]
+    for c in chunks[1:]:
+        total = total + c
+    assert total["answer"] == ANSWER and total["sources"] and total["trace"]["llm_calls"] == 1
 
 
-def test_stream_yields_the_final_dict() -> None:
+def test_stream_chunks_add_up_to_invoke() -> None:
     chunks = list(runnable().stream({"question": QUERY}))
-    assert [c["answer"] for c in chunks] == [ANSWER]
+    assert [c.get("answer") for c in chunks] == [ANSWER, None]
+    total = chunks[0] + chunks[1]
+    expected = runnable().invoke({"question": QUERY})
+    assert total["answer"] == expected["answer"] and total.keys() == expected.keys()
+
+
+def test_final_answer_is_streamed_token_by_token() -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from selfrag_core import HyDERAG
+
+    passage = "Paris is the capital and largest city of France, on the Seine river."
+    model = GenericFakeChatModel(
+        messages=iter([AIMessage(content=passage), AIMessage(content="Paris is the capital")])
+    )
+    hyde = HyDERAG(FakeRetriever(CORPUS), LangChainLLM(model), num_hypothetical_docs=1)
+    chunks = list(SelfRAGRunnable(strategy=hyde).stream(QUERY))
+    tokens = [c["answer"] for c in chunks if "answer" in c]
+    assert len(tokens) > 1 and "".join(tokens) == "Paris is the capital"
 
 
 def test_strategy_is_validated() -> None:
