@@ -1,0 +1,157 @@
+"""Lexical search: an English + Arabic tokenizer and a lazily rebuilt ``bm25s`` index.
+
+Tokenisation: case folding, Arabic normalisation (diacritics and tatweel removed,
+alef variants unified, alef maqsura to ya), words of two or more characters,
+English and Arabic stopwords removed, then stemming: Snowball English / Arabic
+from PyStemmer when it is installed (``stemmer="auto"``), otherwise English words
+are kept as they are; Arabic words always lose their article and attached
+conjunction/preposition prefixes first (a light stemmer).
+
+The BM25 statistics are owned by ``bm25s`` (never computed here). They are rebuilt
+at most once per batch of changes, lazily, when the next query arrives: indexing N
+documents one by one costs N tokenisations and a single rebuild.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from selfrag_core.errors import MissingDependencyError
+
+_TOKEN = re.compile(r"\w\w+")
+_AR_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
+_AR_LETTERS = str.maketrans({"أ": "ا", "إ": "ا", "آ": "ا", "ٱ": "ا", "ى": "ي"})
+_AR_PREFIXES = ("وال", "بال", "كال", "فال", "لل", "ال")
+
+# Common Arabic function words (normalised like the text).
+_ARABIC_STOPWORDS = """
+في من على الى إلى عن ان أن إن كان كانت يكون التي الذي الذين اللذان اللتان اللاتي هذا هذه ذلك تلك
+هؤلاء اولئك هو هي هم هن هما انا نحن انت انتم ما لا لم لن قد ثم او أو مع كل بين عند حتى بعد قبل كما اي
+أي غير بل لكن اذا إذا لو منذ خلال حول ضد دون فوق تحت عليه عليها فيه فيها منه منها له لها لهم به بها وهو
+وهي وقد وفي ومن وعلى وان كل ايضا أيضا اما أما هناك هنا حيث كيف متى اين لماذا ماذا عندما لدى تم يتم
+""".split()  # noqa: SIM905
+
+
+def _normalise_arabic(text: str) -> str:
+    return _AR_MARKS.sub("", text).translate(_AR_LETTERS)
+
+
+def _is_arabic(word: str) -> bool:
+    return "\u0600" <= word[0] <= "\u06ff"
+
+
+def _light_arabic_stem(word: str) -> str:
+    for prefix in _AR_PREFIXES:
+        if word.startswith(prefix) and len(word) - len(prefix) >= 2:
+            return word[len(prefix) :]
+    return word
+
+
+def _english_stopwords() -> frozenset[str]:
+    stopwords = _import_bm25s().stopwords
+    return frozenset(stopwords.STOPWORDS_EN)
+
+
+def _import_bm25s() -> Any:
+    try:
+        import bm25s  # type: ignore[import-untyped]
+        import bm25s.stopwords  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise MissingDependencyError(
+            "lexical search needs the bm25s package: pip install 'selfrag[store]' (or pip install bm25s)"
+        ) from e
+    return bm25s
+
+
+def _pystemmer(language: str) -> Callable[[str], str] | None:
+    try:
+        import Stemmer  # type: ignore[import-not-found,import-untyped]
+    except ImportError:
+        return None
+    fn: Callable[[str], str] = Stemmer.Stemmer(language).stemWord
+    return fn
+
+
+class Tokenizer:
+    """Text -> list of index terms, for documents and queries alike.
+
+    ``stemmer``: ``"auto"`` (PyStemmer when installed), ``"pystemmer"`` (required),
+    or ``None`` (no stemming beyond the light Arabic prefix stripping).
+    """
+
+    _CACHE_LIMIT = 500_000
+
+    def __init__(self, stemmer: str | None = "auto") -> None:
+        if stemmer not in ("auto", "pystemmer", None):
+            raise ValueError(f"stemmer must be 'auto', 'pystemmer' or None, got {stemmer!r}")
+        self._stem_en: Callable[[str], str] | None = None
+        self._stem_ar: Callable[[str], str] = _light_arabic_stem
+        if stemmer is not None:
+            self._stem_en = _pystemmer("english")
+            if self._stem_en is None and stemmer == "pystemmer":
+                raise MissingDependencyError("stemmer='pystemmer' needs PyStemmer: pip install PyStemmer")
+            snowball_ar = _pystemmer("arabic")
+            if snowball_ar is not None:  # Snowball leaves the article on short words: strip it first
+                self._stem_ar = lambda word: snowball_ar(_light_arabic_stem(word))
+        self.stemming = "pystemmer" if self._stem_en is not None else "light"
+        self._stop = _english_stopwords() | {_normalise_arabic(w) for w in _ARABIC_STOPWORDS}
+        self._cache: dict[str, str] = {}
+
+    def _term(self, word: str) -> str:
+        """The index term of a new word ("" for a stopword), remembered in the cache."""
+        if word in self._stop:
+            term = ""
+        elif _is_arabic(word):
+            term = self._stem_ar(word)
+        else:
+            term = self._stem_en(word) if self._stem_en is not None else word
+        if len(self._cache) >= self._CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[word] = term
+        return term
+
+    def __call__(self, text: str) -> list[str]:
+        cache = self._cache
+        terms = []
+        for word in _TOKEN.findall(_normalise_arabic(text.casefold())):
+            term = cache.get(word)
+            if term is None:
+                term = self._term(word)
+            if term:
+                terms.append(term)
+        return terms
+
+
+class LexicalIndex:
+    """A ``bm25s`` index over token lists, rebuilt in one go when asked."""
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self.rebuilds = 0
+        self.ids: list[str] = []
+        self._bm25: Any = None
+
+    def build(self, ids: Sequence[str], tokens: Sequence[list[str]]) -> None:
+        bm25s = _import_bm25s()
+        self.rebuilds += 1
+        self.ids = list(ids)
+        self._bm25 = None
+        if any(tokens):
+            retriever = bm25s.BM25(k1=self.k1, b=self.b)
+            retriever.index([list(t) for t in tokens], show_progress=False)
+            self._bm25 = retriever
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        """BM25 score of every indexed document (in ``ids`` order) for the query terms."""
+        n = len(self.ids)
+        if self._bm25 is None or not query_tokens:
+            return np.zeros(n, dtype=np.float32)
+        ids = self._bm25.get_tokens_ids(query_tokens)
+        if not ids:
+            return np.zeros(n, dtype=np.float32)
+        return np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float32)
