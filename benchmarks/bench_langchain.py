@@ -44,10 +44,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
-from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend  # noqa: E402
 
 from selfrag_core import SelfIRAG  # noqa: E402
 from selfrag_core.testing import judge_json  # noqa: E402
+from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend  # noqa: E402
 
 
 def reply(prompt: str) -> str:

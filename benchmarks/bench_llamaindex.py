@@ -53,11 +53,11 @@ import corpus  # noqa: E402
 import numpy as np  # noqa: E402
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
-from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend  # noqa: E402
 from sim_llm import SimulatedLLM, default_latency, set_tag  # noqa: E402
 
 from selfrag_core import RecursiveRAGConfig  # noqa: E402
 from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG  # noqa: E402
+from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend  # noqa: E402
 
 SINGLE_Q = corpus.single_queries(10)
 COMPARE_Q = corpus.compare_queries(10)

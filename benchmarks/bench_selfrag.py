@@ -37,7 +37,8 @@ def per_iteration(latency: float, fast_mode: bool, mode: str, runs: int = 5) -> 
     for _ in range(runs):
         llm.reset()
         start = time.perf_counter()
-        result = rag.query("What is topic 7?") if mode == "sync" else asyncio.run(rag.aquery("What is topic 7?"))
+        question = "What is topic 7?"
+        result = rag.query(question) if mode == "sync" else asyncio.run(rag.aquery(question))
         wall = time.perf_counter() - start
         llm_time = sum(c.end - c.start for c in llm.calls)
         walls.append(wall / result.iterations)
@@ -61,7 +62,7 @@ def cpu_per_query(queries: int, fast_mode: bool) -> None:
 
 
 async def concurrent(latency: float, n: int) -> None:
-    rag, llm = build(latency, True)
+    rag, _ = build(latency, True)
     start = time.perf_counter()
     await asyncio.gather(*(rag.aquery(f"What is topic {i}?") for i in range(n)))
     wall = time.perf_counter() - start

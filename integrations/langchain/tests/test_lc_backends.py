@@ -7,10 +7,10 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from lc_fakes import ANSWER, CORPUS, keyed_model, vector_store
-from selfrag_langchain import LangChainBackend, LangChainLLM, as_backend, from_document, to_document
 
 from selfrag_core import RetrievalError, RetrievedDoc, ScoreKind, SelfIRAG, _retrieve_safe
 from selfrag_core.testing import FakeRetriever
+from selfrag_langchain import LangChainBackend, LangChainLLM, as_backend, from_document, to_document
 
 QUERY = "What is the capital of France?"
 

@@ -9,9 +9,9 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from lc_fakes import ANSWER, CORPUS, keyed_model, strategies
-from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend, raw_score_kind
 
 from selfrag_core import ScoreKind
+from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend, raw_score_kind
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("langchain_community", reason="pip install 'selfrag-langchain[community]'")

@@ -8,12 +8,12 @@ from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage
 from lc_fakes import ANSWER, CORPUS, keyed_model
-from selfrag_langchain import LangChainLLM, as_llm
 
 from selfrag_core import ExecutionConfig, LLMCallError, SelfIRAG, SelfRAGConfig
 from selfrag_core.prompts import EVALUATION_SCHEMA
 from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
 from selfrag_core.testing import FakeRetriever, judge_json
+from selfrag_langchain import LangChainLLM, as_llm
 
 INSTANT = ExecutionConfig(retry_initial_wait=0, retry_max_wait=0)
 

@@ -6,10 +6,10 @@ import sys
 import types
 
 import pytest
-from selfrag_langchain import LangChainLLM, make_chat_model, make_llm
-from selfrag_langchain import providers as providers_module
 
 from selfrag_core import ConfigurationError, MissingDependencyError
+from selfrag_langchain import LangChainLLM, make_chat_model, make_llm
+from selfrag_langchain import providers as providers_module
 
 
 @pytest.mark.parametrize("spec", ["llama3.2", "ollama:", ":llama3.2", 3])

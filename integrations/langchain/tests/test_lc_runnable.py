@@ -11,10 +11,10 @@ from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnablePassthrough
 from lc_fakes import ANSWER, CORPUS, RunTree, keyed_model, vector_store
-from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend
 
 from selfrag_core import ExecutionConfig, SelfIRAG
 from selfrag_core.testing import FakeLLM, FakeRetriever, judge_json
+from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend
 
 QUERY = "What is the capital of France?"
 

@@ -8,6 +8,7 @@ from typing import Any
 from langchain_core.retrievers import BaseRetriever
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from lc_fakes import keyed_model, strategies, vector_store
+
 from selfrag_langchain import LangChainLLM, StrategyRetriever, as_backend
 
 

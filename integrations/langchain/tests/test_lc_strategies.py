@@ -10,6 +10,7 @@ from langchain_core.documents import Document
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from lc_fakes import ANSWER, CORPUS, RunTree, keyed_model, strategies, vector_store
+
 from selfrag_langchain import LangChainLLM, SelfRAGRunnable, StrategyRetriever, as_backend
 
 QUESTION = "What is the capital of France and which river flows through Paris?"

@@ -1,10 +1,10 @@
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
-from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
 
 from selfrag_core import ExecutionConfig, ScoreKind
 from selfrag_core.strategies import SelfIRAG
+from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
 
 from .li_fakes import SELF_RAG_RULES
 

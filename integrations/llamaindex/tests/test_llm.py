@@ -5,13 +5,13 @@ import pytest
 from llama_index.core import Settings
 from llama_index.core.llms import MockLLM
 from llama_index.core.types import PydanticProgramMode
-from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
-from selfrag_llamaindex._convert import llm_output, model_from_schema
 
 from selfrag_core import ExecutionConfig, LLMOutput
 from selfrag_core.prompts import EVALUATION_SCHEMA
 from selfrag_core.strategies import SelfIRAG
 from selfrag_core.testing import FakeLLM
+from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
+from selfrag_llamaindex._convert import llm_output, model_from_schema
 
 from .li_fakes import SELF_RAG_RULES
 

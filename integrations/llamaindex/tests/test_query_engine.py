@@ -11,9 +11,9 @@ from llama_index.core.response_synthesizers import get_response_synthesizer
 from llama_index.core.schema import QueryBundle
 from llama_index.core.selectors import LLMSingleSelector
 from llama_index.core.tools import QueryEngineTool
-from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
 
 from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
+from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
 
 from .li_fakes import HEALING_RULES, HYDE_RULES, RECURSIVE_RULES, SELF_RAG_RULES
 

@@ -1,9 +1,9 @@
 import pytest
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from selfrag_llamaindex import LlamaIndexLLM, StrategyRetriever, as_backend
 
 from selfrag_core.strategies import HyDERAG, SelfIRAG
+from selfrag_llamaindex import LlamaIndexLLM, StrategyRetriever, as_backend
 
 from .li_fakes import HYDE_RULES, SELF_RAG_RULES
 
