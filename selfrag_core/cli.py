@@ -1,0 +1,580 @@
+"""``selfrag``: index documents and ask questions offline, on the embedded backend and
+a local LLM.
+
+    selfrag index PATH...                 # files and folders (text files, recursively)
+    selfrag ask "question" --strategy self|hyde|recursive|healing [--json]
+    selfrag demo                          # sample corpus + all four strategies
+    selfrag stats [--json]
+
+The index lives in ``--index DIR``, else ``$SELFRAG_INDEX``, else the per-user data
+directory (``$XDG_DATA_HOME/selfrag/index``, by default ``~/.local/share/selfrag/index``).
+Results go to stdout; progress, warnings and errors to stderr. Exit codes: 0 done,
+1 done with skipped input (or nothing to index), 2 nothing done (bad input or setup),
+130 interrupted. An index is only ever replaced atomically, so a failure never loses
+what was already indexed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from selfrag_core.errors import RAGSystemError, StrategyError
+
+logger = logging.getLogger("selfrag")
+
+STRATEGIES = ("self", "hyde", "recursive", "healing")
+EMBEDDERS = ("auto", "minilm", "hashing", "none")
+#: never read when met inside a folder (named explicitly, they are still tried); other files
+#: are read and skipped when they turn out binary, empty or not decodable
+BINARY_SUFFIXES = frozenset({
+    ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".ico", ".webp", ".pdf", ".zip", ".gz", ".bz2", ".xz", ".tar",
+    ".7z", ".whl", ".pyc", ".so", ".dll", ".dylib", ".exe", ".o", ".a", ".npy", ".npz", ".pkl", ".bin",
+    ".gguf", ".safetensors", ".pt", ".onnx", ".db", ".sqlite", ".mp3", ".mp4", ".wav", ".ogg", ".woff",
+    ".woff2", ".ttf", ".otf", ".docx", ".xlsx", ".pptx", ".odt",
+})  # fmt: skip
+SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages"})  # and every hidden folder
+MAX_FILE_BYTES = 20_000_000
+_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+         (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))  # fmt: skip
+_BATCH = 32
+
+
+class CLIError(Exception):
+    """A one-line problem with its fix; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SkipFile(Exception):
+    """A file that cannot be indexed; the message names the problem and the fix."""
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def default_index_dir() -> Path:
+    """``$SELFRAG_INDEX``, else ``$XDG_DATA_HOME/selfrag/index`` (``~/.local/share`` by default)."""
+    if os.environ.get("SELFRAG_INDEX"):
+        return Path(os.environ["SELFRAG_INDEX"]).expanduser()
+    return _data_home() / "selfrag" / "index"
+
+
+def _data_home() -> Path:
+    if os.environ.get("XDG_DATA_HOME"):
+        return Path(os.environ["XDG_DATA_HOME"]).expanduser()
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"])
+    return Path.home() / ".local" / "share"
+
+
+def _index_dir(args: argparse.Namespace, default: Callable[[], Path] = default_index_dir) -> Path:
+    return Path(args.index).expanduser() if args.index else default()
+
+
+# ----------------------------------------------------------------------------- reading files
+
+
+@dataclass
+class Gathered:
+    files: list[tuple[Path, bool]] = field(default_factory=list)  # (path, named explicitly)
+    ignored: int = 0  # files with binary suffixes met inside folders
+
+
+def gather(paths: Sequence[str]) -> Gathered:
+    """Files to index: named files, and files under named folders (recursively, hidden
+    and tool folders skipped). Raises CLIError naming every missing path."""
+    missing = [p for p in paths if not Path(p).expanduser().exists()]
+    if missing:
+        raise CLIError(
+            f"no such file or directory: {', '.join(missing)}; check the path(s), nothing was indexed"
+        )
+    out = Gathered()
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            out.files.append((path, True))
+            continue
+        for root, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+            for name in sorted(names):
+                file = Path(root) / name
+                if name.startswith(".") or not file.is_file():
+                    continue
+                if file.suffix.lower() in BINARY_SUFFIXES:
+                    out.ignored += 1
+                else:
+                    out.files.append((file, False))
+    return out
+
+
+def read_text(path: Path, encoding: str | None = None) -> str:
+    """The text of a file: UTF-8 (or the BOM's encoding); ``encoding`` for other files.
+    Raises SkipFile for binary, empty, oversized or undecodable files."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SkipFile(f"larger than {MAX_FILE_BYTES // 1_000_000} MB; split it into smaller files")
+        data = path.read_bytes()
+    except OSError as e:
+        raise SkipFile(f"cannot be read ({e.strerror or e}); check its permissions") from e
+    codec = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    if codec is None and b"\x00" in data[:8192]:
+        raise SkipFile("is a binary file, not text; convert it to text (e.g. .txt or .md) to index it")
+    try:
+        text = data.decode(codec or "utf-8")
+    except UnicodeDecodeError as e:
+        if encoding is None:
+            raise SkipFile(
+                f"is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); convert it to UTF-8 "
+                "or pass --encoding (e.g. --encoding cp1252)"
+            ) from e
+        try:
+            text = data.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as e2:
+            raise SkipFile(f"cannot be decoded as {encoding} ({e2}); convert it to UTF-8") from e2
+        logger.warning("%s is not UTF-8: decoded as %s", path, encoding)
+    if not text.strip():
+        raise SkipFile("is empty; add text to it or leave it out")
+    return text
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Rich progress bars on stderr when it is a terminal and rich is installed; plain
+    lines otherwise."""
+
+    def __init__(self, plain: bool = False) -> None:
+        self._console: Any = None
+        if not plain and sys.stderr.isatty():
+            try:
+                from rich.console import Console
+            except ImportError:
+                pass
+            else:
+                self._console = Console(stderr=True)
+
+    @contextmanager
+    def task(self, description: str, total: int) -> Iterator[Callable[..., None]]:
+        """Yields ``advance(n=1, description=None)``."""
+        if self._console is None:
+            done = [0]
+
+            def plain(n: int = 1, description: str | None = None) -> None:
+                done[0] += n
+                if description:
+                    print(f"[{done[0]}/{total}] {description}", file=sys.stderr, flush=True)
+
+            yield plain
+            return
+        from rich.progress import Progress as RichProgress
+
+        with RichProgress(console=self._console) as bar:
+            task_id = bar.add_task(description, total=total)
+
+            def advance(n: int = 1, description: str | None = None) -> None:
+                bar.update(task_id, advance=n, description=description)
+
+            yield advance
+
+    def say(self, text: str) -> None:
+        """A line on stderr (above a running bar)."""
+        if self._console is not None:
+            self._console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+def _stored_embedder(directory: Path) -> str | None:
+    """The embedder name recorded in an index's manifest (None when lexical or unreadable:
+    loading then reports the problem)."""
+    try:
+        identity = json.loads((directory / "manifest.json").read_text(encoding="utf-8")).get("embedder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return identity.get("name") if isinstance(identity, dict) else None
+
+
+def _new_embedder(choice: str) -> Any:
+    from selfrag_core.local.embeddings import LocalEmbeddings, default_embeddings
+
+    if choice == "auto":
+        return default_embeddings()
+    if choice == "minilm":
+        return LocalEmbeddings()
+    return "hashing" if choice == "hashing" else None
+
+
+@dataclass(frozen=True)
+class _UnloadedEmbedder:
+    """Stands for an index's embedder where nothing is embedded (``stats``): the model
+    is not loaded."""
+
+    name: str
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        raise RuntimeError(f"{self.name} is not loaded")
+
+    embed_query = embed_documents
+
+
+def open_index(
+    directory: Path, *, create: bool, embed: str = "auto", chunk_size: int = 600, read_only: bool = False
+) -> Any:
+    """Load the index in ``directory`` with the embedder it was built with (not loaded
+    with ``read_only``: for counting, not searching); with ``create``, start a new one
+    there when it holds none."""
+    from selfrag_core.local.embeddings import LocalEmbeddings
+    from selfrag_core.store import RAG
+
+    if directory.exists() and not directory.is_dir():
+        raise CLIError(f"{directory} is a file, not an index directory; pass --index DIR")
+    if not (directory / "manifest.json").exists():
+        if not create:
+            raise CLIError(
+                f"no index at {directory}; run `selfrag index PATH...` first (or pass --index DIR)"
+            )
+        return RAG(_new_embedder(embed), path=directory, chunk_size=chunk_size, chunk_overlap=chunk_size // 6)
+    stored = _stored_embedder(directory)
+    if stored != LocalEmbeddings.name:
+        return RAG.load(directory)  # lexical, or an embedder the store recreates itself
+    return RAG.load(directory, embed=_UnloadedEmbedder(stored) if read_only else LocalEmbeddings())
+
+
+def index_paths(
+    rag: Any, gathered: Gathered, progress: Progress, *, encoding: str | None = None, verbose: bool = False
+) -> tuple[int, int, int, list[str]]:
+    """Index the gathered files into ``rag`` and save it when anything changed. Returns
+    (files read, chunks added, files skipped, problems of explicitly named files)."""
+    docs: list[dict[str, Any]] = []
+    explicit_problems: list[str] = []
+    skipped = gathered.ignored
+    with progress.task("reading files", len(gathered.files)) as advance:
+        for path, explicit in gathered.files:
+            try:
+                docs.append(
+                    {"text": read_text(path, encoding), "source": str(path.resolve()), "title": path.name}
+                )
+            except SkipFile as e:
+                skipped += 1
+                if explicit:
+                    explicit_problems.append(f"{path} {e}")
+                    progress.say(f"skipped: {path} {e}")
+                elif verbose:
+                    progress.say(f"skipped: {path} {e}")
+            advance()
+    added = 0
+    with progress.task("indexing", len(docs)) as advance:
+        for start in range(0, len(docs), _BATCH):
+            batch = docs[start : start + _BATCH]
+            added += rag.index_many(batch)
+            advance(len(batch))
+    if added:
+        rag.save()  # atomic: the previous index stays intact until this completes
+    return len(docs), added, skipped, explicit_problems
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def build_strategy(name: str, rag: Any, llm: Any, *, top_k: int = 3, max_llm_calls: int | None = 12) -> Any:
+    """One of the four strategies, sized for a small local model (few iterations,
+    one hypothetical document, one level of decomposition)."""
+    from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
+    from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
+
+    execution = ExecutionConfig(max_llm_calls=max_llm_calls)
+    if name == "self":
+        # two-step (answer, then judge): tiny models answer worse inside a JSON object
+        two_step = SelfRAGConfig(max_refinement_iterations=2, top_k=top_k, fast_mode=False)
+        return SelfIRAG(rag, llm, two_step, execution=execution)
+    hyde = HyDERAG(rag, llm, num_hypothetical_docs=1, top_k=top_k, max_final_docs=top_k, execution=execution)
+    if name == "hyde":
+        return hyde
+    if name == "recursive":
+        config = RecursiveRAGConfig(max_depth=1, max_sub_questions=3, top_k=top_k)
+        return RecursiveRAG(rag, llm, config, execution=execution)
+    if name == "healing":
+        return SelfHealingRAG(llm, [rag, hyde], max_retries=1, retrieval_top_k=top_k, execution=execution)
+    raise CLIError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def run_strategy(strategy: Any, question: str) -> Any:
+    """The strategy's result object (SelfHealingRAG's report when every attempt failed)."""
+    if hasattr(strategy, "ask_with_report_sync"):
+        try:
+            return strategy.ask_with_report_sync(question)
+        except StrategyError as e:
+            if e.report is None:
+                raise
+            return e.report
+    return strategy.query(question)
+
+
+def describe(result: Any) -> str:
+    """The strategy-specific quality line: confidence, scores or what was done."""
+    if hasattr(result, "confidence"):
+        return f"confidence {result.confidence:.2f} after {result.iterations} iteration(s)"
+    if hasattr(result, "scores"):
+        scores = ", ".join(f"{s:.2f}" for s in result.scores) or "-"
+        verdict = "passed" if result.success else "below"
+        return f"faithfulness {scores} ({verdict} threshold {result.threshold:.2f}; used {result.strategy})"
+    if hasattr(result, "sub_questions"):
+        if result.decomposed:
+            return f"decomposed into {len(result.sub_questions)} sub-question(s)"
+        return f"answered directly ({result.reason or 'not decomposed'})"
+    if hasattr(result, "hypothetical_docs"):
+        n_docs = len(result.hypothetical_docs)
+        return f"{n_docs} hypothetical document(s), {result.num_retrieved} passage(s) retrieved"
+    return ""
+
+
+def _sources(result: Any, limit: int = 5) -> list[str]:
+    seen: dict[str, float | None] = {}
+    for doc in getattr(result, "sources", []):
+        source = getattr(doc, "source", "") or doc.metadata.get("source") or doc.id or "?"
+        seen.setdefault(str(source), doc.score)
+    return [
+        f"{s}" + ("" if score is None else f" (score {score:.3f})") for s, score in list(seen.items())[:limit]
+    ]
+
+
+def _usage(result: Any) -> str:
+    t = result.trace
+    tokens = f"{t.input_tokens} in, {t.output_tokens} out"
+    return f"LLM calls: {t.llm_calls}; tokens: {tokens}; time: {t.wall_s:.1f} s"
+
+
+def print_result(result: Any) -> None:
+    print(result.answer.strip() or "(no answer)")
+    print()
+    quality = describe(result)
+    if quality:
+        print(quality[0].upper() + quality[1:])
+    sources = _sources(result)
+    if sources:
+        print("Sources:")
+        for i, line in enumerate(sources, 1):
+            print(f"  [{i}] {line}")
+    print(_usage(result))
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    directory = _index_dir(args)
+    gathered = gather(args.paths)  # missing paths fail before the index is opened
+    rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    files, added, skipped, problems = index_paths(
+        rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
+    )
+    print(
+        f"{files} file(s) read, {added} new chunk(s); index at {directory} now holds "
+        f"{rag.count()} chunk(s) from {len(rag.sources())} source(s)"
+        + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
+    )
+    if problems:
+        return 1
+    if files == 0:
+        where = " ".join(args.paths)
+        print(f"selfrag: nothing to index in {where}: no readable text files (-v says why)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    from selfrag_core.local.factory import make_llm
+
+    options = {"n_threads": args.threads} if args.threads else {}
+    return make_llm(args.llm, **options)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    rag = open_index(_index_dir(args), create=False)
+    if rag.count() == 0:
+        raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
+    strategy = build_strategy(
+        args.strategy, rag, _llm(args), top_k=args.top_k, max_llm_calls=args.max_llm_calls
+    )
+    result = run_strategy(strategy, args.question)
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        print_result(result)
+    return 0
+
+
+def index_stats(rag: Any, directory: Path) -> dict[str, Any]:
+    size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) if directory.is_dir() else 0
+    mode = "lexical" if rag.bm25_alpha == 0 else "dense" if rag.bm25_alpha == 1 else "hybrid"
+    embedder = rag.embedder
+    return {
+        "index": str(directory),
+        "chunks": rag.count(),
+        "sources": len(rag.sources()),
+        "search": mode,
+        "embedder": None if embedder is None else getattr(embedder, "name", type(embedder).__name__),
+        "chunk_size": rag.chunker.settings().get("chunk_size"),
+        "bytes_on_disk": size,
+    }
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    directory = _index_dir(args)
+    stats = index_stats(open_index(directory, create=False, read_only=True), directory)
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        for key, value in stats.items():
+            print(f"{key:>14}: {value}")
+    return 0
+
+
+def demo_index_dir() -> Path:
+    return _data_home() / "selfrag" / "demo-index"
+
+
+def demo_questions() -> list[str]:
+    text = resources.files("selfrag_core").joinpath("data/demo_questions.json").read_text(encoding="utf-8")
+    questions: list[str] = json.loads(text)
+    return questions
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    directory = _index_dir(args, demo_index_dir)
+    progress = Progress(args.plain)
+    corpus = resources.files("selfrag_core").joinpath("data/demo")
+    started = time.perf_counter()
+    rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    with resources.as_file(corpus) as corpus_dir:
+        files, _, _, _ = index_paths(rag, gather([str(corpus_dir)]), progress)
+    progress.say(f"indexed {files} sample documents ({rag.count()} chunks) into {directory}")
+    llm = _llm(args)
+    questions = demo_questions()[: args.questions]
+    strategies = args.strategies or list(STRATEGIES)
+    rows = []
+    with progress.task("demo", len(questions) * len(strategies)) as advance:
+        for question in questions:
+            for name in strategies:
+                advance(0, f"{name}: {question[:50]}")
+                strategy = build_strategy(name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls)
+                result = run_strategy(strategy, question)
+                rows.append((name, question, result))
+                progress.say(f"\n[{name}] {question}\n  -> {_one_line(result.answer)}")
+                progress.say(f"  {describe(result)}; {_usage(result)}")
+                advance(1)
+    calls = sum(r.trace.llm_calls for _, _, r in rows)
+    print(f"demo: {len(rows)} answers, {calls} LLM calls in {time.perf_counter() - started:.1f} s; try:")
+    print(f'  selfrag ask "{questions[0]}" --index {directory} --strategy self')
+    return 0
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--index", metavar="DIR", help="index directory (default: $SELFRAG_INDEX or the user data dir)"
+    )
+    common.add_argument("-v", "--verbose", action="store_true", help="log more (and list skipped files)")
+    common.add_argument("--plain", action="store_true", help="plain progress lines instead of a progress bar")
+    llm_opts = argparse.ArgumentParser(add_help=False)
+    llm_opts.add_argument(
+        "--llm", default="local",
+        help="local (SmolLM2, default), gemma, a .gguf path, fake (no model), or provider:model",
+    )  # fmt: skip
+    llm_opts.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads of the local LLM (default: 2, or 1 on a busy machine)",
+    )
+    llm_opts.add_argument("--top-k", type=int, default=3, help="passages retrieved per search (default 3)")
+    llm_opts.add_argument(
+        "--max-llm-calls", type=int, default=12, help="LLM-call budget per question (default 12)"
+    )
+    new_index = argparse.ArgumentParser(add_help=False)
+    new_index.add_argument(
+        "--embedder", choices=EMBEDDERS, default="auto",
+        help="for a new index: auto (MiniLM when installed, else lexical), minilm, hashing, none",
+    )  # fmt: skip
+    new_index.add_argument("--chunk-size", type=int, default=600, help="characters per chunk of a new index")
+
+    parser = argparse.ArgumentParser(
+        prog="selfrag", description="Self-improving RAG over your documents, offline."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("index", parents=[common, new_index], help="index files and folders")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--encoding", help="encoding of files that are not UTF-8 (e.g. cp1252)")
+    p.set_defaults(func=cmd_index)
+    p = sub.add_parser("ask", parents=[common, llm_opts], help="answer a question from the index")
+    p.add_argument("question")
+    p.add_argument("--strategy", choices=STRATEGIES, default="self")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.set_defaults(func=cmd_ask)
+    p = sub.add_parser(
+        "demo", parents=[common, llm_opts, new_index], help="index a sample corpus and run all strategies"
+    )
+    p.add_argument(
+        "--questions", type=int, default=2, help="sample questions to run: 2 English (default), 3 adds Arabic"
+    )
+    p.add_argument(
+        "--strategies", nargs="+", choices=STRATEGIES, help="strategies to run (default: all four)"
+    )
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("stats", parents=[common], help="describe the index")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.INFO if args.verbose else logging.WARNING)  # bm25s sets its logger to DEBUG
+    logging.basicConfig(level=handler.level, format="%(levelname)s: %(message)s", handlers=[handler])
+    try:
+        code: int = args.func(args)
+    except CLIError as e:
+        print(f"selfrag: error: {e}", file=sys.stderr)
+        return e.code
+    except (RAGSystemError, ValueError) as e:  # typed library errors carry their fix
+        print(f"selfrag: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"selfrag: error: {e.filename or ''} {e.strerror or e}; check the path and its permissions",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    except KeyboardInterrupt:
+        print("selfrag: interrupted; the index is unchanged unless a save had completed", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

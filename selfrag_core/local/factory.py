@@ -1,0 +1,71 @@
+"""``make_llm(spec)``: the LLM named on the command line.
+
+``local`` / ``smollm2`` (default), ``gemma``, a path to a ``.gguf`` file, ``fake`` (a
+deterministic extractive stand-in for tests and dry runs), or ``provider:model`` for
+providers registered in ``PROVIDERS`` (integrations add theirs there).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from selfrag_core.errors import ConfigurationError
+
+#: ``provider`` -> factory taking the model name (the part after ``provider:``)
+PROVIDERS: dict[str, Callable[[str], Any]] = {}
+
+LLM_CHOICES = ("local", "smollm2", "gemma", "fake", "<path>.gguf", "<provider>:<model>")
+
+_FIRST_PASSAGE = re.compile(r"\[1\](.+?)(?:\n\s*\[2\]|$)", re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?؟])\s")
+
+
+def _extractive_reply(prompt: str) -> str:
+    """The first sentence of the first passage of the prompt's context (or a refusal)."""
+    match = _FIRST_PASSAGE.search(prompt)
+    lines = [] if match is None else match.group(1).strip().splitlines()
+    # skip a header line (source and score) and markdown headings
+    body = " ".join(ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith(("#", "/")))
+    if not body:
+        return "The information is not available in the indexed documents."
+    return _SENTENCE_END.split(body, maxsplit=1)[0]
+
+
+def fake_llm() -> Any:
+    """A scripted, instant LLM: answers with the first sentence of the best passage and
+    fills JSON steps with fixed, valid values (no model needed)."""
+    from selfrag_core.testing import FakeStructuredLLM
+
+    def reply(prompt: str) -> str:
+        if "JSON" not in prompt:
+            return _extractive_reply(prompt)
+        scores = dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), 8)
+        data = {"answer": _extractive_reply(prompt), **scores, "issues": [], "suggestions": []}
+        claims = [{"claim": data["answer"], "supported": True}]
+        return json.dumps({**data, "items": [], "claims": claims})
+
+    return FakeStructuredLLM(reply)
+
+
+def make_llm(spec: str = "local", **options: Any) -> Any:
+    """Build the LLM named by ``spec``; ``options`` go to ``LocalLLM`` for local models.
+
+    Raises ConfigurationError for an unknown name or provider, MissingDependencyError
+    (with the install command) when the model's packages are missing.
+    """
+    name = spec.strip()
+    if name.lower() == "fake":
+        return fake_llm()
+    provider, sep, model = name.partition(":")
+    if sep and len(provider) > 1:  # "C:\\models\\x.gguf" is a path, not a provider
+        factory = PROVIDERS.get(provider.lower())
+        if factory is None:
+            known = ", ".join(sorted(PROVIDERS)) or "none installed"
+            raise ConfigurationError(f"unknown LLM provider {provider!r} (known providers: {known})")
+        return factory(model)
+    from selfrag_core.local.llm import LocalLLM
+
+    return LocalLLM(name, **options)
