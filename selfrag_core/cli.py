@@ -495,6 +495,22 @@ def _one_line(text: str, limit: int = 160) -> str:
 # ----------------------------------------------------------------------------- parser
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from selfrag_core.serve import run, settings_from_args  # MissingDependencyError with the hint
+
+    directory = _index_dir(args)
+    rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    llm = _llm(args)
+    strategies = {
+        name: build_strategy(name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls)
+        for name in STRATEGIES
+    }
+    settings = settings_from_args(args, index_dir=str(directory))
+    run(args.host, args.port, str(directory), args.llm, rag=rag, llm=llm, strategies=strategies,
+        settings=settings, log_level=args.log_level)  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -550,6 +566,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", parents=[common], help="describe the index")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)
+    from selfrag_core.serve.server import add_arguments as add_serve_arguments  # imports no FastAPI
+
+    p = sub.add_parser(
+        "serve", parents=[common, llm_opts, new_index],
+        help="serve the strategies over HTTP (pip install 'selfrag[serve]')",
+    )  # fmt: skip
+    add_serve_arguments(p, shared=False)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

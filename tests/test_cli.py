@@ -303,7 +303,8 @@ def test_unknown_llm(capsys, docs, index_dir) -> None:  # type: ignore[no-untype
     code, _, err = run(capsys, "ask", "bees?", "--llm", "gpt-17")
     assert code == 2 and "neither a known model" in one_line_error(err)
     code, _, err = run(capsys, "ask", "bees?", "--llm", "nope:model")
-    assert code == 2 and "unknown LLM provider 'nope'" in one_line_error(err)
+    message = one_line_error(err)  # the wording depends on whether the LangChain adapter is installed
+    assert code == 2 and "nope" in message and "provider" in message.lower()
 
 
 def test_missing_local_extra_names_the_install_command(capsys, docs, index_dir, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -380,3 +381,12 @@ def test_a_minilm_index_reopens_with_minilm_and_stats_does_not_load_it(  # type:
     code, out, _ = run(capsys, "ask", "Where are the flowers?", "--llm", "fake")
     assert code == 0 and "Honeybees dance" in out
     assert loads == ["minilm"]
+
+
+def test_serve_subcommand_is_wired() -> None:
+    from selfrag_core.cli import build_parser, cmd_serve
+
+    args = build_parser().parse_args(["serve", "--port", "9001", "--llm", "fake", "--max-llm-calls", "5"])
+    assert (
+        args.func is cmd_serve and args.port == 9001 and args.max_llm_calls == 5 and args.host == "127.0.0.1"
+    )

@@ -313,3 +313,25 @@ def test_to_dict_is_json_safe(backend: FakeRetriever, instant: ExecutionConfig) 
         assert key in data
     assert data["trace"]["llm_calls"] == 1 and data["trace"]["events"][0]["kind"] == "retrieval"
     assert result.final_answer == result.answer and result.refinement_steps == result.iterations
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (1, 0.1),
+        (0, 0.0),
+        (7, 0.7),
+        (10, 1.0),
+        (85, 0.85),
+        (0.9, 0.9),
+        (1.0, 1.0),
+        (7.5, 0.75),
+        ("8", 0.8),
+        (-3, 0.0),
+    ],
+)
+def test_judge_scales(raw: Any, expected: float) -> None:
+    from selfrag_core.strategies.self_rag import _unit
+
+    assert _unit(raw) == pytest.approx(expected)
+    assert _unit(True) is None and _unit("high") is None and _unit(None) is None

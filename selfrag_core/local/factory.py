@@ -62,10 +62,18 @@ def make_llm(spec: str = "local", **options: Any) -> Any:
     provider, sep, model = name.partition(":")
     if sep and len(provider) > 1:  # "C:\\models\\x.gguf" is a path, not a provider
         factory = PROVIDERS.get(provider.lower())
-        if factory is None:
-            known = ", ".join(sorted(PROVIDERS)) or "none installed"
-            raise ConfigurationError(f"unknown LLM provider {provider!r} (known providers: {known})")
-        return factory(model)
+        if factory is not None:
+            return factory(model)
+        try:  # LangChain chat models, through the adapter package
+            from selfrag_langchain.providers import make_llm as langchain_llm
+        except ImportError:
+            known = ", ".join(sorted(PROVIDERS)) or "none registered"
+            raise ConfigurationError(
+                f"unknown LLM provider {provider!r} (registered: {known}); for LangChain chat models "
+                "install the adapter (pip install -e integrations/langchain) and the provider's package "
+                "(e.g. langchain-ollama)"
+            ) from None
+        return langchain_llm(name)  # MissingDependencyError names the provider package
     from selfrag_core.local.llm import LocalLLM
 
     return LocalLLM(name, **options)

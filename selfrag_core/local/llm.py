@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.local.models import require_llama, resolve_model
+from selfrag_core.local.models import check_model_name, require_llama, resolve_model
 from selfrag_core.protocols import LLMOutput
 
 logger = logging.getLogger("selfrag")
@@ -81,6 +81,7 @@ class LocalLLM:
             raise ValueError(f"n_ctx={n_ctx} leaves no room for prompts; use at least twice max_tokens")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        check_model_name(model)  # a bad name is a ConfigurationError, whatever is installed
         require_llama()
         path, spec = resolve_model(model)
         from llama_cpp import Llama  # type: ignore[import-not-found,import-untyped]

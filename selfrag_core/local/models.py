@@ -73,17 +73,26 @@ MODELS: dict[str, ModelSpec] = {
 ALIASES = {"local": "smollm2", "smollm": "smollm2", "gemma3": "gemma"}
 
 
-def resolve_model(model: str | Path) -> tuple[Path, ModelSpec | None]:
-    """A known model name (``smollm2``, ``gemma``) or a path to a ``.gguf`` file."""
+def check_model_name(model: str | Path) -> ModelSpec | Path:
+    """The known model, or the .gguf path, named by ``model``; ConfigurationError otherwise
+    (checked before anything is imported or located)."""
     key = ALIASES.get(str(model).lower(), str(model).lower())
     if key in MODELS:
-        return MODELS[key].locate(), MODELS[key]
+        return MODELS[key]
     path = Path(model).expanduser()
     if path.suffix.lower() != ".gguf" or not path.is_file():
         raise ConfigurationError(
             f"model {str(model)!r} is neither a known model ({', '.join(MODELS)}) nor an existing .gguf file"
         )
-    return path, None
+    return path
+
+
+def resolve_model(model: str | Path) -> tuple[Path, ModelSpec | None]:
+    """A known model name (``smollm2``, ``gemma``) or a path to a ``.gguf`` file."""
+    named = check_model_name(model)
+    if isinstance(named, Path):
+        return named, None
+    return named.locate(), named
 
 
 def require_llama() -> None:

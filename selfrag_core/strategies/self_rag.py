@@ -35,17 +35,25 @@ _DIMENSIONS = ("relevance", "accuracy", "completeness", "clarity")
 
 
 def _unit(value: Any) -> float | None:
-    """A judge's score as a number in [0, 1]: 0-1, 0-10 and 0-100 scales accepted."""
+    """A judge's score as a number in [0, 1].
+
+    The schemas ask for integers from zero to ten, so an integer is read on that scale
+    (a 1 is poor, not perfect); a fraction up to 1 is read as already in [0, 1]; other
+    numbers as 0-10, or 0-100 above ten. Numeric strings are accepted.
+    """
     if isinstance(value, bool):
         return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
+    if isinstance(value, str):
+        try:
+            value = int(value) if value.strip().isdigit() else float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int):
+        x = value / 10.0 if value <= 10 else value / 100.0
+    elif isinstance(value, float) and value == value:
+        x = value if value <= 1.0 else value / 10.0 if value <= 10.0 else value / 100.0
+    else:
         return None
-    if x != x:
-        return None
-    if x > 1.0:
-        x = x / 10.0 if x <= 10.0 else x / 100.0
     return min(1.0, max(0.0, x))
 
 
