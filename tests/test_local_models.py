@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -109,8 +110,19 @@ def test_make_llm_fake_is_extractive_and_valid_for_every_json_step() -> None:
 
 
 def test_make_llm_providers_hook(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigurationError, match="unknown LLM provider 'openai'"):
-        factory.make_llm("openai:gpt-4o-mini")
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_adapter(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("selfrag_langchain"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    with monkeypatch.context() as m:  # without the LangChain adapter: a clear configuration error
+        m.setattr(builtins, "__import__", no_adapter)
+        with pytest.raises(ConfigurationError, match=r"unknown LLM provider 'openai'.*langchain"):
+            factory.make_llm("openai:gpt-4o-mini")
     monkeypatch.setitem(factory.PROVIDERS, "echo", lambda model: f"llm<{model}>")
     assert factory.make_llm("echo:tiny") == "llm<tiny>"
 
