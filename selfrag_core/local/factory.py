@@ -65,7 +65,7 @@ def make_llm(spec: str = "local", **options: Any) -> Any:
         if factory is not None:
             return factory(model)
         try:  # LangChain chat models, through the adapter package
-            from selfrag_langchain.providers import make_llm as langchain_llm
+            from selfrag_langchain.providers import make_llm as langchain_llm  # type: ignore[import-not-found]
         except ImportError:
             known = ", ".join(sorted(PROVIDERS)) or "none registered"
             raise ConfigurationError(
