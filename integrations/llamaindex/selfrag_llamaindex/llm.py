@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from llama_index.core.llms import LLM
@@ -66,6 +67,26 @@ class LlamaIndexLLM:
             out = llm_output(await self.llm.acomplete(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
+
+    # ------------------------------------------------------------------ streaming
+    def stream(self, prompt: str) -> Iterator[str]:
+        """The completion's text pieces as the LLM streams them (``stream_complete``)."""
+        with _events.event(*self._start(prompt)) as ev:
+            parts: list[str] = []
+            for chunk in self.llm.stream_complete(prompt):
+                if chunk.delta:
+                    parts.append(chunk.delta)
+                    yield chunk.delta
+            _events.end(ev, self._end(prompt, "".join(parts)))
+
+    async def astream(self, prompt: str) -> AsyncIterator[str]:
+        with _events.event(*self._start(prompt)) as ev:
+            parts: list[str] = []
+            async for chunk in await self.llm.astream_complete(prompt):
+                if chunk.delta:
+                    parts.append(chunk.delta)
+                    yield chunk.delta
+            _events.end(ev, self._end(prompt, "".join(parts)))
 
     # ------------------------------------------------------------------ JSON steps
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:

@@ -77,8 +77,10 @@ class SelfRAGQueryEngine(CustomQueryEngine):
 
     ``aquery`` runs the strategy's ``aquery`` on the event loop (never blocking it).
     With ``streaming=True`` the result is a ``StreamingResponse`` (``AsyncStreamingResponse``
-    from ``aquery``) whose generator yields the final answer word by word once the
-    strategy has finished. During a query, the engine's ``callback_manager`` sees a
+    from ``aquery``) whose generator yields the final answer's text as the strategy's
+    LLM produces it (HyDE's answer, the recursive merge; SelfIRAG and SelfHealingRAG pick
+    their answer only at the end, so it comes in one piece); ``source_nodes`` and
+    ``metadata`` are filled in when the stream ends. During a query, the engine's ``callback_manager`` sees a
     QUERY event, an LLM event per call of a :class:`LlamaIndexLLM` and a RETRIEVE
     event per retrieval of an :func:`as_backend` backend, and SUB_QUESTION events
     for a decomposition (emitted when the strategy is done); instrumentation
@@ -140,15 +142,55 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         return await self._arespond(query_str, [])
 
     # ------------------------------------------------------------------ shared pre/post
+    def _streams_tokens(self) -> bool:
+        return self.streaming and callable(getattr(self.strategy, "stream", None))
+
     def _respond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
+        if self._streams_tokens():
+            response = StreamingResponse(_chunks(""), [], {})
+            response.response_gen = self._token_gen(query, notes, response)
+            return response
         with self._observed(query) as (ev, observation):
             result = run_strategy(self.strategy, query, self.context)
             return self._response(result, notes, observation, ev, asynchronous=False)
 
     async def _arespond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
+        if self._streams_tokens():
+            response = AsyncStreamingResponse(_achunks(""), [], {})
+            response.response_gen = self._atoken_gen(query, notes, response)
+            return response
         with self._observed(query) as (ev, observation):
             result = await arun_strategy(self.strategy, query, self.context)
             return self._response(result, notes, observation, ev, asynchronous=True)
+
+    def _token_gen(
+        self, query: str, notes: list[dict[str, Any]], response: Any
+    ) -> Generator[str, None, None]:
+        """The final answer's tokens as the strategy's LLM produces them; the sources and
+        metadata are filled in on ``response`` when the stream ends."""
+        with self._observed(query) as (ev, observation):
+            for event in self.strategy.stream(query, self.context):
+                if event.kind == "token":
+                    yield event.text
+                else:
+                    self._complete(response, event.result, notes, observation, ev)
+
+    async def _atoken_gen(
+        self, query: str, notes: list[dict[str, Any]], response: Any
+    ) -> AsyncGenerator[str, None]:
+        with self._observed(query) as (ev, observation):
+            async for event in self.strategy.astream(query, self.context):
+                if event.kind == "token":
+                    yield event.text
+                else:
+                    self._complete(response, event.result, notes, observation, ev)
+
+    def _complete(
+        self, response: Any, result: Any, notes: list[dict[str, Any]], observation: Any, ev: Any
+    ) -> None:
+        final = self._response(result, notes, observation, ev, asynchronous=False, stream=False)
+        response.source_nodes.extend(final.source_nodes)
+        response.metadata = {**(response.metadata or {}), **(final.metadata or {})}
 
     @contextlib.contextmanager
     def _observed(self, query: str) -> Iterator[tuple[Any, _events.Observation]]:
@@ -167,13 +209,14 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         ev: Any,
         *,
         asynchronous: bool,
+        stream: bool | None = None,
     ) -> RESPONSE_TYPE:
         self._sub_question_events(result)
         answer = str(result.answer)
         nodes = nodes_from_docs(list(getattr(result, "sources", None) or []), observation.nodes)
         metadata = response_metadata(result, self.strategy, notes + observation.notes)
         response: RESPONSE_TYPE
-        if not self.streaming:
+        if not (self.streaming if stream is None else stream):
             response = Response(answer, nodes, metadata)
         elif asynchronous:
             response = AsyncStreamingResponse(_achunks(answer), nodes, metadata)

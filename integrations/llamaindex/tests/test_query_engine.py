@@ -109,9 +109,24 @@ async def test_aquery_does_not_block_the_loop(make_llm, index) -> None:
 def test_streaming_sync(make_llm, index) -> None:
     response = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index, streaming=True).query(FRANCE)
     assert isinstance(response, StreamingResponse)
-    chunks = list(response.response_gen)
-    assert len(chunks) > 1 and "".join(chunks) == "Paris is the capital of France."
+    chunks = list(response.response_gen)  # SelfIRAG picks its answer at the end: one piece
+    assert "".join(chunks) == "Paris is the capital of France."
     assert response.source_nodes[0].node_id == "paris" and response.metadata["strategy"] == "SelfIRAG"
+
+
+def test_streaming_forwards_the_llms_tokens(make_llm, index) -> None:
+    response = engine(HyDERAG, make_llm(HYDE_RULES), index, streaming=True).query(FRANCE)
+    assert isinstance(response, StreamingResponse) and response.source_nodes == []  # filled at the end
+    chunks = list(response.response_gen)
+    assert len(chunks) > 1  # word by word, as the LLM's stream_complete produced them
+    assert "".join(chunks).strip() == engine(HyDERAG, make_llm(HYDE_RULES), index).query(FRANCE).response
+    assert response.source_nodes and response.metadata["strategy"] == "HyDERAG"
+
+
+async def test_streaming_async_forwards_tokens(make_llm, index) -> None:
+    response = await engine(HyDERAG, make_llm(HYDE_RULES), index, streaming=True).aquery(FRANCE)
+    chunks = [c async for c in response.async_response_gen()]
+    assert len(chunks) > 1 and response.source_nodes
 
 
 async def test_streaming_async(make_llm, index) -> None:
