@@ -36,14 +36,7 @@ from typing import Any, TypeVar, Union
 
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import BudgetExceededError, QueryTimeoutError
-from selfrag_core.llm import (
-    LLMReply,
-    TokenSink,
-    acall_llm_detailed,
-    astream_llm_detailed,
-    call_llm_detailed,
-    stream_llm_detailed,
-)
+from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed
 from selfrag_core.retrieval import _aretrieve_safe, _retrieve_safe
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
 
@@ -140,6 +133,8 @@ class Run:
     def call_options(self, effect: Generate, sleep: Any) -> dict[str, Any]:
         """Keyword arguments of one LLM call under this run's policy."""
         return {
+            "schema": dict(effect.schema) if effect.schema is not None else None,
+            "sink": self.on_token if effect.stream else None,
             "timeout": self.call_timeout(),
             "purpose": effect.purpose,
             "before_attempt": self.before_attempt,
@@ -263,15 +258,7 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
             start = time.perf_counter()
             common = run.call_options(effect, run.config.sleep)
             try:
-                if effect.stream and run.on_token is not None:
-                    reply = stream_llm_detailed(
-                        effect.llm, effect.prompt, run.on_token, effect.retries, **common
-                    )
-                else:
-                    schema = dict(effect.schema) if effect.schema is not None else None
-                    reply = call_llm_detailed(
-                        effect.llm, effect.prompt, effect.retries, schema=schema, **common
-                    )
+                reply = call_llm_detailed(effect.llm, effect.prompt, effect.retries, **common)
             except Exception as e:
                 run.record_llm(effect, start, None, e)
                 raise
@@ -337,16 +324,7 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
             start = time.perf_counter()
             common = run.call_options(effect, run.config.async_sleep)
             try:
-                if effect.stream and run.on_token is not None:
-                    sink = run.on_token
-                    reply = await astream_llm_detailed(
-                        effect.llm, effect.prompt, sink, effect.retries, **common
-                    )
-                else:
-                    schema = dict(effect.schema) if effect.schema is not None else None
-                    reply = await acall_llm_detailed(
-                        effect.llm, effect.prompt, effect.retries, schema=schema, **common
-                    )
+                reply = await acall_llm_detailed(effect.llm, effect.prompt, effect.retries, **common)
             except Exception as e:
                 run.record_llm(effect, start, None, e)
                 raise

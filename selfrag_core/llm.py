@@ -40,6 +40,7 @@ from selfrag_core.protocols import LLMOutput
 logger = logging.getLogger("selfrag")
 
 Hook = Callable[[], None]
+TokenSink = Callable[[str], None]
 
 
 @dataclass
@@ -296,11 +297,25 @@ def call_llm_detailed(
     sleep: Callable[[float], None] | None = None,
     initial_wait: float = 0.5,
     max_wait: float = 8.0,
+    sink: TokenSink | None = None,
 ) -> LLMReply:
-    """One LLM call with retries; raises LLMCallError (or BudgetExceededError)."""
+    """One LLM call with retries; raises LLMCallError (or BudgetExceededError).
+
+    With ``sink``, the reply's text is sent to it as it is generated (see
+    :func:`stream_llm_detailed`; ``schema`` is not used then).
+    """
+
+    def once() -> LLMReply:
+        if sink is None:
+            return to_reply(_invoke_once(llm, prompt, schema))
+        if can_stream(llm):
+            return _stream_sync(llm, prompt, sink)
+        reply = to_reply(_invoke_once(llm, prompt, None))
+        sink(reply.text)
+        return reply
 
     def attempt() -> LLMReply:
-        return to_reply(_call_with_timeout(lambda: _invoke_once(llm, prompt, schema), timeout))
+        return _call_with_timeout(once, timeout)  # type: ignore[no-any-return]
 
     return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 
@@ -317,12 +332,22 @@ async def acall_llm_detailed(
     sleep: Callable[[float], Awaitable[None]] | None = None,
     initial_wait: float = 0.5,
     max_wait: float = 8.0,
+    sink: TokenSink | None = None,
 ) -> LLMReply:
     """Async twin of :func:`call_llm_detailed` (same policy, tenacity's async driver)."""
 
+    async def once() -> LLMReply:
+        if sink is None:
+            return to_reply(await _ainvoke_once(llm, prompt, schema))
+        if can_stream(llm):
+            return await _stream_async(llm, prompt, sink)
+        reply = to_reply(await _ainvoke_once(llm, prompt, None))
+        sink(reply.text)
+        return reply
+
     async def attempt() -> LLMReply:
         try:
-            return to_reply(await asyncio.wait_for(_ainvoke_once(llm, prompt, schema), timeout))
+            return await asyncio.wait_for(once(), timeout)
         except asyncio.TimeoutError as e:
             raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
 
@@ -361,8 +386,6 @@ async def _acall_llm(
 
 
 # ----------------------------------------------------------------------------- streaming
-
-TokenSink = Callable[[str], None]
 
 
 def _chunk_text(chunk: Any) -> str:
@@ -427,65 +450,18 @@ async def _stream_async(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
     return reply
 
 
-def stream_llm_detailed(
-    llm: Any,
-    prompt: str,
-    sink: TokenSink,
-    retries: int = 2,
-    *,
-    timeout: float | None = None,
-    purpose: str = "",
-    before_attempt: Hook | None = None,
-    sleep: Callable[[float], None] | None = None,
-    initial_wait: float = 0.5,
-    max_wait: float = 8.0,
-) -> LLMReply:
+def stream_llm_detailed(llm: Any, prompt: str, sink: TokenSink, retries: int = 2, **options: Any) -> LLMReply:
     """Like :func:`call_llm_detailed`, sending text to ``sink`` as it is generated.
 
     A retried attempt streams again from the start (the final result is
     authoritative). An LLM that cannot stream is called normally and its whole reply
     is sent as one piece.
     """
-
-    def stream() -> LLMReply:
-        if can_stream(llm):
-            return _stream_sync(llm, prompt, sink)
-        reply = to_reply(_invoke_once(llm, prompt, None))
-        sink(reply.text)
-        return reply
-
-    def attempt() -> LLMReply:
-        return _call_with_timeout(stream, timeout)  # type: ignore[no-any-return]
-
-    return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
+    return call_llm_detailed(llm, prompt, retries, sink=sink, **options)
 
 
 async def astream_llm_detailed(
-    llm: Any,
-    prompt: str,
-    sink: TokenSink,
-    retries: int = 2,
-    *,
-    timeout: float | None = None,
-    purpose: str = "",
-    before_attempt: Hook | None = None,
-    sleep: Callable[[float], Awaitable[None]] | None = None,
-    initial_wait: float = 0.5,
-    max_wait: float = 8.0,
+    llm: Any, prompt: str, sink: TokenSink, retries: int = 2, **options: Any
 ) -> LLMReply:
     """Async :func:`stream_llm_detailed`."""
-
-    async def stream() -> LLMReply:
-        if can_stream(llm):
-            return await _stream_async(llm, prompt, sink)
-        reply = to_reply(await _ainvoke_once(llm, prompt, None))
-        sink(reply.text)
-        return reply
-
-    async def attempt() -> LLMReply:
-        try:
-            return await asyncio.wait_for(stream(), timeout)
-        except asyncio.TimeoutError as e:
-            raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
-
-    return await _retry_async(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
+    return await acall_llm_detailed(llm, prompt, retries, sink=sink, **options)
