@@ -11,6 +11,7 @@ gets the Arabic templates.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ def detect_language(text: str) -> str:
     return "ar" if arabic * 2 >= len(letters) else "en"
 
 
+@functools.lru_cache(maxsize=64)
+def _placeholders(variables: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"\{(" + "|".join(map(re.escape, variables)) + r")\}")
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     name: str
@@ -44,8 +50,7 @@ class PromptTemplate:
             raise ConfigurationError(f"prompt {self.name!r} needs values for {sorted(missing)}")
         if not self.variables:
             return self.template
-        pattern = re.compile(r"\{(" + "|".join(map(re.escape, self.variables)) + r")\}")
-        return pattern.sub(lambda m: str(values[m.group(1)]), self.template)
+        return _placeholders(self.variables).sub(lambda m: str(values[m.group(1)]), self.template)
 
 
 #: name -> the variables each template must use

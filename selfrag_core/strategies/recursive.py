@@ -16,6 +16,7 @@ Differences from the reference implementation, on purpose:
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -53,15 +54,23 @@ def _word_forms(token: str) -> set[str]:
     return forms
 
 
+@functools.lru_cache(maxsize=32)
+def _keyword_parts(keywords: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each keyword with its word tokens (tokenised once per keyword list)."""
+    return tuple((k, tuple(_tokens(k))) for k in keywords)
+
+
 def matched_keywords(query: str, keywords: Sequence[str]) -> list[str]:
     """The keywords found in ``query`` as whole words (see :meth:`RecursiveRAG.is_complex`)."""
     tokens = _tokens(query)
     forms = [_word_forms(t) for t in tokens]
+    present = set().union(*forms)
     found = []
-    for keyword in keywords:
-        parts = _tokens(keyword)
+    for keyword, parts in _keyword_parts(tuple(keywords)):
         n = len(parts)
-        if n and any(all(parts[j] in forms[i + j] for j in range(n)) for i in range(len(tokens) - n + 1)):
+        if not n or not present.issuperset(parts):
+            continue
+        if n == 1 or any(all(parts[j] in forms[i + j] for j in range(n)) for i in range(len(tokens) - n + 1)):
             found.append(keyword)
     return found
 
