@@ -12,9 +12,9 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from selfrag_core.errors import MissingDependencyError
 
@@ -49,6 +49,7 @@ from selfrag_core.strategies.base import validate_query
 
 logger = logging.getLogger("selfrag.serve")
 
+T = TypeVar("T")
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 503, 504)
@@ -82,7 +83,7 @@ class ServiceState:
     store: DocumentStore
     active: int = 0
     counters: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(("served", "rejected", "exceeded", "failed"), 0)
+        default_factory=lambda: dict.fromkeys(("served", "rejected", "exceeded", "failed", "abandoned"), 0)
     )
 
     def try_acquire(self) -> bool:
@@ -154,12 +155,13 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
         "the strategy and the LLM stream it, else whole), then `result` (authoritative) or `error`."
     )
 
-    async def get_query(params: Annotated[QueryParams, Query()]) -> Response:
+    async def get_query(request: Request, params: Annotated[QueryParams, Query()]) -> Response:
         options = params.model_dump(exclude={"q"}, exclude_none=True)
-        return await _answer(state, name, QueryRequest.model_validate({"question": params.q, **options}))
+        body = QueryRequest.model_validate({"question": params.q, **options})
+        return await _answer(state, name, body, request)
 
-    async def post_query(body: QueryRequest) -> Response:
-        return await _answer(state, name, body)
+    async def post_query(request: Request, body: QueryRequest) -> Response:
+        return await _answer(state, name, body, request)
 
     for method, endpoint in (("GET", get_query), ("POST", post_query)):
         app.add_api_route(
@@ -168,7 +170,7 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
         )  # fmt: skip
 
 
-async def _answer(state: ServiceState, name: str, body: QueryRequest) -> Response:
+async def _answer(state: ServiceState, name: str, body: QueryRequest, request: Request) -> Response:
     settings = state.settings
     try:
         question = validate_query(body.question, name="question", max_chars=settings.max_question_chars)
@@ -195,7 +197,11 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest) -> Respons
     query = execute(strategy, question, body, execution, settings, push if body.stream else None)
     if not body.stream:
         try:
-            status, content = _reply(state, await _guarded(query), execution)
+            outcome = await _unless_disconnected(request, _guarded(query))
+            if outcome is None:  # nobody is waiting for the answer
+                state.counters["abandoned"] += 1
+                return Response(status_code=499)
+            status, content = _reply(state, outcome, execution)
             return JSONResponse(content, status_code=status)
         finally:
             state.release()
@@ -218,6 +224,29 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest) -> Respons
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+async def _unless_disconnected(request: Request, query: Awaitable[T]) -> T | None:
+    """``query``'s value, or None once the client has gone away (the query is then
+    cancelled, so it spends no more LLM calls). The request body is read already, so
+    the next message on the channel is the disconnect."""
+    task = asyncio.ensure_future(query)
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        task.cancel()
+        logger.info("client went away; query cancelled")
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            return None  # cancelled by the watcher, not by the server
+        raise
+    finally:
+        watcher.cancel()
 
 
 async def _guarded(query: Any) -> Outcome | ApiError:

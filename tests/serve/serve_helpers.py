@@ -143,7 +143,7 @@ class Server:
         return self.app.state.service
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=20, **kwargs)
+        return httpx.Client(base_url=self.url, **{"timeout": 20, **kwargs})
 
 
 def make_rag(index_dir: Path | None = None) -> Any:

@@ -82,3 +82,24 @@ def test_client_disconnect_mid_stream_cancels_the_query(server: Server, slow_llm
         queries = c.get("/stats").json()["queries"]
         assert queries["active"] == 0
         assert c.get("/query/self", params={"q": QUESTION}).status_code == 200  # still serving
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_client_disconnect_without_stream_cancels_the_query(
+    server: Server, slow_llm: ScriptedLLM, method: str
+) -> None:
+    # five dependent LLM calls of 0.3 s each if nobody stops it; the client waits 0.4 s
+    options = {"threshold": 1.0, "max_iterations": 3}
+    calls_before = len(slow_llm.calls)
+    abandoned = server.state.counters["abandoned"]
+    with server.client(timeout=0.4) as c, pytest.raises(httpx.ReadTimeout):
+        if method == "GET":
+            c.get("/query/slow", params={"q": QUESTION, **options})
+        else:
+            c.post("/query/slow", json={"question": QUESTION, **options})
+    time.sleep(1.2)
+    assert len(slow_llm.calls) - calls_before <= 2
+    with server.client() as c:
+        queries = c.get("/stats").json()["queries"]
+        assert queries["active"] == 0 and queries["abandoned"] == abandoned + 1
+        assert c.get("/query/self", params={"q": QUESTION}).status_code == 200  # still serving
