@@ -9,12 +9,13 @@ For every strategy, sync (``query``) and async (``aquery``):
 * 16 concurrent ``aquery`` calls on one instance: wall time and speed-up over 16 x one.
 
     python benchmarks/bench_strategies.py [--latency 0.2] [--runs 5] [--cpu-runs 200]
-    python benchmarks/bench_strategies.py --scifact 30 [--model gemma]   # needs selfrag[local]
+    python benchmarks/bench_strategies.py --scifact 300 --model smollm2 [--split train]  # selfrag[local]
 
-``--scifact N`` instead checks retrieval quality: on the first N SciFact test queries,
-nDCG@10 of BM25 (bm25s) with the plain query against HyDE's fused ranking
-(``HyDERAG.retrieve_documents``; passages written by the local model); the fusion
-keeps the question's own ranking in play, so HyDE should not fall below plain.
+``--scifact N`` instead checks retrieval quality: on the first N SciFact test (or
+train) queries, nDCG@10 of BM25 (bm25s) with the plain query against HyDE's fused
+ranking (``HyDERAG.retrieve_documents``; passages written by the local model); the
+fusion keeps the question's own ranking in play and weighs each passage by its
+agreement with it, so HyDE should not fall below plain.
 
 The LLM is ``selfrag_core.testing.FakeLLM`` with scripted, grounded replies, the
 backend an in-memory ``FakeRetriever``; nothing touches a network or a model.
@@ -157,12 +158,12 @@ def concurrency(name: str, latency: float, n: int = 16) -> tuple[float, float]:
     return wall, n * single / wall
 
 
-def scifact(n_queries: int, model: str, passages: int) -> None:
+def scifact(n_queries: int, model: str, passages: int, split: str = "test") -> None:
     from retrieval_scifact import DEFAULT_DATA, _bm25s, load_scifact, ndcg_at
 
     from selfrag_core.local.llm import LocalLLM
 
-    corpus, queries, qrels = load_scifact(DEFAULT_DATA)
+    corpus, queries, qrels = load_scifact(DEFAULT_DATA, split)
     search, _ = _bm25s(corpus)
 
     class BM25Backend:
@@ -176,7 +177,7 @@ def scifact(n_queries: int, model: str, passages: int) -> None:
         plain.append(ndcg_at(search(queries[qid]), qrels[qid]))
         fused.append(ndcg_at([d.id or "" for d in hyde.retrieve_documents(queries[qid])], qrels[qid]))
     n = len(plain)
-    print(f"SciFact, {n} test queries, BM25 top-20 per search, {passages} passage(s) by {llm.name}")
+    print(f"SciFact, {n} {split} queries, BM25 top-20 per search, {passages} passage(s) by {llm.name}")
     print(
         f"nDCG@10 plain query {statistics.mean(plain):.4f}   HyDE fused {statistics.mean(fused):.4f}   "
         f"HyDE better/equal/worse on {sum(f > p for f, p in zip(fused, plain, strict=True))}/"
@@ -191,11 +192,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cpu-runs", type=int, default=200)
     parser.add_argument("--scifact", type=int, default=0, metavar="N", help="HyDE nDCG@10 check on N queries")
-    parser.add_argument("--model", default="gemma", help="local model for --scifact")
+    parser.add_argument("--model", default="smollm2", help="local model for --scifact")
     parser.add_argument("--passages", type=int, default=1, help="hypothetical passages for --scifact")
+    parser.add_argument("--split", default="test", choices=["test", "train"], help="queries for --scifact")
     args = parser.parse_args()
     if args.scifact:
-        scifact(args.scifact, args.model, args.passages)
+        scifact(args.scifact, args.model, args.passages, args.split)
         return
     names = list(scenarios(FakeLLM(script)))
     print(f"LLM latency {args.latency:.2f}s; median of {args.runs} runs; CPU over {args.cpu_runs} runs")

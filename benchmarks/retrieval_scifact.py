@@ -47,13 +47,15 @@ CACHE_DIR = Path("/tmp/selfrag-bench-cache")
 # ----------------------------------------------------------------------------- data and metrics
 
 
-def load_scifact(root: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+def load_scifact(
+    root: Path, split: str = "test"
+) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
     with (root / "corpus.jsonl").open(encoding="utf-8") as f:
         corpus = {d["_id"]: f"{d['title']}\n{d['text']}" for d in map(json.loads, f)}
     with (root / "queries.jsonl").open(encoding="utf-8") as f:
         queries = {q["_id"]: q["text"] for q in map(json.loads, f)}
     qrels: dict[str, dict[str, int]] = {}
-    with (root / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+    with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as f:
         for qid, did, score in list(csv.reader(f, delimiter="\t"))[1:]:
             qrels.setdefault(qid, {})[did] = int(score)
     return corpus, {q: queries[q] for q in qrels}, qrels

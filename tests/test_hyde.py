@@ -9,7 +9,7 @@ import pytest
 
 from selfrag_core import ExecutionConfig, RetrievedDoc, ScoreKind
 from selfrag_core.errors import ConfigurationError
-from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER, HyDERAG, reciprocal_rank_fusion
+from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER, HyDERAG, agreement, reciprocal_rank_fusion
 from selfrag_core.testing import FakeLLM, FakeRetriever
 
 PASSAGE = "Photosynthesis converts light energy into chemical energy stored in glucose molecules."
@@ -176,6 +176,42 @@ def test_original_ranking_is_not_outvoted_by_the_passages() -> None:
     llm = script(passage="A hallucinated passage that is long enough to be kept here.")
     result = HyDERAG(Backend(), llm, num_hypothetical_docs=4).query(QUESTION)
     assert result.sources[0].text == right
+
+
+def test_agreement_is_the_share_of_the_question_top_documents_also_found() -> None:
+    docs = [_doc(f"document number {i}", 1.0, ScoreKind.SIMILARITY) for i in range(12)]
+    assert agreement(docs[:10], docs[5:12]) == 0.5
+    assert agreement(docs[:4], list(reversed(docs[:4]))) == 1.0
+    assert agreement(docs[:4], docs[4:8]) == 0.0
+    assert agreement([], docs) == 1.0  # nothing to disagree with
+
+
+class _Topical:
+    """The question finds q1..q4; a passage on the topic finds them reordered (q4 first);
+    a passage off the topic finds other documents (o1 first) and one of the question's."""
+
+    ON = "An on-topic passage long enough to be kept here."
+    OFF = "An off-topic passage long enough to be kept."
+
+    def retrieve(self, query: str, top_k: int = 5) -> list[str]:
+        if query.endswith(self.ON):
+            return ["q4 doc", "q1 doc", "q2 doc", "q3 doc"]
+        if query.endswith(self.OFF):
+            return ["o1 doc", "o2 doc", "o3 doc", "q2 doc"]
+        return ["q1 doc", "q2 doc", "q3 doc", "q4 doc"]
+
+
+def test_a_passage_votes_as_far_as_it_agrees_with_the_question() -> None:
+    def fused(passage: str) -> list[str]:
+        hyde = HyDERAG(_Topical(), script(passage=passage), num_hypothetical_docs=1, top_k=4)
+        return [d.text for d in hyde.retrieve_documents(QUESTION)]
+
+    # full agreement (4/4): the passage and the question vote equally, so the passage
+    # lifts the question's last document above its third
+    assert fused(_Topical.ON) == ["q1 doc", "q4 doc", "q2 doc", "q3 doc"]
+    # agreement 1/4: the off-topic documents stay below every document of the question
+    off = fused(_Topical.OFF)
+    assert off[:4] == ["q2 doc", "q1 doc", "q3 doc", "q4 doc"] and off[4:] == ["o1 doc", "o2 doc", "o3 doc"]
 
 
 # ---------------------------------------------------------------------- retriever API

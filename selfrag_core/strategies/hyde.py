@@ -15,6 +15,16 @@ Differences from the reference implementation, on purpose:
   distances). Rankings are fused by weighted reciprocal rank fusion; the original
   query's ranking weighs as much as all hypothetical rankings together, so a direct
   match is never outvoted by N passages the model invented.
+* Each passage's ranking is further weighted by how much it agrees with the
+  question's own ranking (the share of the question's top 10 it also finds,
+  :func:`agreement`): a passage that drifted off the topic, the usual failure of a
+  small model, finds other documents and loses its vote, while one that stays on
+  the topic re-orders the question's documents. On SciFact with BM25 and
+  SmolLM2-135M passages (``benchmarks/bench_strategies.py --scifact``) the
+  unweighted fusion fell below the plain query (nDCG@10 0.6833 against 0.6863 on
+  the 300 test queries); with agreement weighting it does not (0.6863: 18 queries
+  better, 15 worse; on 100 training queries 0.6640 against 0.6610). A model this
+  small adds little either way; the weighting is what keeps it from doing harm.
 * The fused documents are available on their own (:meth:`HyDERAG.retrieve_documents`),
   so HyDE can serve as a retriever in LangChain or LlamaIndex.
 """
@@ -50,6 +60,8 @@ MIN_DOC_CHARS = 40
 ANSWER_DOCS = 5
 #: the usual reciprocal-rank-fusion constant
 RRF_K = 60
+#: how deep a passage's ranking is compared with the question's (see :func:`agreement`)
+AGREEMENT_DEPTH = 10
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -84,6 +96,18 @@ def reciprocal_rank_fusion(
         )
         for d in unique
     ]
+
+
+def agreement(
+    reference: list[RetrievedDoc], ranking: list[RetrievedDoc], depth: int = AGREEMENT_DEPTH
+) -> float:
+    """The share of ``reference``'s top ``depth`` documents that ``ranking``'s top
+    ``depth`` also holds (same document key as the fusion); 1.0 when ``reference``
+    is empty (nothing to disagree with)."""
+    top = {_doc_key(d) for d in reference[:depth]}
+    if not top:
+        return 1.0
+    return len(top & {_doc_key(d) for d in ranking[:depth]}) / len(top)
 
 
 @dataclass
@@ -184,27 +208,37 @@ class HyDERAG(Strategy[HyDEResult]):
 
     def _retrieve_fused(self, query: str, context: Mapping[str, Any]) -> Plan[_Fused]:
         hypothetical = yield from self._hypothetical_docs(query)
-        # (search text, weight): the original ranking weighs as much as all hypothetical ones;
-        # with use_original_query each passage searches together with the question
+        # with use_original_query the question searches too, and leads every passage's search
         lead = f"{query}\n" if self.use_original_query else ""
-        searches = [(lead + doc, 1.0 / len(hypothetical)) for doc in hypothetical]
-        if self.use_original_query or not searches:
-            if not searches:
-                yield Note("no_hypothetical_docs", "searching with the original query instead")
-            searches.insert(0, (query, 1.0))
+        texts = [lead + doc for doc in hypothetical]
+        with_question = self.use_original_query or not texts
+        if not texts:
+            yield Note("no_hypothetical_docs", "searching with the original query instead")
+        if with_question:
+            texts.insert(0, query)
         options = retrieval_options(context)
-        outcomes = yield Parallel(
-            tuple(Retrieve(self.rag_system, text, self.top_k, options) for text, _ in searches)
-        )
-        rankings: list[tuple[list[RetrievedDoc], float]] = []
-        failures = 0
-        for (text, weight), outcome in zip(searches, outcomes, strict=True):
+        outcomes = yield Parallel(tuple(Retrieve(self.rag_system, t, self.top_k, options) for t in texts))
+        found: list[list[RetrievedDoc] | None] = []
+        for text, outcome in zip(texts, outcomes, strict=True):
             if isinstance(outcome, Exception):
-                failures += 1
                 yield Note("retrieval_failed", f"{type(outcome).__name__}: {outcome}", {"query": text[:200]})
+                found.append(None)
             else:
-                rankings.append((outcome, weight))
-        return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(searches), failures)
+                found.append(outcome)
+        failures = found.count(None)
+        if not with_question:
+            rankings = [(docs, 1.0 / len(found)) for docs in found if docs is not None]
+            return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(texts), failures)
+        # the question's ranking weighs as much as all passages' together; each passage
+        # votes as far as its ranking agrees with the question's
+        original, passages = found[0], found[1:]
+        rankings = [] if original is None else [(original, 1.0)]
+        rankings += [
+            (docs, (1.0 if original is None else agreement(original, docs)) / len(passages))
+            for docs in passages
+            if docs is not None
+        ]
+        return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(texts), failures)
 
     def _hypothetical_docs(self, query: str) -> Plan[list[str]]:
         prompt = self.prompts.render("hyde_document", detect_language(query), question=query)
