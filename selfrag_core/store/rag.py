@@ -54,6 +54,9 @@ logger = logging.getLogger("selfrag")
 
 _RRF_K = 60
 _EMBED_BATCH = 256
+#: async searches run on the event loop while the last search cost less CPU than this (s):
+#: a thread hop costs more than a small search, and 200 of them at once contend for the GIL
+INLINE_SEARCH_S = 0.001
 _SCALARS = (str, int, float, bool, type(None))
 _CONFIG_KEYS = (
     "embed", "path", "chunker", "chunk_size", "chunk_overlap", "bm25_alpha", "bm25_autorebuild",
@@ -323,6 +326,7 @@ class RAG:
         self.path = Path(path) if path is not None else None
 
         self._lock = threading.RLock()
+        self._search_cpu_s: float | None = None  # the last search's CPU time; None before any
         self._tokenizer = Tokenizer(stemmer) if self.bm25_alpha < 1 else None
         self._lexical = LexicalIndex()
         self._lexical_dirty = False
@@ -719,8 +723,24 @@ class RAG:
     async def asearch(
         self, query: str, top_k: int = 5, *, metadata_filter: Any = None, **filters: Any
     ) -> list[SearchHit]:
-        """Async :meth:`search` (the work runs in a thread)."""
-        return await asyncio.to_thread(self.search, query, top_k, metadata_filter=metadata_filter, **filters)
+        """Async :meth:`search`. A search runs in a worker thread unless the last one
+        took less than ``INLINE_SEARCH_S`` of CPU (a small index, a cheap embedder): then
+        on the event loop, which costs less than the thread hop and blocks it for less
+        than a millisecond. Measured on every search, so a slow embedder or reranker (or
+        an index that grew) goes back to threads at once."""
+        cost = self._search_cpu_s
+        if cost is not None and cost < INLINE_SEARCH_S:
+            return self._timed_search(query, top_k, metadata_filter, filters)
+        return await asyncio.to_thread(self._timed_search, query, top_k, metadata_filter, filters)
+
+    def _timed_search(
+        self, query: str, top_k: int, metadata_filter: Any, filters: Mapping[str, Any]
+    ) -> list[SearchHit]:
+        start = time.thread_time()  # this thread's CPU: waiting for the GIL does not count
+        try:
+            return self.search(query, top_k, metadata_filter=metadata_filter, **filters)
+        finally:
+            self._search_cpu_s = time.thread_time() - start
 
     def retrieve(
         self,
@@ -739,7 +759,8 @@ class RAG:
         metadata_filter: Any = None,
         filters: Mapping[str, Any] | None = None,
     ) -> list[RetrievedDoc]:
-        return await asyncio.to_thread(self.retrieve, query, top_k, metadata_filter, filters)
+        """Async :meth:`retrieve` (on the event loop or a thread, as :meth:`asearch`)."""
+        return list(await self.asearch(query, top_k, metadata_filter=metadata_filter, **dict(filters or {})))
 
     # ------------------------------------------------------------------ answering
 

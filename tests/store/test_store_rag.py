@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from selfrag_core import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
 from selfrag_core.errors import ConfigurationError, LLMTimeoutError, MissingDependencyError
 from selfrag_core.retrieval import _aretrieve_safe, _retrieve_safe
 from selfrag_core.store import RAG, HashingEmbeddings, QueryResult, SearchHit
+from selfrag_core.store import rag as rag_module
 from selfrag_core.testing import FakeLLM
 from selfrag_core.types import RetrievedDoc, ScoreKind
 
@@ -287,6 +290,33 @@ async def test_async_api() -> None:
     assert docs[0].metadata["source"] == "nile"
     result = await rag.aquery("Which river flows through Paris?")
     assert result.answer == "async answer" and "paris" in result.sources
+
+
+async def test_cheap_async_searches_run_on_the_loop_and_costly_ones_in_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rag_module, "INLINE_SEARCH_S", 0.005)  # margin for a busy CI machine
+    rag, threads, extra_cpu = make(), [], [0.0]
+    search = rag.search
+
+    def spy(*args: Any, **kwargs: Any) -> list[SearchHit]:
+        threads.append(threading.get_ident())
+        end = time.thread_time() + extra_cpu[0]
+        while time.thread_time() < end:  # a slow embedder or reranker
+            pass
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(rag, "search", spy)
+    loop = threading.get_ident()
+    for _ in range(4):
+        assert (await rag.aretrieve("Seine"))[0].metadata["source"] == "paris"
+    assert threads[0] != loop  # cost unknown (and the first search warms up): a worker thread
+    assert threads[-2:] == [loop, loop]  # cheap: no thread hop
+    extra_cpu[0] = 0.02
+    await rag.aretrieve("Seine")  # runs inline once, and is measured
+    threads.clear()
+    await rag.asearch("Seine")
+    assert threads != [loop]  # costly now: back to a thread
 
 
 # ----------------------------------------------------------------------------- strategies
