@@ -6,11 +6,13 @@ For each strategy, ``--requests`` requests (50, then 200) are sent at once; the
 script prints throughput, p50/p95/p99 latency, the error count, and the ideal latency
 (dependent LLM rounds, read from the returned traces, x the LLM latency) with the
 ratio p99 / ideal, and the server's CPU time per request (with one worker, N requests
-at once cost about N x that CPU on top of the ideal). Target: no errors and p99
+at once cost about N x that CPU on top of the ideal; ``--workers`` spreads it over
+processes, as ``selfrag serve --workers``). Target: no errors and p99
 within 1.5x of the ideal up to the server's concurrency bound. Bounded: at most 1000
 requests per run, ``--time-limit`` seconds per run.
 
     python benchmarks/bench_serve.py [--requests 50,200] [--latency 0.2] [--strategies self,hyde]
+    python benchmarks/bench_serve.py --workers 2      # selfrag serve --workers 2
 """
 
 from __future__ import annotations
@@ -82,12 +84,25 @@ def build_app(latency: float, max_concurrent: int) -> Any:
     return create_app(rag=rag, llm=BenchLLM(latency=latency), settings=settings)
 
 
-def serve(port: int, latency: float, max_concurrent: int, plain: bool) -> None:
+def serve(port: int, latency: float, max_concurrent: int, plain: bool, workers: int) -> None:
     import uvicorn
 
-    app = build_app(latency, max_concurrent)
     stack: dict[str, Any] = {"loop": "asyncio", "http": "h11"} if plain else {}
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096, **stack)
+    options: dict[str, Any] = {"host": "127.0.0.1", "port": port, "log_level": "warning", "backlog": 4096}
+    if workers == 1:
+        uvicorn.run(build_app(latency, max_concurrent), **options, **stack)
+        return
+    # each worker process builds the same app (the benchmark ingests nothing, so no shared index)
+    os.environ["BENCH_SERVE_APP"] = json.dumps([latency, max_concurrent])
+    uvicorn.run(
+        "bench_serve:worker_app", factory=True, workers=workers,
+        app_dir=os.path.dirname(os.path.abspath(__file__)), **options, **stack,
+    )  # fmt: skip
+
+
+def worker_app() -> Any:
+    latency, max_concurrent = json.loads(os.environ["BENCH_SERVE_APP"])
+    return build_app(latency, max_concurrent)
 
 
 def core_cpu_ms(name: str, n: int = 50) -> float:
@@ -189,13 +204,17 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) 
 
 
 def process_cpu(pid: int) -> float:
-    """CPU seconds used so far by process ``pid`` (Linux; 0 elsewhere)."""
+    """CPU seconds used so far by process ``pid`` and its live children (the workers;
+    Linux; 0 elsewhere)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(process_cpu(c) for c in children)
 
 
 def main() -> None:
@@ -208,10 +227,11 @@ def main() -> None:
     parser.add_argument("--max-concurrent", type=int, default=256, help="the server's concurrency bound")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per run")
     parser.add_argument("--plain", action="store_true", help="asyncio + h11 even if uvloop/httptools exist")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (selfrag serve --workers)")
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.latency, args.max_concurrent, args.plain)
+        serve(args.serve, args.latency, args.max_concurrent, args.plain, args.workers)
         return
     levels = [int(n) for n in args.requests.split(",")]
     if max(levels) > 1000:
@@ -220,7 +240,8 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, __file__, "--serve", str(port), "--latency", str(args.latency)]
-    command += ["--max-concurrent", str(args.max_concurrent)] + (["--plain"] if args.plain else [])
+    command += ["--max-concurrent", str(args.max_concurrent), "--workers", str(args.workers)]
+    command += ["--plain"] if args.plain else []
     proc = subprocess.Popen(command, env=dict(os.environ))
     try:
         wait_until_up(url, proc)
@@ -230,7 +251,8 @@ def main() -> None:
             "" if args.plain else ", ".join(m for m in ("uvloop", "httptools") if importlib.util.find_spec(m))
         )
         print(
-            f"selfrag serve: one uvicorn {uvicorn.__version__} worker ({extras or 'asyncio, h11'}), "
+            f"selfrag serve: {args.workers} uvicorn {uvicorn.__version__} worker(s) "
+            f"({extras or 'asyncio, h11'}), "
             f"LLM latency {args.latency:.2f} s, concurrency bound {args.max_concurrent}, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n"
             "ideal = dependent LLM rounds x latency; cpu = server CPU per request; "

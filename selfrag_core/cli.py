@@ -495,8 +495,9 @@ def _one_line(text: str, limit: int = 160) -> str:
 # ----------------------------------------------------------------------------- parser
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from selfrag_core.serve import run, settings_from_args  # MissingDependencyError with the hint
+def serve_app(args: argparse.Namespace) -> Any:
+    """The app ``selfrag serve`` serves (one per worker process), from its parsed options."""
+    from selfrag_core.serve import create_app, settings_from_args  # MissingDependencyError with the hint
 
     directory = _index_dir(args)
     rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
@@ -506,8 +507,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for name in STRATEGIES
     }
     settings = settings_from_args(args, index_dir=str(directory))
-    run(args.host, args.port, str(directory), args.llm, rag=rag, llm=llm, strategies=strategies,
-        settings=settings, log_level=args.log_level)  # fmt: skip
+    return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from selfrag_core.serve.server import serve_forever, serve_workers
+
+    args.index = str(_index_dir(args))  # every worker opens the same directory
+    if args.workers > 1:
+        serve_workers("cli", args, args.workers)
+    else:
+        serve_forever(serve_app(args), args.host, args.port, log_level=args.log_level)
     return 0
 
 

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -188,6 +189,7 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest, request: R
         strategy, execution = prepare(state.strategies[name], body, settings)
     except ConfigurationError as e:
         raise ApiError(422, str(e)) from e
+    await state.store.sync()  # what another worker saved since
     if not state.try_acquire():
         raise ApiError(
             503,
@@ -307,11 +309,13 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     async def stats() -> StatsResponse:
         limits = dataclasses.asdict(state.settings)
         limits["api_token"] = state.settings.api_token is not None
+        await state.store.sync()
         return StatsResponse(
             strategies={name: _strategy_stats(s) for name, s in state.strategies.items()},
             documents=state.store.count(),
             queries={**state.counters, "active": state.active},
             limits=limits,
+            worker=os.getpid(),
         )
 
     @app.post("/documents", response_model=IngestResponse, tags=["documents"])

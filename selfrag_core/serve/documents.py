@@ -2,7 +2,12 @@
 
 Writes are serialised by one lock and, when an index directory is configured and the
 backend can ``save``, persisted after every change, so a crash or a client going away
-never loses an indexed document. Backends are used by duck typing, best first:
+never loses an indexed document. Several processes (``selfrag serve --workers N``) share
+that directory: a write holds an exclusive file lock on it and first reloads what the
+others saved, and every query first reloads the index if another process saved it
+since (``RAG.changed_on_disk`` / ``refresh``), so no worker loses or misses a write.
+
+Backends are used by duck typing, best first:
 ``aindex_many(documents)`` (a batch, all or nothing), ``aindex(text, source=..., **metadata)``,
 ``index(...)``, ``add_document(text, metadata)``;
 ``delete(source)`` and ``count()`` where they exist.
@@ -11,10 +16,13 @@ never loses an indexed document. Backends are used by duck typing, best first:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import logging
+import os
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +56,19 @@ def check_text(doc: DocumentIn, max_chars: int) -> None:
 def source_of(doc: DocumentIn) -> str:
     """The document's source, or a content hash when none was given."""
     return doc.source or "sha256:" + hashlib.sha256(doc.text.encode("utf-8")).hexdigest()[:16]
+
+
+def _lock_directory(directory: Path) -> int | None:
+    """An exclusive ``flock`` on ``directory`` (created if missing), held until the
+    returned descriptor is closed; None where ``fcntl`` does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: one process per index there
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
 
 
 async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -85,12 +106,32 @@ class DocumentStore:
         docs = getattr(self.backend, "documents", None)
         return len(docs) if isinstance(docs, list) else None
 
+    async def sync(self) -> None:
+        """Reload the backend if another process saved the shared index since (a no-op
+        without an index directory or for backends without ``refresh``)."""
+        changed = getattr(self.backend, "changed_on_disk", None)
+        if self.index_dir is not None and callable(changed) and changed():
+            await asyncio.to_thread(self.backend.refresh)
+
+    @contextlib.asynccontextmanager
+    async def _writing(self) -> AsyncIterator[None]:
+        """This process's write lock, the index directory's lock across processes, and
+        the index as the last writer saved it."""
+        async with self._lock:
+            fd = await asyncio.to_thread(_lock_directory, self.index_dir) if self.index_dir else None
+            try:
+                await self.sync()
+                yield
+            finally:
+                if fd is not None:
+                    os.close(fd)  # releases the lock
+
     async def add(self, docs: list[DocumentIn]) -> Added:
         if not self.can_add:
             raise UnsupportedError(f"{type(self.backend).__name__} cannot index documents (no add_document)")
         sources: list[str] = []
         counts: list[Any] = []
-        async with self._lock:
+        async with self._writing():
             try:
                 batch = getattr(self.backend, "aindex_many", None)
                 if callable(batch):  # all or nothing
@@ -124,7 +165,7 @@ class DocumentStore:
         deleter = getattr(self.backend, "delete", None)
         if not callable(deleter):
             raise UnsupportedError(f"{type(self.backend).__name__} cannot delete documents (no delete)")
-        async with self._lock:
+        async with self._writing():
             before = self.count()
             returned = await _call(deleter, source)
             after = self.count()

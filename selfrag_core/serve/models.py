@@ -143,3 +143,4 @@ class StatsResponse(BaseModel):
     documents: int | None
     queries: dict[str, int]
     limits: dict[str, Any]
+    worker: int = Field(description="process id of the worker that answered (see --workers)")

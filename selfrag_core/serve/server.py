@@ -3,18 +3,42 @@
 ``python -m selfrag_core.serve`` parses :func:`add_arguments` and calls :func:`run`.
 Importing this module needs neither FastAPI nor uvicorn (``run`` imports them), so a
 CLI can add the arguments to its parser unconditionally.
+
+With ``--workers N`` uvicorn runs N processes on one socket, each building its own app
+from the parsed options (:func:`serve_workers`); they share the index directory, which
+the document store keeps consistent across them (``serve/documents.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from selfrag_core.errors import MissingDependencyError
+from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
+
+#: how a worker process learns which app to build (set by :func:`serve_workers`)
+WORKER_ENV = "SELFRAG_SERVE_WORKER"
+#: the functions that build an app from parsed options, by the name passed in WORKER_ENV
+APP_BUILDERS = {
+    "serve": "selfrag_core.serve.server:app_from_args",
+    "cli": "selfrag_core.cli:serve_app",
+}
+
+
+def _uvicorn() -> Any:
+    try:
+        import uvicorn
+    except ImportError as e:
+        hint = "pip install 'selfrag[serve]'"
+        raise MissingDependencyError(f"selfrag serve needs uvicorn ({e}): {hint}") from e
+    return uvicorn
 
 
 def run(
@@ -37,12 +61,7 @@ def run(
     ``rag``, ``llm`` and ``strategies``; otherwise they are built from ``index_dir``
     and ``llm_spec`` (``default_strategies``).
     """
-    try:
-        import uvicorn
-    except ImportError as e:
-        hint = "pip install 'selfrag[serve]'"
-        raise MissingDependencyError(f"selfrag serve needs uvicorn ({e}): {hint}") from e
-
+    _uvicorn()  # the install hint before any model loads
     from selfrag_core.local import make_llm
     from selfrag_core.serve.app import create_app
     from selfrag_core.serve.factory import open_backend
@@ -53,7 +72,55 @@ def run(
     rag = open_backend(index_dir) if rag is None else rag
     llm = make_llm(llm_spec) if llm is None else llm
     app = create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    serve_forever(app, host, port, log_level)
+
+
+def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> None:
+    """Serve a built app in this process until interrupted."""
+    _uvicorn().run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+
+
+def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
+    """Serve with ``workers`` processes, each building its app with ``APP_BUILDERS[builder]``
+    from ``args`` (the parsed options, passed as JSON through ``WORKER_ENV``). They
+    share the index directory, so one is required."""
+    if builder not in APP_BUILDERS:
+        raise ConfigurationError(f"unknown app builder {builder!r}; known: {sorted(APP_BUILDERS)}")
+    if not getattr(args, "index", None):
+        raise ConfigurationError(
+            "--workers above 1 needs --index DIR: the workers share their documents through it"
+        )
+    plain = (str, int, float, bool, list, type(None))
+    options = {k: v for k, v in vars(args).items() if isinstance(v, plain)}
+    os.environ[WORKER_ENV] = json.dumps({"builder": builder, "args": options})
+    _uvicorn().run(
+        f"{__name__}:worker_app", factory=True, workers=workers, host=args.host, port=args.port,
+        log_level=args.log_level, timeout_graceful_shutdown=10,
+    )  # fmt: skip
+
+
+def worker_app() -> Any:
+    """The app of one worker process (uvicorn's factory; see :func:`serve_workers`)."""
+    spec = json.loads(os.environ[WORKER_ENV])
+    module, _, name = APP_BUILDERS[spec["builder"]].partition(":")
+    build = getattr(importlib.import_module(module), name)
+    return build(argparse.Namespace(**spec["args"]))
+
+
+def app_from_args(args: argparse.Namespace) -> Any:
+    """The app that ``python -m selfrag_core.serve`` serves, from its parsed options."""
+    from selfrag_core.local import make_llm
+    from selfrag_core.serve.app import create_app
+    from selfrag_core.serve.factory import open_backend
+
+    settings = settings_from_args(args)
+    return create_app(rag=open_backend(args.index), llm=make_llm(args.llm), settings=settings)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> None:
@@ -74,6 +141,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
         help="queries at once before 503",
     )
     add("--timeout", type=float, default=defaults.query_timeout, help="seconds per query before 504")
+    add(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="processes serving on the port (default 1); above 1 they share --index DIR",
+    )
     add(
         "--cors-origin",
         action="append",
@@ -101,6 +174,9 @@ def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -
 def run_from_args(args: argparse.Namespace) -> None:
     """Run the service as parsed by :func:`add_arguments`."""
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.workers > 1:
+        serve_workers("serve", args, args.workers)
+        return
     run(
         args.host,
         args.port,
@@ -116,4 +192,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m selfrag_core.serve", description="Serve selfrag over HTTP."
     )
     add_arguments(parser)
-    run_from_args(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if args.workers > 1 and not args.index:
+        parser.error("--workers above 1 needs --index DIR: the workers share their documents through it")
+    run_from_args(args)

@@ -57,6 +57,17 @@ _EMBED_BATCH = 256
 #: async searches run on the event loop while the last search cost less CPU than this (s):
 #: a thread hop costs more than a small search, and 200 of them at once contend for the GIL
 INLINE_SEARCH_S = 0.001
+
+
+def _manifest_version(root: Path) -> tuple[int, int, int] | None:
+    """What changes when an index is saved (the manifest is replaced atomically), or None."""
+    try:
+        st = os.stat(root / MANIFEST)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 _SCALARS = (str, int, float, bool, type(None))
 _CONFIG_KEYS = (
     "embed", "path", "chunker", "chunk_size", "chunk_overlap", "bm25_alpha", "bm25_autorebuild",
@@ -327,6 +338,7 @@ class RAG:
 
         self._lock = threading.RLock()
         self._search_cpu_s: float | None = None  # the last search's CPU time; None before any
+        self._disk_version: tuple[int, int, int] | None = None  # of the manifest last loaded or saved
         self._tokenizer = Tokenizer(stemmer) if self.bm25_alpha < 1 else None
         self._lexical = LexicalIndex()
         self._lexical_dirty = False
@@ -345,7 +357,9 @@ class RAG:
             logger.info("selfrag store: no embedder given, so search is lexical (BM25) only")
         if self.path is not None:
             if (self.path / MANIFEST).exists():
+                version = _manifest_version(self.path)  # before loading: a later save is seen later
                 self._restore(load_index(self.path))
+                self._disk_version = version
             elif self.path.is_dir() and any(self.path.iterdir()):
                 raise IndexFormatError(
                     f"{self.path} is a non-empty directory without a selfrag index; "
@@ -907,12 +921,33 @@ class RAG:
             )
         if self.path is None:
             self.path = target
+        if target == self.path:
+            self._disk_version = _manifest_version(target)
         return target
+
+    def changed_on_disk(self) -> bool:
+        """Whether another process (a second ``selfrag serve`` worker, ``selfrag index``)
+        saved the index at ``path`` since this object last loaded or saved it. One
+        ``stat`` call: cheap enough to ask before every query."""
+        return self.path is not None and _manifest_version(self.path) not in (None, self._disk_version)
+
+    def refresh(self) -> bool:
+        """Reload the index from ``path`` if it :meth:`changed_on_disk`; returns whether it
+        did. Concurrent searches see either the old or the new index, never a mix."""
+        if not self.changed_on_disk():
+            return False
+        assert self.path is not None
+        version = _manifest_version(self.path)
+        self._restore(load_index(self.path))  # swaps the state under the lock when it is ready
+        self._disk_version = version
+        logger.info("selfrag store: reloaded %s (saved by another process)", self.path)
+        return True
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], embed: Any = None, **overrides: Any) -> RAG:
         """Open a saved index. Its saved settings apply unless overridden; ``embed`` must be
         the embedder it was built with (the built-in hashing embedder is recreated)."""
+        version = _manifest_version(Path(path))  # before loading: a later save is seen later
         stored = load_index(path)
         settings = stored.manifest.get("settings")
         settings = dict(settings) if isinstance(settings, dict) else {}
@@ -924,6 +959,7 @@ class RAG:
         rag = cls(embed, **settings)
         rag._restore(stored)
         rag.path = Path(path)
+        rag._disk_version = version
         return rag
 
     def _restore(self, stored: StoredIndex) -> None:

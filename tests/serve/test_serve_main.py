@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -57,6 +59,62 @@ def test_module_entry_point_serves_and_persists(tmp_path: Path) -> None:
     from selfrag_core.cli import open_index  # reopens with the embedder the index was built with
 
     assert "norway.txt" in open_index(index_dir, create=False).sources()
+
+
+def _start(command: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*command, "--port", str(port), "--log-level", "warning"],
+        env={**os.environ, "SELFRAG_API_TOKEN": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.2)
+
+
+def test_workers_share_the_index_and_lose_no_write(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s")
+    index_dir = tmp_path / "index"
+    command = [sys.executable, "-m", "selfrag_core.serve", "--llm", "fake", "--workers", "2"]
+    proc, url = _start([*command, "--index", str(index_dir)])
+    cities = [f"City{i}" for i in range(12)]
+
+    def add(city: str) -> int:  # a new connection each: the kernel spreads them over the workers
+        doc = {"text": f"{city} is a harbour town on the coast.", "source": f"{city}.txt"}
+        return httpx.post(f"{url}/documents", json=doc, timeout=30).status_code
+
+    def stats(_: int) -> dict[str, Any]:
+        return dict(httpx.get(f"{url}/stats", timeout=30).json())
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(add, cities)) == {200}
+            seen = [s for _ in range(10) for s in pool.map(stats, range(20))]
+        assert len({s["worker"] for s in seen}) == 2  # both workers answered ...
+        assert {s["documents"] for s in seen} == {len(cities)}  # ... and each had every document
+        answer = httpx.get(f"{url}/query/self", params={"q": "Which town is City7?"}, timeout=30).json()
+        assert any(d["metadata"].get("source") == "City7.txt" for d in answer["sources"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    from selfrag_core.cli import open_index
+
+    assert set(open_index(index_dir, create=False).sources()) == {f"{c}.txt" for c in cities}
+
+
+def test_workers_need_a_shared_index_directory() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "selfrag_core.serve", "--llm", "fake", "--workers", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--workers above 1 needs --index DIR" in done.stderr
 
 
 def test_the_cli_side_imports_no_framework() -> None:

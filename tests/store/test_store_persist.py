@@ -184,3 +184,27 @@ def test_embedder_identity_is_checked(tmp_path: Path) -> None:
     assert RAG.load(tmp_path / "custom", embed=custom).search("Seine")[0].source == "paris"
     with pytest.raises(EmbedderMismatchError, match="my-model"):
         RAG(path=tmp_path / "custom")  # lexical-only RAG on a dense index
+
+
+def test_a_second_process_sees_saved_changes_on_refresh(tmp_path: Path) -> None:
+    # two objects over one directory stand for two serve workers
+    writer = make(path=tmp_path)
+    writer.save()
+    reader = RAG.load(tmp_path)
+    assert not reader.changed_on_disk() and not reader.refresh()
+    writer.index("Lisbon lies where the Tagus meets the Atlantic.", source="lisbon")
+    writer.save()
+    assert reader.changed_on_disk()
+    assert not reader.search("Tagus")  # not reloaded yet
+    assert reader.refresh() and reader.count() == writer.count()
+    assert reader.search("Tagus")[0].source == "lisbon"
+    assert not reader.changed_on_disk()
+    reader.delete("lisbon")
+    reader.save()  # its own save is not a change to reload
+    assert not reader.changed_on_disk() and writer.refresh()
+    assert "lisbon" not in writer.sources()
+
+
+def test_refresh_without_a_saved_index_does_nothing(tmp_path: Path) -> None:
+    assert not RAG().changed_on_disk()
+    assert not RAG(path=tmp_path / "new").refresh()
