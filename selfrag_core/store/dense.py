@@ -7,6 +7,7 @@ searched exactly with one matrix-vector product.
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from typing import Any
@@ -14,6 +15,23 @@ from typing import Any
 import numpy as np
 
 _WORD = re.compile(r"(?u)\w+")
+
+
+def _word_features(word: str, low: int, high: int) -> list[str]:
+    """A word's hashing features: the word itself and the character n-grams of " word "."""
+    padded = f" {word} "
+    feats = ["w:" + word]
+    for n in range(low, high + 1):
+        feats.extend(padded[i : i + n] for i in range(len(padded) - n + 1))
+    return feats
+
+
+@functools.lru_cache(maxsize=1 << 14)  # a few MB at most
+def _hashed_word(word: str, dim: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, signs) of a word's features under signed CRC32 feature hashing."""
+    hashes = np.array([zlib.crc32(f.encode("utf-8")) for f in _word_features(word, low, high)], np.uint64)
+    signs = np.where((hashes >> np.uint64(31)) & np.uint64(1), -1.0, 1.0)
+    return (hashes % np.uint64(dim)).astype(np.int64), signs
 
 
 def as_matrix(raw: Any, rows: int) -> np.ndarray:
@@ -63,24 +81,20 @@ class HashingEmbeddings:
 
     def _features(self, text: str) -> list[str]:
         feats: list[str] = []
-        low, high = self.ngram_range
         for word in _WORD.findall(text.casefold()):
-            feats.append("w:" + word)
-            padded = f" {word} "
-            for n in range(low, high + 1):
-                feats.extend(padded[i : i + n] for i in range(len(padded) - n + 1))
+            feats.extend(_word_features(word, *self.ngram_range))
         return feats
 
     def _embed(self, text: str) -> np.ndarray:
-        vec = np.zeros(self.dim, dtype=np.float32)
-        feats = self._features(text)
-        if not feats:
-            return vec
-        hashes = np.fromiter(
-            (zlib.crc32(f.encode("utf-8")) for f in feats), dtype=np.uint64, count=len(feats)
-        )
-        signs = np.where((hashes >> np.uint64(31)) & np.uint64(1), -1.0, 1.0).astype(np.float32)
-        np.add.at(vec, (hashes % np.uint64(self.dim)).astype(np.int64), signs)
+        words = _WORD.findall(text.casefold())
+        if not words:
+            return np.zeros(self.dim, dtype=np.float32)
+        low, high = self.ngram_range
+        hashed = [_hashed_word(w, self.dim, low, high) for w in words]  # memoised per word
+        slots = np.concatenate([h[0] for h in hashed])
+        signs = np.concatenate([h[1] for h in hashed])
+        # sums of +-1 are exact in any order: the same vector as adding feature by feature
+        vec = np.bincount(slots, weights=signs, minlength=self.dim).astype(np.float32)
         norm = float(np.linalg.norm(vec))
         return vec / norm if norm > 0 else vec
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -455,3 +456,22 @@ def test_chunks_without_index_terms_do_not_break_search() -> None:
     rag.index("Owls hunt at night.", source="owl")
     assert [h.source for h in rag.search("owls")] == ["owl"]
     assert rag.search("of the") == []
+
+
+def test_hashing_embeddings_match_the_feature_by_feature_definition() -> None:
+    # saved indexes hold these vectors: a faster implementation must give the same bits
+    import zlib
+
+    def reference(text: str, dim: int = 256) -> np.ndarray:
+        vec = np.zeros(dim, dtype=np.float32)
+        for word in re.findall(r"(?u)\w+", text.casefold()):
+            padded = f" {word} "
+            feats = ["w:" + word] + [padded[i : i + n] for n in (3, 4) for i in range(len(padded) - n + 1)]
+            for f in feats:
+                h = zlib.crc32(f.encode("utf-8"))
+                vec[h % dim] += -1.0 if (h >> 31) & 1 else 1.0
+        norm = float(np.linalg.norm(vec))
+        return vec / norm if norm > 0 else vec
+
+    texts = [*DOCS.values(), "Straße, ÉCOLE et école", "", "river river river Seine"]
+    assert np.array_equal(HashingEmbeddings().embed_documents(texts), np.stack([reference(t) for t in texts]))
