@@ -26,7 +26,7 @@ the difference is what LlamaIndex's LLM and retriever wrappers cost.
 ``ideal = rounds x latency``; ``cpu`` is the process CPU time of the run, which does not
 depend on the machine's load the way wall time does.
 
-    python benchmarks/bench_llamaindex.py            # ~2.5 min on 2 cores
+    python benchmarks/bench_llamaindex.py            # ~4 min on 2 cores
     LLM_LATENCY_S=0.5 python benchmarks/bench_llamaindex.py --runs 2
 
 Printed figures only; nothing is asserted.
@@ -230,7 +230,10 @@ def _record(walls: list[float], cpus: list[float], calls: set[int], rounds: set[
         name: next(iter(v)) if len(v) == 1 else sorted(v)
         for name, v in (("calls", calls), ("rounds", rounds))
     }
-    return {"wall": statistics.median(walls), "cpu": statistics.median(cpus), **one}
+    return {
+        "wall": statistics.median(walls), "spread": (min(walls), max(walls)),
+        "cpu": statistics.median(cpus), **one,
+    }  # fmt: skip
 
 
 def _ideal(rec: dict[str, Any], latency: float) -> float | None:
@@ -240,15 +243,16 @@ def _ideal(rec: dict[str, Any], latency: float) -> float | None:
 def _fmt(rec: dict[str, Any], latency: float) -> str:
     ideal = _ideal(rec, latency)
     vs_ideal = f"{rec['wall'] / ideal:5.2f}x" if ideal else "   - "
+    low, high = rec["spread"]
     return (
-        f"{rec['wall']:7.3f} s {rec['cpu'] * 1000:6.0f} ms cpu {rec['calls']!s:>4} calls "
-        f"{rec['rounds']!s:>4} rounds {vs_ideal} ideal"
+        f"{rec['wall']:7.3f} s ({low:.3f}-{high:.3f}) {rec['cpu'] * 1000:6.0f} ms cpu "
+        f"{rec['calls']!s:>4} calls {rec['rounds']!s:>4} rounds {vs_ideal} ideal"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5, help="runs per figure (the median is shown)")
     parser.add_argument("--only", default="decompose,hyde,retry")
     parser.add_argument("--retrievers", default="index,numpy")
     args = parser.parse_args()
@@ -260,7 +264,10 @@ def main() -> None:
         "numpy": NumpyRetriever(),
     }
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"simulated LLM latency {latency:.2f} s, {args.runs} runs per figure (median); load average {load}")
+    print(
+        f"simulated LLM latency {latency:.2f} s, {args.runs} runs per figure: median (fastest-slowest); "
+        f"load average {load}"
+    )
     print("cpu = process CPU time of the run (all queries of a concurrent batch)\n")
     for rname in args.retrievers.split(","):
         retriever = retrievers[rname]
