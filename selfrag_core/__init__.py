@@ -6,6 +6,7 @@ from selfrag_core.config import (
     RecursiveRAGConfig,
     SelfRAGConfig,
 )
+from selfrag_core.engine import observe_trace
 from selfrag_core.errors import (
     BudgetExceededError,
     ConfigurationError,
@@ -83,4 +84,5 @@ __all__ = [
     "_call_llm",
     "_deduplicate",
     "_retrieve_safe",
+    "observe_trace",
 ]

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import logging
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, Union
 
@@ -90,13 +91,31 @@ Effect = Union[Generate, Retrieve, Note, Parallel]
 Plan = Generator[Effect, Any, T]
 
 
+#: who is told about the trace events of the queries started in this context
+_TRACE_LISTENER: contextvars.ContextVar[Callable[[TraceEvent], None] | None] = contextvars.ContextVar(
+    "selfrag_trace_listener", default=None
+)
+
+
+@contextlib.contextmanager
+def observe_trace(listener: Callable[[TraceEvent], None]) -> Iterator[None]:
+    """Tell ``listener`` about every trace event (LLM calls, retrievals, notes such as
+    RecursiveRAG's ``sub_question`` progress) of the queries started inside the block,
+    as each happens. Sync queries call it from their worker threads."""
+    token = _TRACE_LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _TRACE_LISTENER.reset(token)
+
+
 class Run:
     """Per-query state: trace, LLM-call budget, deadline. Never stored on a strategy."""
 
     def __init__(self, config: ExecutionConfig, on_token: TokenSink | None = None) -> None:
         self.config = config
         self.on_token = on_token
-        self.trace = Trace()
+        self.trace = Trace(listener=_TRACE_LISTENER.get())
         self._calls = 0
         self._lock = threading.Lock()
         self._deadline = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -90,11 +91,15 @@ class Trace:
     events: list[TraceEvent] = field(default_factory=list)
     started_at: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
+    #: told about every event as it is added (from the thread that adds it)
+    listener: Callable[[TraceEvent], None] | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, event: TraceEvent) -> None:
         with self._lock:
             self.events.append(event)
+        if self.listener is not None:
+            self.listener(event)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started_at

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from selfrag_core import RecursiveRAGConfig
+from selfrag_core import RecursiveRAGConfig, TraceEvent, observe_trace
 from selfrag_core.strategies.recursive import NOT_ENOUGH_ANSWER, RecursiveRAG, matched_keywords
 from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM
 
@@ -195,6 +195,41 @@ def test_failed_sub_question_is_kept_with_its_error() -> None:
     assert failed.question == SUBS[1] and failed.answer == "" and "leaf down" in (failed.error or "")
     assert result.to_dict()["sub_answers"][1]["error"] == failed.error
     assert SUBS[1] not in result.trace.events[-1].detail.get("prompt", "")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_sub_questions_are_reported_live_as_progress(mode: str) -> None:
+    def reply(prompt: str) -> str:
+        if "SUBQUESTIONS:" in prompt:
+            return decomposition(SUBS)
+        if "Combine the answers" in prompt:
+            return "merged"
+        if SUBS[1] in prompt:
+            raise ConnectionError("leaf down")
+        return f"answer {next(i for i, s in enumerate(SUBS) if s in prompt)}"
+
+    seen: list[tuple[str, str, str]] = []  # (kind, name, status) in the order they happened
+
+    def listener(event: TraceEvent) -> None:
+        seen.append((event.kind, event.name, str(event.detail.get("status", ""))))
+
+    strategy = rag(FakeLLM(reply), llm_retries=0)
+    with observe_trace(listener):
+        result = strategy.query(COMPLEX) if mode == "sync" else await strategy.aquery(COMPLEX)
+    progress = [e for e in result.trace.events if e.kind == "progress"]
+    assert sorted((e.detail["question"], e.detail["status"]) for e in progress) == sorted(
+        [(s, "started") for s in SUBS] + [(SUBS[0], "answered"), (SUBS[1], "failed"), (SUBS[2], "answered")]
+    )
+    by_question = {e.detail["question"]: e for e in progress if e.detail["status"] != "started"}
+    assert by_question[SUBS[2]].detail["answer"] == "answer 2" and "leaf down" in (
+        by_question[SUBS[1]].error or ""
+    )
+    assert not result.trace.fallbacks or all(e.kind == "fallback" for e in result.trace.fallbacks)
+    assert [e.name for e in result.trace.fallbacks] == ["sub_question_failed"]
+    # the listener saw them as they happened: every sub-question ended before the merge call
+    merge = seen.index(("llm", "merge", ""))
+    assert sum(1 for k, n, st in seen[:merge] if n == "sub_question" and st != "started") == 3
+    assert len(seen) == len(result.trace.events)
 
 
 def test_direct_answer_failure_returns_the_generation_fallback() -> None:

@@ -15,7 +15,7 @@ import asyncio
 import copy
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig
@@ -25,7 +25,7 @@ from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.models import QueryRequest
 from selfrag_core.serve.settings import ServeSettings
 from selfrag_core.strategies.base import Strategy
-from selfrag_core.types import Trace, TraceEvent
+from selfrag_core.types import Trace
 
 #: where each request option lives, in order: a field of ``strategy.config`` or an attribute
 OPTION_FIELDS: dict[str, tuple[str, ...]] = {
@@ -86,18 +86,6 @@ def execution_for(base: ExecutionConfig, settings: ServeSettings, request: Query
         max_llm_calls=_min(base.max_llm_calls, settings.max_llm_calls, request.max_llm_calls),
         query_timeout=_min(base.query_timeout, settings.query_timeout, request.timeout),
     )
-
-
-@dataclass
-class ObservedTrace(Trace):
-    """A trace that tells a listener about every event as it is added."""
-
-    listener: Listener | None = field(default=None, repr=False, compare=False)
-
-    def add(self, event: TraceEvent) -> None:
-        super().add(event)
-        if self.listener is not None:
-            self.listener("trace", event.to_dict())
 
 
 @dataclass
@@ -164,7 +152,9 @@ async def execute(
             listener("token", {"text": text})
 
     run = Run(execution, on_token=on_token if listener is not None else None)
-    trace = run.trace = ObservedTrace(started_at=run.trace.started_at, listener=listener)
+    if listener is not None:
+        run.trace.listener = lambda event: listener("trace", event.to_dict())
+    trace = run.trace
     hard_limit = None if execution.query_timeout is None else execution.query_timeout + settings.timeout_grace
     try:
         result = await asyncio.wait_for(run_async(plan, run), hard_limit)

@@ -168,7 +168,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         if len(subs) < 2:
             return (yield from self._direct(query, context, depth, reason))
         # sub-answers are not the final answer: their tokens must not reach a stream
-        outcomes = yield Parallel(tuple(without_streaming(self._solve(s, context, depth + 1)) for s in subs))
+        outcomes = yield Parallel(tuple(without_streaming(self._sub(s, context, depth + 1)) for s in subs))
         sub_answers = []
         for sub, outcome in zip(subs, outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -179,6 +179,20 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         answer = yield from self._merge(query, sub_answers)
         sources = _deduplicate(d for s in sub_answers if s.result for d in s.result.sources)
         return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources, reason=reason)
+
+    def _sub(self, question: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
+        """One sub-question, with ``sub_question`` progress notes in the trace as it starts
+        and ends (what observers such as LlamaIndex's callback handlers see live)."""
+        about = {"question": question, "depth": depth}
+        yield Note("sub_question", None, {**about, "status": "started"}, kind="progress")
+        try:
+            result = yield from self._solve(question, context, depth)
+        except RAGSystemError as e:
+            yield Note("sub_question", _failure(e), {**about, "status": "failed"}, kind="progress")
+            raise
+        answered = {**about, "status": "answered", "answer": result.answer}
+        yield Note("sub_question", None, answered, kind="progress")
+        return result
 
     def _direct(
         self, query: str, context: dict[str, Any], depth: int, reason: str

@@ -129,11 +129,6 @@ def response_metadata(result: Any, strategy: Any, notes: list[dict[str, Any]]) -
     return metadata
 
 
-def sub_questions_of(result: Any) -> list[tuple[str, str]]:
-    """(sub-question, answer) pairs of a decomposed result, [] for other strategies."""
-    return [(s.question, s.answer) for s in getattr(result, "sub_answers", None) or []]
-
-
 # ----------------------------------------------------------------- LLM replies
 
 

@@ -5,17 +5,24 @@ A query engine activates its ``CallbackManager`` for the duration of one query (
 see their own). :class:`~selfrag_llamaindex.LlamaIndexLLM` and the backends made by
 :func:`~selfrag_llamaindex.as_backend` then report LLM and RETRIEVE events to it,
 and record adapter-level fallbacks (nodes without text) for the response metadata.
+:func:`sub_question_reporter` turns the core's ``sub_question`` progress notes into
+SUB_QUESTION events as each sub-question starts and is answered.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
+from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
+from llama_index.core.question_gen.types import SubQuestion
+
+from selfrag_core.types import TraceEvent
 
 
 @dataclass
@@ -68,4 +75,46 @@ def end(ev: Any, payload: dict[Any, Any]) -> None:
         ev.on_end(payload=payload)
 
 
-__all__ = ["CBEventType", "EventPayload", "Observation", "end", "event", "observing", "record"]
+def sub_question_reporter(manager: CallbackManager, tool_name: str) -> Callable[[TraceEvent], None]:
+    """A trace listener (``selfrag_core.observe_trace``) that reports each sub-question
+    of a decomposition on ``manager`` as LlamaIndex's own ``SubQuestionQueryEngine``
+    does: a SUB_QUESTION event starting when the sub-question is asked and ending with
+    its answer (or, for a failed one, the error as the event's exception)."""
+    started: dict[tuple[str, int], list[str]] = {}
+    lock = threading.Lock()
+
+    def report(event: TraceEvent) -> None:
+        if event.kind != "progress" or event.name != "sub_question" or not manager.handlers:
+            return
+        detail = event.detail
+        key = (str(detail.get("question")), int(detail.get("depth", 0)))
+        question = SubQuestion(sub_question=key[0], tool_name=tool_name)
+        pair = SubQuestionAnswerPair(sub_q=question, answer=detail.get("answer"), sources=[])
+        payload: dict[Any, Any] = {EventPayload.SUB_QUESTION: pair}
+        if detail.get("status") == "started":
+            new_id = manager.on_event_start(CBEventType.SUB_QUESTION, payload=payload)
+            with lock:
+                started.setdefault(key, []).append(new_id)
+            return
+        with lock:
+            ids = started.get(key)
+            event_id = ids.pop() if ids else None
+        if event_id is None:  # a listener added mid-query: start and end together
+            event_id = manager.on_event_start(CBEventType.SUB_QUESTION, payload=payload)
+        if event.error:
+            payload[EventPayload.EXCEPTION] = RuntimeError(event.error)
+        manager.on_event_end(CBEventType.SUB_QUESTION, payload=payload, event_id=event_id)
+
+    return report
+
+
+__all__ = [
+    "CBEventType",
+    "EventPayload",
+    "Observation",
+    "end",
+    "event",
+    "observing",
+    "record",
+    "sub_question_reporter",
+]

@@ -16,13 +16,12 @@ from llama_index.core.base.response.schema import (
 )
 from llama_index.core.instrumentation.events.query import QueryEndEvent, QueryStartEvent
 from llama_index.core.query_engine import CustomQueryEngine
-from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
-from llama_index.core.question_gen.types import SubQuestion
 from llama_index.core.schema import QueryType
 from pydantic import Field, field_validator
 
+from selfrag_core import observe_trace
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import nodes_from_docs, query_text, response_metadata, sub_questions_of
+from selfrag_llamaindex._convert import nodes_from_docs, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
 from selfrag_llamaindex.llm import LlamaIndexLLM
 
@@ -82,8 +81,8 @@ class SelfRAGQueryEngine(CustomQueryEngine):
     their answer only at the end, so it comes in one piece); ``source_nodes`` and
     ``metadata`` are filled in when the stream ends. During a query, the engine's ``callback_manager`` sees a
     QUERY event, an LLM event per call of a :class:`LlamaIndexLLM` and a RETRIEVE
-    event per retrieval of an :func:`as_backend` backend, and SUB_QUESTION events
-    for a decomposition (emitted when the strategy is done); instrumentation
+    event per retrieval of an :func:`as_backend` backend, and a SUB_QUESTION event per
+    sub-question of a decomposition, from when it is asked until it is answered; instrumentation
     handlers see the query span and, through LlamaIndex's own LLMs and retrievers,
     their events. ``context`` is passed to every ``strategy.query`` (e.g.
     ``{"filters": ...}``).
@@ -195,9 +194,11 @@ class SelfRAGQueryEngine(CustomQueryEngine):
     @contextlib.contextmanager
     def _observed(self, query: str) -> Iterator[tuple[Any, _events.Observation]]:
         payload: dict[str, Any] = {_events.EventPayload.QUERY_STR: query}
+        sub_questions = _events.sub_question_reporter(self.callback_manager, type(self.strategy).__name__)
         with (
             self.callback_manager.event(_events.CBEventType.QUERY, payload=payload) as ev,
             _events.observing(self.callback_manager) as observation,
+            observe_trace(sub_questions),
         ):
             yield ev, observation
 
@@ -211,7 +212,6 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         asynchronous: bool,
         stream: bool | None = None,
     ) -> RESPONSE_TYPE:
-        self._sub_question_events(result)
         answer = str(result.answer)
         nodes = nodes_from_docs(list(getattr(result, "sources", None) or []), observation.nodes)
         metadata = response_metadata(result, self.strategy, notes + observation.notes)
@@ -224,16 +224,6 @@ class SelfRAGQueryEngine(CustomQueryEngine):
             response = StreamingResponse(_chunks(answer), nodes, metadata)
         ev.on_end(payload={_events.EventPayload.RESPONSE: response})
         return response
-
-    def _sub_question_events(self, result: Any) -> None:
-        tool = type(self.strategy).__name__
-        for question, answer in sub_questions_of(result):
-            pair = SubQuestionAnswerPair(
-                sub_q=SubQuestion(sub_question=question, tool_name=tool), answer=answer, sources=[]
-            )
-            payload: dict[str, Any] = {_events.EventPayload.SUB_QUESTION: pair}
-            with self.callback_manager.event(_events.CBEventType.SUB_QUESTION, payload=payload) as ev:
-                ev.on_end(payload=payload)
 
 
 async def _achunks(text: str) -> AsyncGenerator[str, None]:

@@ -147,11 +147,17 @@ def test_debug_handler_sees_query_retrievals_llm_calls_and_sub_questions(make_ll
     assert len(llm_prompts) == 4 and llm_prompts[0].startswith("SUBQUESTIONS:")
     completions = [p[1].payload["completion"] for p in debug.get_llm_inputs_outputs()]
     assert "Madrid is the capital of Spain." in completions
-    subs = [
-        p[0].payload["sub_question"].sub_q.sub_question
-        for p in debug.get_event_pairs(CBEventType.SUB_QUESTION)
-    ]
+    pairs = debug.get_event_pairs(CBEventType.SUB_QUESTION)
+    subs = sorted(start.payload["sub_question"].sub_q.sub_question for start, _ in pairs)
     assert subs == ["What is the capital of France?", "What is the capital of Spain?"]
+    answers = sorted(end.payload["sub_question"].answer for _, end in pairs)
+    assert answers == ["Madrid is the capital of Spain.", "Paris is the capital of France."]
+    # live, as LlamaIndex's own engine does: asked and answered before the merge call starts
+    order = [(e.event_type, e.id_) for e in debug.get_events()]
+    merge_start = max(i for i, (kind, _) in enumerate(order) if kind is CBEventType.LLM)
+    merge_start = min(i for i, (kind, id_) in enumerate(order) if id_ == order[merge_start][1])
+    sub_events = [i for i, (kind, _) in enumerate(order) if kind is CBEventType.SUB_QUESTION]
+    assert len(sub_events) == 4 and max(sub_events) < merge_start
 
 
 async def test_debug_handler_sees_async_calls_too(make_llm, index) -> None:
