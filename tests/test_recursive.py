@@ -179,17 +179,20 @@ def test_merge_failure_concatenates_sub_answers() -> None:
     assert "merge_failed" in [e.name for e in result.trace.fallbacks]
 
 
-def test_failed_sub_question_is_kept_with_its_error() -> None:
-    def reply(prompt: str) -> str:
-        if "SUBQUESTIONS:" in prompt:
-            return decomposition(SUBS)
-        if "Combine the answers" in prompt:
-            return "merged"
-        if SUBS[1] in prompt:
-            raise ConnectionError("leaf down")
-        return "ok"
+def second_leaf_down(prompt: str) -> str:
+    """Decomposes into SUBS; the second sub-question's answer call fails; others answer
+    "answer <index>"; the merge answers "merged"."""
+    if "SUBQUESTIONS:" in prompt:
+        return decomposition(SUBS)
+    if "Combine the answers" in prompt:
+        return "merged"
+    if SUBS[1] in prompt:
+        raise ConnectionError("leaf down")
+    return f"answer {next(i for i, s in enumerate(SUBS) if s in prompt)}"
 
-    result = rag(FakeLLM(reply), llm_retries=0).query(COMPLEX)
+
+def test_failed_sub_question_is_kept_with_its_error() -> None:
+    result = rag(FakeLLM(second_leaf_down), llm_retries=0).query(COMPLEX)
     assert result.answer == "merged" and len(result.sub_answers) == 3
     failed = result.sub_answers[1]
     assert failed.question == SUBS[1] and failed.answer == "" and "leaf down" in (failed.error or "")
@@ -199,21 +202,12 @@ def test_failed_sub_question_is_kept_with_its_error() -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_sub_questions_are_reported_live_as_progress(mode: str) -> None:
-    def reply(prompt: str) -> str:
-        if "SUBQUESTIONS:" in prompt:
-            return decomposition(SUBS)
-        if "Combine the answers" in prompt:
-            return "merged"
-        if SUBS[1] in prompt:
-            raise ConnectionError("leaf down")
-        return f"answer {next(i for i, s in enumerate(SUBS) if s in prompt)}"
-
     seen: list[tuple[str, str, str]] = []  # (kind, name, status) in the order they happened
 
     def listener(event: TraceEvent) -> None:
         seen.append((event.kind, event.name, str(event.detail.get("status", ""))))
 
-    strategy = rag(FakeLLM(reply), llm_retries=0)
+    strategy = rag(FakeLLM(second_leaf_down), llm_retries=0)
     with observe_trace(listener):
         result = strategy.query(COMPLEX) if mode == "sync" else await strategy.aquery(COMPLEX)
     progress = [e for e in result.trace.events if e.kind == "progress"]
