@@ -276,6 +276,20 @@ def test_memory_is_bounded_and_feeds_follow_ups() -> None:
         ConversationMemory(max_turns=0)
 
 
+def test_memory_can_be_replaced_but_only_by_a_memory() -> None:
+    llm = judge_llm({GOOD_DOC: claims(True)})
+    rag = SelfHealingRAG(llm, [FakeRetriever([GOOD_DOC])])
+    rag.ask_sync("What does the SLA say about uptime?")
+    fresh = ConversationMemory()
+    rag.memory = fresh  # e.g. one conversation per client
+    rag.ask_sync("And per month?")
+    assert "Conversation so far" not in llm.prompts[-2] and len(fresh) == 1
+    with pytest.raises(TypeError, match="ConversationMemory"):
+        rag.memory = ["not", "a", "memory"]  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="ConversationMemory"):
+        SelfHealingRAG(llm, [FakeRetriever([GOOD_DOC])], memory={})  # type: ignore[arg-type]
+
+
 def test_tracer_receives_tokens_and_calls_per_attempt() -> None:
     recorded: list[HealingAttempt] = []
 

@@ -121,7 +121,7 @@ def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tu
     clone = configured(strategy, request.strategy_options())
     if isinstance(getattr(clone, "memory", None), ConversationMemory):
         # a stateless service: one client's conversation must never reach another's prompt
-        clone._memory = ConversationMemory()
+        clone.memory = ConversationMemory()
     base = getattr(strategy, "execution", None)
     return clone, execution_for(
         base if isinstance(base, ExecutionConfig) else ExecutionConfig(), settings, request

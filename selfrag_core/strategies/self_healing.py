@@ -104,9 +104,7 @@ class SelfHealingRAG:
             raise TypeError("system_prompt must be a str")
         self.system_prompt = system_prompt
         self.retrieval_top_k = _count("retrieval_top_k", retrieval_top_k, 1)
-        if memory is not None and not isinstance(memory, ConversationMemory):
-            raise TypeError("memory must be a ConversationMemory")
-        self._memory = memory if memory is not None else ConversationMemory()
+        self.memory = memory if memory is not None else ConversationMemory()
         if tracer is not None and not (callable(getattr(tracer, "record", None)) or callable(tracer)):
             raise TypeError("tracer must have record(attempt) or be callable")
         self.tracer = tracer
@@ -122,7 +120,16 @@ class SelfHealingRAG:
     # ------------------------------------------------------------------ public API
     @property
     def memory(self) -> ConversationMemory:
+        """The conversation history used for follow-up questions. Assign a fresh
+        ``ConversationMemory`` to give a copy of the strategy its own (as ``selfrag
+        serve`` does per request, so no client sees another's conversation)."""
         return self._memory
+
+    @memory.setter
+    def memory(self, memory: ConversationMemory) -> None:
+        if not isinstance(memory, ConversationMemory):
+            raise TypeError("memory must be a ConversationMemory")
+        self._memory = memory
 
     @property
     def last_report(self) -> SelfHealingReport | None:
