@@ -13,6 +13,11 @@ requests per run, ``--time-limit`` seconds per run.
 
     python benchmarks/bench_serve.py [--requests 50,200] [--latency 0.2] [--strategies self,hyde]
     python benchmarks/bench_serve.py --workers 2      # selfrag serve --workers 2
+    python benchmarks/bench_serve.py --keep-alive     # persistent connections, as a load balancer keeps
+
+By default each request opens its own connection (the server pays the accept and the
+close every time); ``--keep-alive`` opens the N connections before the clock starts and
+sends one request on each, as ``wrk -c N`` or a load balancer's pool would.
 """
 
 from __future__ import annotations
@@ -160,20 +165,52 @@ async def request(port: int, method: str, target: str, body: bytes = b"") -> tup
     return int(status_line.split()[1]), payload
 
 
-async def load(port: int, name: str, n: int, time_limit: float) -> dict[str, Any]:
-    body = json.dumps({"question": QUESTIONS[name]}).encode()
-    await request(port, "POST", f"/query/{name}", body)  # warm up
+class Connection:
+    """A persistent HTTP/1.1 connection (as a load balancer or ``wrk -c N`` keeps them)."""
 
-    async def one() -> tuple[float, int, bytes]:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, target: str, body: bytes) -> tuple[int, bytes]:
+        head = (
+            f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        status_line, *headers = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        length = next(int(h.split(":", 1)[1]) for h in headers if h.lower().startswith("content-length:"))
+        return int(status_line.split()[1]), await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def load(port: int, name: str, n: int, time_limit: float, keep_alive: bool = False) -> dict[str, Any]:
+    body = json.dumps({"question": QUESTIONS[name]}).encode()
+    target = f"/query/{name}"
+    await request(port, "POST", target, body)  # warm up
+    # with keep_alive the N connections are opened before the clock starts, as a pool would be
+    pool = [await Connection.open(port) for _ in range(n)] if keep_alive else []
+
+    async def one(i: int) -> tuple[float, int, bytes]:
         start = time.perf_counter()
         try:
-            status, payload = await request(port, "POST", f"/query/{name}", body)
-        except OSError:
+            sent = pool[i].post(target, body) if pool else request(port, "POST", target, body)
+            status, payload = await sent
+        except (OSError, asyncio.IncompleteReadError):
             return time.perf_counter() - start, 0, b""
         return time.perf_counter() - start, status, payload
 
     start = time.perf_counter()
-    results = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(n))), time_limit)
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(n))), time_limit)
+    finally:
+        for connection in pool:
+            connection.close()
     wall = time.perf_counter() - start
     latencies = [r[0] for r in results]
     errors = sum(1 for r in results if r[1] != 200)
@@ -228,6 +265,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per run")
     parser.add_argument("--plain", action="store_true", help="asyncio + h11 even if uvloop/httptools exist")
     parser.add_argument("--workers", type=int, default=1, help="server processes (selfrag serve --workers)")
+    parser.add_argument(
+        "--keep-alive", action="store_true", help="N persistent connections opened before the clock starts"
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -266,7 +306,7 @@ def main() -> None:
             core = core_cpu_ms(name)
             for n in levels:
                 cpu = process_cpu(proc.pid)
-                r = asyncio.run(load(port, name, n, args.time_limit))
+                r = asyncio.run(load(port, name, n, args.time_limit, args.keep_alive))
                 cpu_ms = (process_cpu(proc.pid) - cpu) / (n + 1) * 1000
                 lat, ideal = r["latencies"], r["rounds"] * args.latency
                 p99 = percentile(lat, 99)
