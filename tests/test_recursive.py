@@ -143,6 +143,7 @@ def test_near_copy_item_is_dropped_but_the_rest_is_used(copy: str) -> None:
 def test_unreadable_decomposition_is_answered_directly() -> None:
     result = rag(llm_for("I cannot split this question, sorry.")).query(COMPLEX)
     assert not result.decomposed and "0 usable" in result.reason
+    assert result.reason.endswith("): answered") and result.reason.count("answered") == 1
 
 
 def test_decomposition_call_failure_is_answered_directly() -> None:
@@ -150,6 +151,7 @@ def test_decomposition_call_failure_is_answered_directly() -> None:
     result = rag(llm, llm_retries=0).query(COMPLEX)
     assert not result.decomposed and result.answer == "leaf answer"
     assert "decomposition_failed" in [e.name for e in result.trace.fallbacks]
+    assert result.reason == "decomposition failed: answered"  # why, then what was done, once
 
 
 def test_empty_retrieval_gives_not_enough_information() -> None:

@@ -230,7 +230,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             )
         except RAGSystemError as e:
             yield Note("decomposition_failed", _failure(e), {"then": "answer directly"})
-            return [], "decomposition failed: answered directly"
+            return [], "decomposition failed"
         subs, dropped = clean_decomposition(query, parse_list(reply.text))
         if len(subs) > cfg.max_sub_questions:
             dropped.append(f"{len(subs) - cfg.max_sub_questions} past max_sub_questions")
@@ -239,7 +239,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         if len(subs) < 2:
             why = f"junk decomposition: {len(subs)} usable sub-question(s){detail}"
             yield Note("decomposition_unusable", why, {"raw": reply.text[:500], "then": "answer directly"})
-            return [], f"{why}: answered directly"
+            return [], why
         return subs, f"decomposed into {len(subs)} sub-questions{detail}"
 
     def _merge(self, query: str, sub_answers: list[SubAnswer]) -> Plan[str]:
