@@ -23,27 +23,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _start(command: list[str], token: str = "") -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m selfrag_core.serve`` with ``command``'s options, once it answers /healthz."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "selfrag_core.serve", *command, "--port", str(port), "--log-level", "warning"],
+        env={**os.environ, "SELFRAG_API_TOKEN": token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.2)
+
+
 def test_module_entry_point_serves_and_persists(tmp_path: Path) -> None:
     pytest.importorskip("bm25s")
-    port, index_dir = _free_port(), tmp_path / "index"
-    env = {**os.environ, "SELFRAG_API_TOKEN": "tok"}
-    command = [sys.executable, "-m", "selfrag_core.serve", "--llm", "fake", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--index", str(index_dir), "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    index_dir = tmp_path / "index"
+    proc, url = _start(["--llm", "fake", "--index", str(index_dir)], token="tok")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.2)
         auth = {"Authorization": "Bearer tok"}
         with httpx.Client(base_url=url, headers=auth, timeout=30) as c:
             assert c.get("/stats", headers={"Authorization": "Bearer no"}).status_code == 401
@@ -61,29 +64,10 @@ def test_module_entry_point_serves_and_persists(tmp_path: Path) -> None:
     assert "norway.txt" in open_index(index_dir, create=False).sources()
 
 
-def _start(command: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [*command, "--port", str(port), "--log-level", "warning"],
-        env={**os.environ, "SELFRAG_API_TOKEN": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.2)
-
-
 def test_workers_share_the_index_and_lose_no_write(tmp_path: Path) -> None:
     pytest.importorskip("bm25s")
     index_dir = tmp_path / "index"
-    command = [sys.executable, "-m", "selfrag_core.serve", "--llm", "fake", "--workers", "2"]
-    proc, url = _start([*command, "--index", str(index_dir)])
+    proc, url = _start(["--llm", "fake", "--workers", "2", "--index", str(index_dir)])
     cities = [f"City{i}" for i in range(12)]
 
     def add(city: str) -> int:  # a new connection each: the kernel spreads them over the workers
