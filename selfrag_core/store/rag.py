@@ -57,17 +57,6 @@ _EMBED_BATCH = 256
 #: async searches run on the event loop while the last search cost less CPU than this (s):
 #: a thread hop costs more than a small search, and 200 of them at once contend for the GIL
 INLINE_SEARCH_S = 0.001
-
-
-def _manifest_version(root: Path) -> tuple[int, int, int] | None:
-    """What changes when an index is saved (the manifest is replaced atomically), or None."""
-    try:
-        st = os.stat(root / MANIFEST)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
 _SCALARS = (str, int, float, bool, type(None))
 _CONFIG_KEYS = (
     "embed", "path", "chunker", "chunk_size", "chunk_overlap", "bm25_alpha", "bm25_autorebuild",
@@ -199,6 +188,15 @@ def _matches(value: Any, condition: Any) -> bool:
     if isinstance(condition, (list, tuple, set, frozenset)):
         return value in condition
     return bool(value == condition)
+
+
+def _manifest_version(root: Path) -> tuple[int, int, int] | None:
+    """What changes when an index is saved (the manifest is replaced atomically), or None."""
+    try:
+        st = os.stat(root / MANIFEST)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _minmax(scores: np.ndarray, valid: np.ndarray) -> np.ndarray:
