@@ -62,6 +62,20 @@ def run(
     and ``llm_spec`` (``default_strategies``).
     """
     _uvicorn()  # the install hint before any model loads
+    app = build_app(index_dir, llm_spec, settings=settings, rag=rag, llm=llm, strategies=strategies)
+    serve_forever(app, host, port, log_level)
+
+
+def build_app(
+    index_dir: str | None = None,
+    llm_spec: str = "local",
+    *,
+    settings: ServeSettings | None = None,
+    rag: Any = None,
+    llm: Any = None,
+    strategies: Mapping[str, Any] | None = None,
+) -> Any:
+    """The app :func:`run` serves (same arguments, without the server's)."""
     from selfrag_core.local import make_llm
     from selfrag_core.serve.app import create_app
     from selfrag_core.serve.factory import open_backend
@@ -71,8 +85,7 @@ def run(
         settings = dataclasses.replace(settings, index_dir=str(index_dir))
     rag = open_backend(index_dir) if rag is None else rag
     llm = make_llm(llm_spec) if llm is None else llm
-    app = create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
-    serve_forever(app, host, port, log_level)
+    return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
 
 
 def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> None:
@@ -109,12 +122,7 @@ def worker_app() -> Any:
 
 def app_from_args(args: argparse.Namespace) -> Any:
     """The app that ``python -m selfrag_core.serve`` serves, from its parsed options."""
-    from selfrag_core.local import make_llm
-    from selfrag_core.serve.app import create_app
-    from selfrag_core.serve.factory import open_backend
-
-    settings = settings_from_args(args)
-    return create_app(rag=open_backend(args.index), llm=make_llm(args.llm), settings=settings)
+    return build_app(args.index, args.llm, settings=settings_from_args(args))
 
 
 def _positive_int(text: str) -> int:
@@ -176,15 +184,9 @@ def run_from_args(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if args.workers > 1:
         serve_workers("serve", args, args.workers)
-        return
-    run(
-        args.host,
-        args.port,
-        args.index,
-        args.llm,
-        settings=settings_from_args(args),
-        log_level=args.log_level,
-    )
+    else:
+        _uvicorn()  # the install hint before any model loads
+        serve_forever(app_from_args(args), args.host, args.port, args.log_level)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
