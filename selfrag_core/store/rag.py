@@ -199,10 +199,12 @@ def _manifest_version(root: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def _minmax(scores: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    if not valid.any():
+def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+    """Scores scaled to [0, 1] over the ``valid`` positions (all when None)."""
+    kept = scores if valid is None else scores[valid]
+    if kept.size == 0:
         return np.zeros_like(scores)
-    low, high = float(scores[valid].min()), float(scores[valid].max())
+    low, high = float(kept.min()), float(kept.max())
     if high <= low:  # one value for all: keep only "has some signal"
         return (scores > 0).astype(scores.dtype)
     return (scores - low) / (high - low)
@@ -641,9 +643,10 @@ class RAG:
         return np.fromiter((keep(c.metadata) for c in self._chunks), dtype=bool, count=len(self._chunks))
 
     def _rank(
-        self, query: str, qvec: np.ndarray | None, valid: np.ndarray, pool: int
+        self, query: str, qvec: np.ndarray | None, valid: np.ndarray | None, pool: int
     ) -> list[tuple[int, float, float | None, float | None]]:
-        """Top ``pool`` (position, score, lexical, dense) for one query."""
+        """Top ``pool`` (position, score, lexical, dense) for one query, among the
+        ``valid`` positions (all when None)."""
         lex = self._lexical_scores(query) if self.bm25_alpha < 1 else None
         dense = self._dense_scores(qvec) if qvec is not None else None
         if lex is not None and dense is not None:
@@ -651,11 +654,11 @@ class RAG:
             score = a * _minmax(dense, valid) + (1 - a) * _minmax(lex, valid)
         elif lex is not None:
             score = lex
-            valid = valid & (lex > 0)
+            valid = lex > 0 if valid is None else valid & (lex > 0)
         else:
             assert dense is not None
             score = dense
-        candidates = np.flatnonzero(valid)
+        candidates = np.arange(score.shape[0]) if valid is None else np.flatnonzero(valid)
         if candidates.size > pool:
             part = np.argpartition(-score[candidates], pool - 1)[:pool]
             candidates = candidates[part]
@@ -699,8 +702,7 @@ class RAG:
             if n == 0:
                 return []
             mask = self._mask(metadata_filter, filters)
-            valid = np.ones(n, dtype=bool) if mask is None else mask
-            rankings = [self._rank(q, v, valid, pool) for q, v in zip(queries, qvecs, strict=True)]
+            rankings = [self._rank(q, v, mask, pool) for q, v in zip(queries, qvecs, strict=True)]
             ranked = rankings[0] if len(rankings) == 1 else self._fuse(rankings, pool)
             hits = [self._hit(p, s, lx, dn) for p, s, lx, dn in ranked]
             vectors = self._hit_vectors([p for p, *_ in ranked]) if reranking else None

@@ -475,3 +475,22 @@ def test_hashing_embeddings_match_the_feature_by_feature_definition() -> None:
 
     texts = [*DOCS.values(), "Straße, ÉCOLE et école", "", "river river river Seine"]
     assert np.array_equal(HashingEmbeddings().embed_documents(texts), np.stack([reference(t) for t in texts]))
+
+
+def test_bm25_scores_match_bm25s_own_scoring() -> None:
+    # LexicalIndex sums the query terms' entries in one bincount instead of bm25s's
+    # term-by-term np.add.at: the same scores, repeated and unknown terms included
+    from selfrag_core.store.lexical import LexicalIndex, Tokenizer
+
+    tokenize = Tokenizer()
+    texts = [*DOCS.values(), "Paris Paris Paris, and the river again", "owls and rivers"]
+    index = LexicalIndex()
+    index.build([str(i) for i in range(len(texts))], [tokenize(t) for t in texts])
+    for query in ("river Seine Paris river", "owls", "capital of France", "zebra river"):
+        terms = tokenize(query)
+        expected = index._bm25.get_scores_from_ids(index._bm25.get_tokens_ids(terms))
+        got = index.scores(terms)
+        assert got.dtype == np.float32 and got.shape == (len(texts),)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+        assert got.any()
+    assert not index.scores(tokenize("zebra")).any()
