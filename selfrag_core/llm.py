@@ -22,10 +22,11 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -41,6 +42,7 @@ logger = logging.getLogger("selfrag")
 
 Hook = Callable[[], None]
 TokenSink = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass
@@ -124,6 +126,19 @@ def to_reply(raw: Any) -> LLMReply:
             reply.input_tokens = raw_usage.get("prompt_tokens")
             reply.output_tokens = raw_usage.get("completion_tokens")
     return reply
+
+
+async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``await awaitable``, raising :class:`TimeoutError` (``asyncio.TimeoutError``) once
+    ``seconds`` have passed; None means no limit. On Python 3.11+ this is
+    ``asyncio.timeout``, which runs the awaitable in the calling task: ``wait_for`` there
+    wraps it in a task of its own, one more task per LLM call."""
+    if seconds is None:
+        return await awaitable
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
 
 
 def run_coroutine_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
@@ -347,7 +362,7 @@ async def acall_llm_detailed(
 
     async def attempt() -> LLMReply:
         try:
-            return await asyncio.wait_for(once(), timeout)
+            return await within(once(), timeout)
         except asyncio.TimeoutError as e:
             raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import inspect
 import logging
 from collections.abc import Iterable
@@ -320,11 +319,13 @@ async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any
 
 
 def _doc_key(doc: RetrievedDoc) -> str:
-    return hashlib.md5(doc.text[:120].encode("utf-8"), usedforsecurity=False).hexdigest()
+    """The identity duplicates share: the first 120 characters. (The specification hashes
+    them with MD5; the prefix itself is the same key, without hashing it twice.)"""
+    return doc.text[:120]
 
 
 def _deduplicate(docs: Iterable[RetrievedDoc]) -> list[RetrievedDoc]:
-    """Merge documents whose first 120 characters hash alike, keeping the best score.
+    """Merge documents whose first 120 characters are the same, keeping the best score.
 
     Scores are compared only when both copies have comparable scores (same kind,
     known direction); otherwise the first copy (the better-ranked one) is kept.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -165,6 +166,21 @@ async def test_async_timeout() -> None:
     llm = FakeLLM("slow", latency=1.0)
     with pytest.raises(LLMTimeoutError):
         await _acall_llm(llm, "p", retries=0, timeout=0.05, sleep=no_sleep)
+
+
+async def test_within_limits_time_without_a_task_of_its_own() -> None:
+    from selfrag_core.llm import within
+
+    async def which_task() -> asyncio.Task[Any] | None:
+        await asyncio.sleep(0)
+        return asyncio.current_task()
+
+    task = await within(which_task(), 5.0)
+    assert await within(which_task(), None) is asyncio.current_task()
+    if sys.version_info >= (3, 11):  # asyncio.timeout: no task per LLM call, as wait_for made
+        assert task is asyncio.current_task()
+    with pytest.raises(asyncio.TimeoutError):
+        await within(asyncio.sleep(1.0), 0.02)
 
 
 def test_not_an_llm() -> None:

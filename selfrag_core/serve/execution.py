@@ -21,6 +21,7 @@ from typing import Any
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Run, run_async
 from selfrag_core.errors import ConfigurationError, StrategyError
+from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.models import QueryRequest
 from selfrag_core.serve.settings import ServeSettings
@@ -157,7 +158,7 @@ async def execute(
     trace = run.trace
     hard_limit = None if execution.query_timeout is None else execution.query_timeout + settings.timeout_grace
     try:
-        result = await asyncio.wait_for(run_async(plan, run), hard_limit)
+        result = await within(run_async(plan, run), hard_limit)
     except asyncio.TimeoutError:
         trace.wall_s = trace.elapsed()
         return Outcome(None, trace, "query_timeout")
