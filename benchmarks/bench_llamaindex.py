@@ -40,7 +40,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +185,22 @@ def _warm(sim: SimulatedLLM, fn: Callable[[], Any]) -> None:
     sim.latency_s = latency
 
 
+async def _checked(answers: Awaitable[Any]) -> None:
+    """Await ``answers`` (one response or a list), check each has text, return nothing:
+    asyncio.run (Python 3.11) formats the repr of the task it ran, result included, when it
+    puts back the SIGINT handler, so returning 32 responses would time their repr()."""
+    got = await answers
+    for response in got if isinstance(got, list) else [got]:
+        text = response.response if hasattr(response, "response") else response.answer  # engine / core
+        if not isinstance(text, str) or not text.strip():
+            raise AssertionError(f"{type(response).__name__} without an answer")
+
+
 def sequential(sim: SimulatedLLM, engine: Any, queries: list[str], mode: str, runs: int) -> dict[str, Any]:
     def once(i: int) -> Any:
         if mode == "sync":
             return engine.query(queries[i % len(queries)])
-        return asyncio.run(engine.aquery(queries[i % len(queries)]))
+        return asyncio.run(_checked(engine.aquery(queries[i % len(queries)])))
 
     _warm(sim, lambda: once(0))
     walls, cpus, calls, rounds = [], [], set(), set()
@@ -209,8 +220,8 @@ def concurrent(sim: SimulatedLLM, engine: Any, queries: list[str], n: int, runs:
         set_tag(i)
         return await engine.aquery(queries[i % len(queries)])
 
-    async def batch() -> list[Any]:
-        return await asyncio.gather(*(one(i) for i in range(n)))
+    async def batch() -> None:
+        await _checked(asyncio.gather(*(one(i) for i in range(n))))
 
     _warm(sim, lambda: asyncio.run(batch()))
     walls, cpus, calls, per_query = [], [], set(), set()
