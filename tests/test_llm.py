@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from selfrag_core import LLMCallError, LLMOutput, LLMTimeoutError, _acall_llm, _call_llm
-from selfrag_core.llm import call_llm_detailed, to_reply
+from selfrag_core.llm import acall_llm_detailed, call_llm_detailed, to_reply
 from selfrag_core.testing import FakeLLM, SyncOnlyFakeLLM
 
 NO_SLEEP = {"sleep": lambda _: None}
@@ -121,7 +121,21 @@ def test_retries_then_success() -> None:
     waits: list[float] = []
     reply = call_llm_detailed(llm, "p", retries=2, sleep=waits.append)
     assert reply.text == "fine" and reply.attempts == 3 and llm.n_calls == 3
-    assert len(waits) == 2 and waits[1] >= waits[0]  # exponential back-off, injected sleep
+    assert waits == [0.5, 1.0]  # exponential back-off from initial_wait, injected sleep
+
+
+async def test_async_retries_wait_as_the_sync_ones() -> None:
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    llm = FakeLLM("fine", fail_on=[1, 2, 3])
+    reply = await acall_llm_detailed(llm, "p", retries=3, sleep=record, initial_wait=0.25, max_wait=0.6)
+    assert reply.text == "fine" and reply.attempts == 4 and llm.n_calls == 4
+    assert waits == [0.25, 0.5, 0.6]  # doubling, capped at max_wait
+    with pytest.raises(ValueError, match="retries"):  # checked before any attempt
+        await acall_llm_detailed(FakeLLM("fine"), "p", retries=-1)
 
 
 def test_exhaustion_raises_llm_call_error_with_cause() -> None:
