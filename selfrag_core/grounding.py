@@ -120,13 +120,17 @@ _REFUSAL = re.compile(
 _PROMPT_MARKERS = ("context:", "question:", "answer the question", "السياق:", "السؤال:")
 
 
-def _norm(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(_TOKEN.findall(text))
+def _words(text: str) -> list[str]:
+    """The text's words, NFKC-normalised and case-folded."""
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def _content(words: list[str]) -> list[str]:
+    return [t for t in words if t not in _STOPWORDS]
 
 
 def content_tokens(text: str) -> list[str]:
-    return [t for t in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()) if t not in _STOPWORDS]
+    return _content(_words(text))
 
 
 def _strip_ar_prefix(token: str) -> str:
@@ -144,7 +148,10 @@ def _coverage(tokens: list[str], vocab: set[str]) -> float:
 
 
 def is_wh_question(question: str) -> bool:
-    words = _norm(question).split()
+    return _is_wh(_words(question))
+
+
+def _is_wh(words: list[str]) -> bool:
     return bool(words) and (words[0] in _WH_EN or words[0] in _WH_AR or any(w in _WH_EN for w in words[:3]))
 
 
@@ -154,19 +161,25 @@ def is_refusal(answer: str) -> bool:
 
 def degenerate_reason(answer: str, question: str, context: str) -> str | None:
     """Why ``answer`` is unusable, or None."""
-    norm = _norm(answer)
+    return _degenerate(answer, _words(answer), question, context)
+
+
+def _degenerate(answer: str, words: list[str], question: str, context: str) -> str | None:
+    """:func:`degenerate_reason`, given the answer's :func:`_words` (each text is split once)."""
+    norm = " ".join(words)
     if not norm:
         return "empty"
     lowered = answer.casefold()
     if sum(marker in lowered for marker in _PROMPT_MARKERS) >= 2:
         return "prompt_echo"
-    if norm in _YES_NO and is_wh_question(question):
+    q_words = _words(question)
+    if norm in _YES_NO and _is_wh(q_words):
         return "bare_yes_no"
-    q_norm = _norm(question)
+    q_norm = " ".join(q_words)
     if norm == q_norm or (len(norm) > 10 and norm in q_norm):
         return "question_echo"
-    answer_tokens = content_tokens(answer)
-    q_tokens = set(content_tokens(question))
+    answer_tokens = _content(words)
+    q_tokens = set(_content(q_words))
     if (
         answer_tokens
         and len(answer_tokens) >= 3
@@ -183,11 +196,12 @@ def degenerate_reason(answer: str, question: str, context: str) -> str | None:
 
 def assess(answer: str, question: str, context: str, *, min_token_support: float = 0.5) -> Grounding:
     """Compute the grounding signals of ``answer`` against ``context``."""
-    degenerate = degenerate_reason(answer, question, context)
-    tokens = content_tokens(answer)
-    vocab = set(content_tokens(context))
+    words, context_words = _words(answer), _words(context)
+    degenerate = _degenerate(answer, words, question, context)
+    tokens = _content(words)
+    vocab = set(_content(context_words))
     support = _coverage(tokens, vocab)
-    norm_answer, norm_context = _norm(answer), _norm(context)
+    norm_answer, norm_context = " ".join(words), " ".join(context_words)
     span = bool(tokens) and bool(norm_answer) and f" {norm_answer} " in f" {norm_context} "
     honest_refusal = degenerate is None and is_refusal(answer)
     supported = degenerate is None and (span or support >= min_token_support or honest_refusal)

@@ -51,6 +51,8 @@ def configured(strategy: Any, options: dict[str, Any]) -> Any:
     own ConfigurationError for a value it rejects.
     """
     clone = copy.copy(strategy)
+    if not options:
+        return clone
     config = getattr(strategy, "config", None)
     config_fields = (
         {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
