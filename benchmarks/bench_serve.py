@@ -8,12 +8,14 @@ script prints throughput, p50/p95/p99 latency, the error count, and the ideal la
 ratio p99 / ideal, and the server's CPU time per request (with one worker, N requests
 at once cost about N x that CPU on top of the ideal; ``--workers`` spreads it over
 processes, as ``selfrag serve --workers``). Target: no errors and p99
-within 1.5x of the ideal up to the server's concurrency bound. Bounded: at most 1000
-requests per run, ``--time-limit`` seconds per run.
+within 1.5x of the ideal up to the server's concurrency bound. Each level runs ``--runs``
+times (3) on this shared machine; the run with the median p99 is printed. Bounded: at most
+1000 requests per run, 9 runs, ``--time-limit`` seconds per run.
 
     python benchmarks/bench_serve.py [--requests 50,200] [--latency 0.2] [--strategies self,hyde]
     python benchmarks/bench_serve.py --workers 2      # selfrag serve --workers 2
     python benchmarks/bench_serve.py --keep-alive     # persistent connections, as a load balancer keeps
+    python benchmarks/bench_serve.py --no-freeze      # without selfrag serve's gc.freeze() at start-up
 
 By default each request opens its own connection (the server pays the accept and the
 close every time); ``--keep-alive`` opens the N connections before the clock starts and
@@ -89,16 +91,21 @@ def build_app(latency: float, max_concurrent: int) -> Any:
     return create_app(rag=rag, llm=BenchLLM(latency=latency), settings=settings)
 
 
-def serve(port: int, latency: float, max_concurrent: int, plain: bool, workers: int) -> None:
+def serve(port: int, latency: float, max_concurrent: int, plain: bool, workers: int, freeze: bool) -> None:
     import uvicorn
+
+    from selfrag_core.serve.server import freeze_startup_objects
 
     stack: dict[str, Any] = {"loop": "asyncio", "http": "h11"} if plain else {}
     options: dict[str, Any] = {"host": "127.0.0.1", "port": port, "log_level": "warning", "backlog": 4096}
     if workers == 1:
-        uvicorn.run(build_app(latency, max_concurrent), **options, **stack)
+        app = build_app(latency, max_concurrent)
+        if freeze:
+            freeze_startup_objects()  # as selfrag serve does once the app is built
+        uvicorn.run(app, **options, **stack)
         return
     # each worker process builds the same app (the benchmark ingests nothing, so no shared index)
-    os.environ["BENCH_SERVE_APP"] = json.dumps([latency, max_concurrent])
+    os.environ["BENCH_SERVE_APP"] = json.dumps([latency, max_concurrent, freeze])
     uvicorn.run(
         "bench_serve:worker_app", factory=True, workers=workers,
         app_dir=os.path.dirname(os.path.abspath(__file__)), **options, **stack,
@@ -106,8 +113,13 @@ def serve(port: int, latency: float, max_concurrent: int, plain: bool, workers: 
 
 
 def worker_app() -> Any:
-    latency, max_concurrent = json.loads(os.environ["BENCH_SERVE_APP"])
-    return build_app(latency, max_concurrent)
+    from selfrag_core.serve.server import freeze_startup_objects
+
+    latency, max_concurrent, freeze = json.loads(os.environ["BENCH_SERVE_APP"])
+    app = build_app(latency, max_concurrent)
+    if freeze:
+        freeze_startup_objects()
+    return app
 
 
 def core_cpu_ms(name: str, n: int = 50) -> float:
@@ -254,6 +266,17 @@ def process_cpu(pid: int) -> float:
     return own + sum(process_cpu(c) for c in children)
 
 
+def measure(pid: int, port: int, name: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``n`` concurrent requests: latency percentiles, errors, rounds, server CPU."""
+    cpu = process_cpu(pid)
+    r = asyncio.run(load(port, name, n, args.time_limit, args.keep_alive))
+    lat = r["latencies"]
+    return {
+        **r, "p50": percentile(lat, 50), "p95": percentile(lat, 95), "p99": percentile(lat, 99),
+        "cpu_ms": (process_cpu(pid) - cpu) / (n + 1) * 1000,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -263,25 +286,30 @@ def main() -> None:
     parser.add_argument("--strategies", default="self,hyde,recursive,healing")
     parser.add_argument("--max-concurrent", type=int, default=256, help="the server's concurrency bound")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per run")
+    parser.add_argument("--runs", type=int, default=3, help="runs per level; the median-p99 run is shown")
     parser.add_argument("--plain", action="store_true", help="asyncio + h11 even if uvloop/httptools exist")
     parser.add_argument("--workers", type=int, default=1, help="server processes (selfrag serve --workers)")
     parser.add_argument(
         "--keep-alive", action="store_true", help="N persistent connections opened before the clock starts"
     )
+    parser.add_argument(
+        "--no-freeze", action="store_true", help="leave start-up objects to the collector (no gc.freeze)"
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.latency, args.max_concurrent, args.plain, args.workers)
+        serve(args.serve, args.latency, args.max_concurrent, args.plain, args.workers, not args.no_freeze)
         return
     levels = [int(n) for n in args.requests.split(",")]
-    if max(levels) > 1000:
-        raise SystemExit("--requests is capped at 1000")
+    if max(levels) > 1000 or not 1 <= args.runs <= 9:
+        raise SystemExit("--requests is capped at 1000 and --runs at 9")
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, __file__, "--serve", str(port), "--latency", str(args.latency)]
     command += ["--max-concurrent", str(args.max_concurrent), "--workers", str(args.workers)]
     command += ["--plain"] if args.plain else []
+    command += ["--no-freeze"] if args.no_freeze else []
     proc = subprocess.Popen(command, env=dict(os.environ))
     try:
         wait_until_up(url, proc)
@@ -292,29 +320,31 @@ def main() -> None:
         )
         print(
             f"selfrag serve: {args.workers} uvicorn {uvicorn.__version__} worker(s) "
-            f"({extras or 'asyncio, h11'}), "
+            f"({extras or 'asyncio, h11'}{'' if args.no_freeze else ', gc.freeze'}), "
             f"LLM latency {args.latency:.2f} s, concurrency bound {args.max_concurrent}, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n"
-            "ideal = dependent LLM rounds x latency; cpu = server CPU per request; "
+            f"{args.runs} runs per level, the one with the median p99 shown, p99/ideal of all runs "
+            "beside it\nideal = dependent LLM rounds x latency; cpu = server CPU per request; "
             "core = CPU per query of the strategy alone (no HTTP)\n"
         )
         header = (
             f"{'strategy':<10} {'conc':>5} {'req/s':>7} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7} {'errors':>6}"
         )
-        print(f"{header} {'rounds':>6} {'ideal s':>7} {'p99/ideal':>9} {'cpu ms':>7} {'core ms':>7}")
+        header += f" {'rounds':>6} {'ideal s':>7} {'p99/ideal':>9} {'all runs':>11}"
+        print(f"{header} {'cpu ms':>7} {'core ms':>7}")
         for name in args.strategies.split(","):
             core = core_cpu_ms(name)
             for n in levels:
-                cpu = process_cpu(proc.pid)
-                r = asyncio.run(load(port, name, n, args.time_limit, args.keep_alive))
-                cpu_ms = (process_cpu(proc.pid) - cpu) / (n + 1) * 1000
-                lat, ideal = r["latencies"], r["rounds"] * args.latency
-                p99 = percentile(lat, 99)
-                ratio = f"{p99 / ideal:9.2f}" if ideal else f"{'-':>9}"
+                runs = [measure(proc.pid, port, name, n, args) for _ in range(args.runs)]
+                runs.sort(key=lambda r: r["p99"])
+                r = runs[len(runs) // 2]  # the run with the median p99, printed whole
+                ideal = r["rounds"] * args.latency
+                ratio = f"{r['p99'] / ideal:9.2f}" if ideal else f"{'-':>9}"
+                spread = f"{runs[0]['p99'] / ideal:.2f}-{runs[-1]['p99'] / ideal:.2f}" if ideal else "-"
                 print(
-                    f"{name:<10} {n:5d} {n / r['wall']:7.1f} {percentile(lat, 50):7.3f} "
-                    f"{percentile(lat, 95):7.3f} {p99:7.3f} {r['errors']:6d} {r['rounds']:6d} "
-                    f"{ideal:7.2f} {ratio} {cpu_ms:7.2f} {core:7.2f}"
+                    f"{name:<10} {n:5d} {n / r['wall']:7.1f} {r['p50']:7.3f} {r['p95']:7.3f} {r['p99']:7.3f} "
+                    f"{sum(x['errors'] for x in runs):6d} {r['rounds']:6d} {ideal:7.2f} {ratio} {spread:>11} "
+                    f"{r['cpu_ms']:7.2f} {core:7.2f}"
                 )
     finally:
         proc.terminate()

@@ -132,3 +132,25 @@ def test_arguments_alone_and_beside_a_cli_parser() -> None:
     settings = settings_from_args(args, index_dir="/data/index")
     assert (settings.max_concurrent_queries, settings.query_timeout, settings.max_llm_calls) == (3, 5.0, 12)
     assert settings.index_dir == "/data/index" and args.port == 9000
+
+
+def test_the_server_freezes_its_start_up_objects_before_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from selfrag_core.serve import server
+
+    seen: dict[str, Any] = {}
+
+    class Uvicorn:  # records what the collector tracks when serving starts
+        @staticmethod
+        def run(app: Any, **options: Any) -> None:
+            seen["frozen"], seen["app"] = gc.get_freeze_count(), app
+
+    monkeypatch.setattr(server, "_uvicorn", lambda: Uvicorn)
+    app = object()
+    try:
+        assert gc.get_freeze_count() == 0
+        server.serve_forever(app, "127.0.0.1", 0)
+        assert seen["app"] is app and seen["frozen"] > 1000  # modules, app and index are exempt
+    finally:
+        gc.unfreeze()
