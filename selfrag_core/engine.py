@@ -6,12 +6,13 @@ and receives their results::
     docs = yield Retrieve(backend, query, top_k)
     reply = yield Generate(llm, prompt, purpose="answer")
     a, b = yield Parallel((plan_a, plan_b))     # run together, results in order
+    found = yield RetrieveMany(backend, (q1, q2), top_k)   # one call where the backend batches
 
 A failed effect is thrown back into the plan at the ``yield`` (as ``LLMCallError``,
 ``RetrievalError``, ``BudgetExceededError`` or ``QueryTimeoutError``), so the plan
-decides the fallback with an ordinary ``try``/``except``. ``Parallel`` never raises:
-a task that failed gives its exception as its result. ``Note`` records an absorbed
-failure in the trace and the log.
+decides the fallback with an ordinary ``try``/``except``. ``Parallel`` and
+``RetrieveMany`` never raise: a task (a query) that failed gives its exception as its
+result. ``Note`` records an absorbed failure in the trace and the log.
 
 Two small drivers carry plans out: :func:`run_sync` with threads (never touching an
 event loop, so it works inside Jupyter's running loop) and :func:`run_async` with
@@ -38,7 +39,13 @@ from typing import Any, TypeVar, Union
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import BudgetExceededError, QueryTimeoutError
 from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed
-from selfrag_core.retrieval import _aretrieve_safe, _retrieve_safe
+from selfrag_core.retrieval import (
+    _aretrieve_many_safe,
+    _aretrieve_safe,
+    _retrieve_many_safe,
+    _retrieve_safe,
+    supports_many,
+)
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
 
 logger = logging.getLogger("selfrag")
@@ -70,6 +77,26 @@ class Retrieve:
 
 
 @dataclass(frozen=True)
+class RetrieveMany:
+    """Retrieve for each of ``queries`` from one ``backend``; the result is a list in query
+    order, where a failed query's entry is its exception (as with :class:`Parallel`).
+    One call where the backend answers several queries at once (``retrieve_many``, as
+    the embedded store does: one embedder batch, one matrix product), else the same as
+    :meth:`each`, the queries' ``Retrieve`` run together. The trace is the same either way."""
+
+    backend: Any
+    queries: tuple[str, ...]
+    top_k: int = 5
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def each(self) -> Parallel:
+        return Parallel(tuple(Retrieve(self.backend, q, self.top_k, self.options) for q in self.queries))
+
+    def batched(self) -> bool:
+        return len(self.queries) > 1 and supports_many(self.backend)
+
+
+@dataclass(frozen=True)
 class Note:
     """Record an absorbed failure or a decision in the trace (result: None)."""
 
@@ -87,7 +114,7 @@ class Parallel:
     tasks: tuple[Any, ...]
 
 
-Effect = Union[Generate, Retrieve, Note, Parallel]
+Effect = Union[Generate, Retrieve, RetrieveMany, Note, Parallel]
 Plan = Generator[Effect, Any, T]
 
 
@@ -195,6 +222,17 @@ class Run:
             )
         )
 
+    def record_retrievals(
+        self,
+        effect: RetrieveMany,
+        start: float,
+        found: list[list[RetrievedDoc]] | None,
+        error: Exception | None,
+    ) -> None:
+        """One retrieval event per query of a batched ``RetrieveMany`` (as if run one by one)."""
+        for i, single in enumerate(effect.each().tasks):
+            self.record_retrieval(single, start, None if found is None else found[i], error)
+
     def record_note(self, note: Note) -> None:
         if note.kind == "fallback":
             logger.warning("selfrag fallback: %s%s", note.name, f" ({note.error})" if note.error else "")
@@ -294,6 +332,24 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
                 raise
             run.record_retrieval(effect, start, docs, None)
             return docs
+    if isinstance(effect, RetrieveMany):
+        if not effect.batched():
+            return _exec_sync(effect.each(), run, sem)
+        try:
+            run.check_deadline()
+            with sem:
+                start = time.perf_counter()
+                try:
+                    found = _retrieve_many_safe(
+                        effect.backend, list(effect.queries), effect.top_k, **effect.options
+                    )
+                except Exception as e:
+                    run.record_retrievals(effect, start, None, e)
+                    raise
+                run.record_retrievals(effect, start, found, None)
+                return found
+        except Exception as e:
+            return [e] * len(effect.queries)
     if isinstance(effect, Note):
         run.record_note(effect)
         return None
@@ -360,6 +416,24 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
                 raise
             run.record_retrieval(effect, start, docs, None)
             return docs
+    if isinstance(effect, RetrieveMany):
+        if not effect.batched():
+            return await _exec_async(effect.each(), run, sem)
+        try:
+            run.check_deadline()
+            async with sem:
+                start = time.perf_counter()
+                try:
+                    found = await _aretrieve_many_safe(
+                        effect.backend, list(effect.queries), effect.top_k, **effect.options
+                    )
+                except Exception as e:
+                    run.record_retrievals(effect, start, None, e)
+                    raise
+                run.record_retrievals(effect, start, found, None)
+                return found
+        except Exception as e:
+            return [e] * len(effect.queries)
     if isinstance(effect, Note):
         run.record_note(effect)
         return None

@@ -231,6 +231,13 @@ def _kwargs_for(fn: Any, top_k: int, extra: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _invoke(fn: Any, first: Any, top_k: int, extra: dict[str, Any]) -> Any:
+    """``fn(first, top_k=top_k, **extra)`` with only the options ``fn`` accepts; ``top_k``
+    goes second by position to a ``fn`` that does not name it."""
+    kwargs = _kwargs_for(fn, top_k, extra)
+    return fn(first, **kwargs) if "top_k" in kwargs else fn(first, top_k, **kwargs)
+
+
 def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
     kind = _declared_kind(backend)
     if _is_lc_vectorstore(backend):
@@ -251,11 +258,8 @@ def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> t
                 f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)"
             )
     if inspect.iscoroutinefunction(fn):
-        return run_coroutine_sync(lambda: fn(query, **_kwargs_for(fn, top_k, extra))), kind
-    kwargs = _kwargs_for(fn, top_k, extra)
-    if "top_k" not in kwargs:
-        return fn(query, top_k, **kwargs), kind
-    return fn(query, **kwargs), kind
+        return run_coroutine_sync(lambda: _invoke(fn, query, top_k, extra)), kind
+    return _invoke(fn, query, top_k, extra), kind
 
 
 async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
@@ -274,10 +278,7 @@ async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any
     for name in ("aretrieve", "retrieve"):
         fn = getattr(backend, name, None)
         if fn is not None and inspect.iscoroutinefunction(fn):
-            kwargs = _kwargs_for(fn, top_k, extra)
-            if "top_k" not in kwargs:
-                return await fn(query, top_k, **kwargs), kind
-            return await fn(query, **kwargs), kind
+            return await _invoke(fn, query, top_k, extra), kind
     if is_coroutine_callable(backend):
         return await backend(query, **_kwargs_for(backend, top_k, extra)), kind
     return await asyncio.to_thread(_sync_call, backend, query, top_k, extra)
@@ -316,6 +317,69 @@ async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any
         raise
     except Exception as e:
         raise _wrap(backend, query, e) from e
+
+
+def supports_many(backend: Any) -> bool:
+    """Whether ``backend`` answers several queries in one call, with
+    ``retrieve_many(queries, top_k)`` and/or an async ``aretrieve_many`` returning one
+    result list per query (the embedded store's ``RAG`` has both)."""
+    return any(callable(getattr(backend, name, None)) for name in ("retrieve_many", "aretrieve_many"))
+
+
+def _retrieve_many_safe(
+    backend: Any, queries: list[str], top_k: int = 5, **extra: Any
+) -> list[list[RetrievedDoc]]:
+    """:func:`_retrieve_safe` for each of ``queries``, in one call of the backend's
+    ``retrieve_many`` (or ``aretrieve_many``): see :func:`supports_many`."""
+    if not queries:
+        return []
+    try:
+        fn = getattr(backend, "retrieve_many", None)
+        if callable(fn):
+            raw = _invoke(fn, queries, top_k, extra)
+        else:
+            raw = run_coroutine_sync(lambda: _invoke(backend.aretrieve_many, queries, top_k, extra))
+        return _per_query(backend, queries, raw, top_k)
+    except RetrievalError:
+        raise
+    except Exception as e:
+        raise _wrap(backend, _first_of(queries), e) from e
+
+
+async def _aretrieve_many_safe(
+    backend: Any, queries: list[str], top_k: int = 5, **extra: Any
+) -> list[list[RetrievedDoc]]:
+    """Async :func:`_retrieve_many_safe`: ``aretrieve_many`` where the backend has it,
+    else ``retrieve_many`` in a worker thread."""
+    if not queries:
+        return []
+    try:
+        fn = getattr(backend, "aretrieve_many", None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            raw = await _invoke(fn, queries, top_k, extra)
+        else:
+            raw = await asyncio.to_thread(_invoke, backend.retrieve_many, queries, top_k, extra)
+        return _per_query(backend, queries, raw, top_k)
+    except RetrievalError:
+        raise
+    except Exception as e:
+        raise _wrap(backend, _first_of(queries), e) from e
+
+
+def _per_query(backend: Any, queries: list[str], raw: Any, top_k: int) -> list[list[RetrievedDoc]]:
+    found = list(raw)
+    if len(found) != len(queries):
+        raise RetrievalError(
+            f"{type(backend).__name__}'s retrieve_many returned {len(found)} result lists for "
+            f"{len(queries)} queries; it must return one per query, in order",
+            query=queries[0],
+        )
+    kind = _declared_kind(backend)
+    return [normalize_results(results, score_kind=kind)[:top_k] for results in found]
+
+
+def _first_of(queries: list[str]) -> str:
+    return queries[0] if len(queries) == 1 else f"{queries[0]} (and {len(queries) - 1} more)"
 
 
 def _doc_key(doc: RetrievedDoc) -> str:

@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 
 from selfrag_core import BudgetExceededError, ExecutionConfig, LLMCallError, RetrievalError
-from selfrag_core.engine import Generate, Note, Parallel, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.engine import (
+    Generate,
+    Note,
+    Parallel,
+    Plan,
+    Retrieve,
+    RetrieveMany,
+    Run,
+    run_async,
+    run_sync,
+)
 from selfrag_core.testing import FakeLLM, FakeRetriever
 
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="none")
@@ -132,3 +142,70 @@ def test_not_an_effect() -> None:
 
     with pytest.raises(TypeError, match="not an effect"):
         run_sync(plan(), Run(ExecutionConfig()))
+
+
+class BatchRetriever(FakeRetriever):
+    """FakeRetriever that also answers several queries per call (sync, async or both)."""
+
+    def __init__(self, documents: list[str], *, sync: bool = True, asynchronous: bool = True) -> None:
+        super().__init__(documents)
+        self.batches: list[list[str]] = []
+        if sync:
+            self.retrieve_many = self._many
+        if asynchronous:
+            self.aretrieve_many = self._amany
+
+    def _many(self, queries: list[str], top_k: int = 5) -> list[list[Any]]:
+        self.batches.append(list(queries))
+        return [[(d.text, d.score) for d in self._search(q, top_k)] for q in queries]  # any result shape
+
+    async def _amany(self, queries: list[str], top_k: int = 5) -> list[list[Any]]:
+        await asyncio.sleep(0)
+        return self._many(queries, top_k)
+
+
+DOCS = ["Paris is in France.", "The Seine flows through Paris.", "Berlin is in Germany."]
+QUERIES = ("Paris France", "Seine river", "Germany")
+
+
+def search_all(backend: Any) -> Plan[list[Any]]:
+    found = yield RetrieveMany(backend, QUERIES, 2)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "both"])
+def test_retrieve_many_is_one_backend_call_with_the_same_results_and_trace(driver: Any, kind: str) -> None:
+    backend = BatchRetriever(DOCS, sync=kind != "async", asynchronous=kind != "sync")
+    found, run = driver(search_all(backend))
+    one_by_one, plain_run = driver(search_all(FakeRetriever(DOCS)))
+    assert backend.batches == [list(QUERIES)]
+    assert [[d.text for d in docs] for docs in found] == [[d.text for d in docs] for docs in one_by_one]
+    assert [d.score for d in found[0]] == [d.score for d in one_by_one[0]]
+    events = [(e.kind, e.detail["query"], e.detail["hits"]) for e in run.trace.events]
+    assert events == [(e.kind, e.detail["query"], e.detail["hits"]) for e in plain_run.trace.events]
+    assert len(events) == 3
+
+
+def test_retrieve_many_gives_each_query_the_failure(driver: Any) -> None:
+    backend = BatchRetriever(DOCS)
+    backend.fail = ConnectionError("index offline")
+    found, run = driver(search_all(backend))
+    assert len(found) == 3 and all(isinstance(f, RetrievalError) for f in found)
+    assert "index offline" in str(found[0]) and "and 2 more" in str(found[0])
+    assert [e.error is not None for e in run.trace.events] == [True, True, True]
+
+
+def test_retrieve_many_that_returns_too_few_lists_is_a_retrieval_error(driver: Any) -> None:
+    backend = BatchRetriever(DOCS, asynchronous=False)
+    backend.retrieve_many = lambda queries, top_k=5: [[]]  # one list for three queries
+    found, _ = driver(search_all(backend))
+    assert all(isinstance(f, RetrievalError) and "one per query" in str(f) for f in found)
+
+
+def test_retrieve_many_without_a_batch_api_runs_the_queries_together(driver: Any) -> None:
+    backend = FakeRetriever(DOCS, latency=0.1)
+    start = time.perf_counter()
+    found, run = driver(search_all(backend))
+    assert time.perf_counter() - start < 0.25  # together, not 3 x 0.1 s
+    assert sorted(backend.queries) == sorted(QUERIES) and len(run.trace.events) == 3
+    assert [d.text for d in found[1]] == ["The Seine flows through Paris."]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,37 @@ def test_pipeline_calls_and_result_fields() -> None:
     assert d["hypothetical_docs_generated"] == 3
     answer_prompt = llm.prompts[-1]
     assert "ONLY the information in the context" in answer_prompt and DOCS[0] in answer_prompt
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_embedded_store_answers_all_searches_in_one_batch(mode: str) -> None:
+    from selfrag_core.store import RAG
+
+    class OneByOne:  # the same store without its batch API
+        def __init__(self, rag: RAG) -> None:
+            self.retrieve, self.aretrieve = rag.retrieve, rag.aretrieve
+
+    rag = RAG("hashing")
+    rag.index_many([{"text": t, "source": f"d{i}"} for i, t in enumerate(DOCS)])
+    batches: list[list[str]] = []
+    search_many = rag.search_many
+
+    def spy(queries: list[str], *args: Any, **kwargs: Any) -> Any:
+        batches.append(list(queries))
+        return search_many(queries, *args, **kwargs)
+
+    rag.search_many = spy  # type: ignore[method-assign]
+
+    def ask(backend: object) -> object:
+        hyde = HyDERAG(backend, script(), num_hypothetical_docs=2)
+        return hyde.query(QUESTION) if mode == "sync" else asyncio.run(hyde.aquery(QUESTION))
+
+    batched, single = ask(rag), ask(OneByOne(rag))
+    assert batches[0] == [QUESTION] + [f"{QUESTION}\n{PASSAGE}"] * 2  # question and passages, one call
+    assert [len(b) for b in batches] == [3, 1, 1, 1]  # then the one-by-one run: three single searches
+    assert [d.text for d in batched.sources] == [d.text for d in single.sources]
+    assert [d.score for d in batched.sources] == pytest.approx([d.score for d in single.sources])
+    assert len([e for e in batched.trace.events if e.kind == "retrieval"]) == 3
 
 
 def test_use_original_query_false_searches_only_with_passages() -> None:

@@ -130,6 +130,9 @@ def test_embeddings_shape_dtype_and_norm(minilm: LocalEmbeddings) -> None:
     query = minilm.embed_query("a kitten on a rug")
     assert query.shape == (384,) and query.dtype == np.float32
     assert minilm.embed_documents([]).shape == (0, 384)
+    batch = minilm.embed_queries(["a kitten on a rug", "stock markets fell"])  # one forward pass
+    assert batch.shape == (2, 384) and minilm.embed_queries([]).shape == (0, 384)
+    np.testing.assert_allclose(batch[0], query, atol=1e-5)
 
 
 def test_embeddings_rank_by_meaning(minilm: LocalEmbeddings) -> None:

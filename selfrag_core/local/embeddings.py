@@ -84,6 +84,12 @@ class LocalEmbeddings:
         vector: np.ndarray = self._encode([text])[0]
         return vector
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Several queries in one batch (the embedded store's ``search_many``): row i is
+        ``embed_query(texts[i])``."""
+        texts = list(texts)
+        return self._encode(texts) if texts else np.zeros((0, self.dimension), dtype=np.float32)
+
 
 def default_embeddings() -> LocalEmbeddings | None:
     """The local embedder when its packages are installed, else None (the embedded

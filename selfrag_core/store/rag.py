@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -337,7 +337,7 @@ class RAG:
         self.path = Path(path) if path is not None else None
 
         self._lock = threading.RLock()
-        self._search_cpu_s: float | None = None  # the last search's CPU time; None before any
+        self._search_cpu_s: float | None = None  # the last search's CPU time per query; None before any
         self._disk_version: tuple[int, int, int] | None = None  # of the manifest last loaded or saved
         self._tokenizer = Tokenizer(stemmer) if self.bm25_alpha < 1 else None
         self._lexical = LexicalIndex()
@@ -604,24 +604,30 @@ class RAG:
                 out[p] = raw[i]
         return out
 
-    def _dense_scores(self, qvec: np.ndarray) -> np.ndarray:
+    def _dense_scores(self, qvecs: np.ndarray) -> np.ndarray:
+        """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix."""
         if self._matrix is None:
             dim = self._dim or 1
             self._matrix = np.vstack(self._rows) if self._rows else np.zeros((0, dim), np.float32)
-        if self._matrix.shape[1] != qvec.shape[0] and len(self._rows):
-            self._check_dim(qvec.shape[0])
+        if self._matrix.shape[1] != qvecs.shape[1] and len(self._rows):
+            self._check_dim(qvecs.shape[1])
         # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores was
         # ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py)
-        scores: np.ndarray = np.einsum("ij,j->i", self._matrix, qvec)
+        scores: np.ndarray = np.einsum("ij,kj->ik", self._matrix, qvecs)
         return scores
 
-    def _query_vector(self, query: str) -> np.ndarray | None:
+    def _query_vectors(self, queries: list[str]) -> np.ndarray | None:
+        """One unit row per query: from one ``embed_queries`` call where the embedder has
+        it (the built-in ones), else ``embed_query`` per query (a LangChain embedder's
+        query vectors may differ from its document vectors, so never ``embed_documents``)."""
         if self.embedder is None or self.bm25_alpha == 0:
             return None
-        vec: np.ndarray = as_matrix(self.embedder.embed_query(query), 1)[0]
-        if self._dim is not None and vec.shape[0] != self._dim:
-            self._check_dim(vec.shape[0])
-        return vec
+        many = getattr(self.embedder, "embed_queries", None)
+        raw = many(queries) if callable(many) else [np.asarray(self.embedder.embed_query(q)) for q in queries]
+        vecs = as_matrix(raw, len(queries))
+        if self._dim is not None and vecs.shape[1] != self._dim:
+            self._check_dim(vecs.shape[1])
+        return vecs
 
     def _mask(self, metadata_filter: Any, filters: Mapping[str, Any]) -> np.ndarray | None:
         conditions = dict(filters)
@@ -643,12 +649,11 @@ class RAG:
         return np.fromiter((keep(c.metadata) for c in self._chunks), dtype=bool, count=len(self._chunks))
 
     def _rank(
-        self, query: str, qvec: np.ndarray | None, valid: np.ndarray | None, pool: int
+        self, query: str, dense: np.ndarray | None, valid: np.ndarray | None, pool: int
     ) -> list[tuple[int, float, float | None, float | None]]:
-        """Top ``pool`` (position, score, lexical, dense) for one query, among the
-        ``valid`` positions (all when None)."""
+        """Top ``pool`` (position, score, lexical, dense) for one query, given its dense
+        scores, among the ``valid`` positions (all when None)."""
         lex = self._lexical_scores(query) if self.bm25_alpha < 1 else None
-        dense = self._dense_scores(qvec) if qvec is not None else None
         if lex is not None and dense is not None:
             a = self.bm25_alpha
             score = a * _minmax(dense, valid) + (1 - a) * _minmax(lex, valid)
@@ -690,25 +695,45 @@ class RAG:
         """Best chunks for ``query``; ``filters`` match metadata exactly (a list means
         "any of", a callable is a predicate on the value); ``metadata_filter`` is a dict
         of the same or a predicate on the whole metadata dict."""
-        query = validate_query(query)
+        return self.search_many([query], top_k, metadata_filter=metadata_filter, **filters)[0]
+
+    def search_many(
+        self, queries: Sequence[str], top_k: int = 5, *, metadata_filter: Any = None, **filters: Any
+    ) -> list[list[SearchHit]]:
+        """:meth:`search` for each of ``queries`` (same filters), in one pass: one
+        embedder call for all the query vectors where the embedder has ``embed_queries``,
+        one matrix product for their dense scores. HyDE searches its question and its
+        passages this way."""
+        if isinstance(queries, str) or not isinstance(queries, Sequence):
+            raise TypeError("search_many takes a list of queries; use search() for one")
+        queries = [validate_query(q) for q in queries]
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
-        queries = self._queries(query)
-        qvecs = [self._query_vector(q) for q in queries]
+        groups = [self._queries(q) for q in queries]  # each query with its expansions
+        qvecs = self._query_vectors([q for group in groups for q in group]) if queries else None
         reranking = self.reranker is not None
         pool = max(4 * top_k, 20) if reranking else top_k
+        found: list[tuple[list[SearchHit], np.ndarray | None]] = []
         with self._lock:
-            n = len(self._chunks)
-            if n == 0:
-                return []
+            if not self._chunks:
+                return [[] for _ in queries]
             mask = self._mask(metadata_filter, filters)
-            rankings = [self._rank(q, v, mask, pool) for q, v in zip(queries, qvecs, strict=True)]
-            ranked = rankings[0] if len(rankings) == 1 else self._fuse(rankings, pool)
-            hits = [self._hit(p, s, lx, dn) for p, s, lx, dn in ranked]
-            vectors = self._hit_vectors([p for p, *_ in ranked]) if reranking else None
-        if self.reranker is not None and vectors is not None:
-            hits = self.reranker.rerank(query, hits, top_k, vectors)
-        return hits[:top_k]
+            dense = self._dense_scores(qvecs) if qvecs is not None else None
+            column = 0
+            for group in groups:
+                rankings = []
+                for q in group:
+                    rankings.append(self._rank(q, None if dense is None else dense[:, column], mask, pool))
+                    column += 1
+                ranked = rankings[0] if len(rankings) == 1 else self._fuse(rankings, pool)
+                hits = [self._hit(p, s, lx, dn) for p, s, lx, dn in ranked]
+                found.append((hits, self._hit_vectors([p for p, *_ in ranked]) if reranking else None))
+        results = []
+        for query, (hits, vectors) in zip(queries, found, strict=True):
+            if self.reranker is not None and vectors is not None:
+                hits = self.reranker.rerank(query, hits, top_k, vectors)
+            results.append(hits[:top_k])
+        return results
 
     @staticmethod
     def _fuse(
@@ -737,24 +762,30 @@ class RAG:
     async def asearch(
         self, query: str, top_k: int = 5, *, metadata_filter: Any = None, **filters: Any
     ) -> list[SearchHit]:
-        """Async :meth:`search`. A search runs in a worker thread unless the last one
-        took less than ``INLINE_SEARCH_S`` of CPU (a small index, a cheap embedder): then
-        on the event loop, which costs less than the thread hop and blocks it for less
-        than a millisecond. Measured on every search, so a slow embedder or reranker (or
-        an index that grew) goes back to threads at once."""
+        """Async :meth:`search` (on the event loop or a thread, as :meth:`asearch_many`)."""
+        return (await self.asearch_many([query], top_k, metadata_filter=metadata_filter, **filters))[0]
+
+    async def asearch_many(
+        self, queries: Sequence[str], top_k: int = 5, *, metadata_filter: Any = None, **filters: Any
+    ) -> list[list[SearchHit]]:
+        """Async :meth:`search_many`. It runs in a worker thread unless the last search
+        took less than ``INLINE_SEARCH_S`` of CPU for as many queries (a small index, a
+        cheap embedder): then on the event loop, which costs less than the thread hop
+        and blocks it for less than a millisecond. Measured on every call, so a slow
+        embedder or reranker (or an index that grew) goes back to threads at once."""
         cost = self._search_cpu_s
-        if cost is not None and cost < INLINE_SEARCH_S:
-            return self._timed_search(query, top_k, metadata_filter, filters)
-        return await asyncio.to_thread(self._timed_search, query, top_k, metadata_filter, filters)
+        if cost is not None and cost * len(queries) < INLINE_SEARCH_S:
+            return self._timed_search(queries, top_k, metadata_filter, filters)
+        return await asyncio.to_thread(self._timed_search, queries, top_k, metadata_filter, filters)
 
     def _timed_search(
-        self, query: str, top_k: int, metadata_filter: Any, filters: Mapping[str, Any]
-    ) -> list[SearchHit]:
+        self, queries: Sequence[str], top_k: int, metadata_filter: Any, filters: Mapping[str, Any]
+    ) -> list[list[SearchHit]]:
         start = time.thread_time()  # this thread's CPU: waiting for the GIL does not count
         try:
-            return self.search(query, top_k, metadata_filter=metadata_filter, **filters)
+            return self.search_many(queries, top_k, metadata_filter=metadata_filter, **filters)
         finally:
-            self._search_cpu_s = time.thread_time() - start
+            self._search_cpu_s = (time.thread_time() - start) / max(1, len(queries))
 
     def retrieve(
         self,
@@ -775,6 +806,30 @@ class RAG:
     ) -> list[RetrievedDoc]:
         """Async :meth:`retrieve` (on the event loop or a thread, as :meth:`asearch`)."""
         return list(await self.asearch(query, top_k, metadata_filter=metadata_filter, **dict(filters or {})))
+
+    def retrieve_many(
+        self,
+        queries: Sequence[str],
+        top_k: int = 5,
+        metadata_filter: Any = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[list[RetrievedDoc]]:
+        """The strategies' batch call (HyDE's question and passages): :meth:`search_many`
+        as ``RetrievedDoc`` lists, one per query."""
+        found = self.search_many(queries, top_k, metadata_filter=metadata_filter, **dict(filters or {}))
+        return [list(hits) for hits in found]
+
+    async def aretrieve_many(
+        self,
+        queries: Sequence[str],
+        top_k: int = 5,
+        metadata_filter: Any = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[list[RetrievedDoc]]:
+        """Async :meth:`retrieve_many` (on the event loop or a thread, as :meth:`asearch_many`)."""
+        options = dict(filters or {})
+        found = await self.asearch_many(queries, top_k, metadata_filter=metadata_filter, **options)
+        return [list(hits) for hits in found]
 
     # ------------------------------------------------------------------ answering
 

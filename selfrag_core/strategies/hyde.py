@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Generate, Note, Parallel, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Run, run_async, run_sync
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import detect_language
@@ -217,7 +217,7 @@ class HyDERAG(Strategy[HyDEResult]):
         if with_question:
             texts.insert(0, query)
         options = retrieval_options(context)
-        outcomes = yield Parallel(tuple(Retrieve(self.rag_system, t, self.top_k, options) for t in texts))
+        outcomes = yield RetrieveMany(self.rag_system, tuple(texts), self.top_k, options)
         found: list[list[RetrievedDoc] | None] = []
         for text, outcome in zip(texts, outcomes, strict=True):
             if isinstance(outcome, Exception):

@@ -194,6 +194,55 @@ def test_query_expander_results_are_fused() -> None:
     assert rag2.search("how do plants feed")[0].source == "photo"
 
 
+QUERIES = ["river Seine", "capital of Germany", "light energy glucose", "how do plants feed"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"embed": "hashing", "bm25_alpha": 0.5},
+        {"embed": "hashing", "bm25_alpha": 1.0},
+        {},  # lexical only
+        {"embed": "hashing", "reranker": "diversity", "query_expander": lambda q: [q + " river"]},
+    ],
+    ids=["hybrid", "dense", "lexical", "reranked-expanded"],
+)
+def test_search_many_finds_what_search_finds_for_each_query(options: dict[str, Any]) -> None:
+    rag = make(**options)
+    many = rag.search_many(QUERIES, top_k=3)
+    assert [[h.id for h in hits] for hits in many] == [[h.id for h in rag.search(q, 3)] for q in QUERIES]
+    assert [[h.score for h in hits] for hits in many] == [
+        pytest.approx([h.score for h in rag.search(q, 3)], abs=1e-6) for q in QUERIES
+    ]
+    filtered = rag.search_many(QUERIES[:2], source=["berlin", "nile"])
+    assert filtered == [rag.search(q, source=["berlin", "nile"]) for q in QUERIES[:2]]
+    assert rag.search_many([]) == [] and RAG().search_many(QUERIES) == [[], [], [], []]
+
+
+def test_search_many_embeds_all_queries_in_one_call_where_the_embedder_can() -> None:
+    calls: list[list[str]] = []
+
+    class Batching(HashingEmbeddings):
+        def embed_queries(self, texts: list[str]) -> np.ndarray:
+            calls.append(list(texts))
+            return np.stack([self.embed_query(t) for t in texts])
+
+    rag = make(embed=Batching(), bm25_alpha=0.5)
+    many = rag.search_many(QUERIES[:3])
+    assert calls == [QUERIES[:3]]
+    assert [h.id for h in many[0]] == [h.id for h in make(embed="hashing", bm25_alpha=0.5).search(QUERIES[0])]
+
+
+def test_search_many_rejects_bad_input_before_searching() -> None:
+    rag = make()
+    with pytest.raises(TypeError, match="list of queries"):
+        rag.search_many("river Seine")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        rag.search_many(["river", "  "])
+    with pytest.raises(ValueError, match="top_k"):
+        rag.search_many(["river"], top_k=0)
+
+
 def test_arabic_text_is_searchable_with_prefixes_and_diacritics() -> None:
     rag = RAG()
     rag.index("الكتاب على الطاولة في المكتبة الكبيرة", source="book")
@@ -298,16 +347,16 @@ async def test_cheap_async_searches_run_on_the_loop_and_costly_ones_in_a_thread(
 ) -> None:
     monkeypatch.setattr(rag_module, "INLINE_SEARCH_S", 0.005)  # margin for a busy CI machine
     rag, threads, extra_cpu = make(), [], [0.0]
-    search = rag.search
+    search_many = rag.search_many
 
-    def spy(*args: Any, **kwargs: Any) -> list[SearchHit]:
+    def spy(*args: Any, **kwargs: Any) -> list[list[SearchHit]]:
         threads.append(threading.get_ident())
         end = time.thread_time() + extra_cpu[0]
         while time.thread_time() < end:  # a slow embedder or reranker
             pass
-        return search(*args, **kwargs)
+        return search_many(*args, **kwargs)
 
-    monkeypatch.setattr(rag, "search", spy)
+    monkeypatch.setattr(rag, "search_many", spy)
     loop = threading.get_ident()
     for _ in range(4):
         assert (await rag.aretrieve("Seine"))[0].metadata["source"] == "paris"
@@ -318,6 +367,13 @@ async def test_cheap_async_searches_run_on_the_loop_and_costly_ones_in_a_thread(
     threads.clear()
     await rag.asearch("Seine")
     assert threads != [loop]  # costly now: back to a thread
+    extra_cpu[0] = 0.0
+    await rag.aretrieve("Seine")
+    await rag.aretrieve_many(["Seine", "Nile"])  # cheap per query, and two of them: still inline
+    assert threads[-1] == loop
+    monkeypatch.setattr(rag_module, "INLINE_SEARCH_S", 1.5 * rag._search_cpu_s)
+    await rag.aretrieve_many(["Seine", "Nile", "Berlin"])  # three cost more than the allowance
+    assert threads[-1] != loop
 
 
 # ----------------------------------------------------------------------------- strategies
