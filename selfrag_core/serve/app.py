@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -45,6 +44,7 @@ from selfrag_core.serve.models import (
     QueryResponse,
     StatsResponse,
 )
+from selfrag_core.serve.responses import FastJSONResponse, dumps
 from selfrag_core.serve.settings import ServeSettings
 from selfrag_core.strategies.base import validate_query
 
@@ -123,6 +123,7 @@ def create_app(
         summary="Self-improving retrieval-augmented generation as a service",
         version="0.1.0",
         responses=_ERRORS,
+        default_response_class=FastJSONResponse,
     )
     app.state.service = state
     _install_errors(app)
@@ -204,7 +205,7 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest, request: R
                 state.counters["abandoned"] += 1
                 return Response(status_code=499)
             status, content = _reply(state, outcome, execution)
-            return JSONResponse(content, status_code=status)
+            return FastJSONResponse(content, status_code=status)
         finally:
             state.release()
 
@@ -285,7 +286,7 @@ async def _sse(
     try:
         while (item := await events.get()) is not None:
             event, data = item
-            yield f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+            yield f"event: {event}\ndata: {dumps(data).decode()}\n\n"
     finally:
         if not task.done():
             task.cancel()

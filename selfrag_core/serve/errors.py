@@ -6,6 +6,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from selfrag_core.serve.responses import FastJSONResponse
+
 #: the error type sent with each status when no more specific one applies
 ERROR_TYPES = {
     400: "bad_request",
@@ -41,4 +43,4 @@ def error_response(
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
-    return JSONResponse(error_body(status, message, type_, **extra), status_code=status, headers=headers)
+    return FastJSONResponse(error_body(status, message, type_, **extra), status_code=status, headers=headers)

@@ -128,3 +128,26 @@ def test_settings_validate_early() -> None:
         ServeSettings(cors_origins="https://a.example")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ServeSettings(query_timeout=-1)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "json"])
+def test_json_bodies_are_the_same_with_or_without_orjson(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
+    import json
+
+    from selfrag_core.serve import responses
+
+    if not fast:
+        monkeypatch.setattr(responses, "_ORJSON", None)
+    elif responses._ORJSON is None:
+        pytest.skip("orjson is not installed")
+    body = {
+        "answer": "Zürich — 北京",
+        "score": 0.25,
+        "n": 3,
+        "ok": True,
+        "none": None,
+        "list": [1, "x", {"k": []}],
+    }
+    rendered = responses.FastJSONResponse(body).body
+    assert json.loads(rendered) == body and "Zürich" in rendered.decode("utf-8")  # UTF-8, not \\u escapes
+    assert rendered == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
