@@ -335,3 +335,22 @@ def test_judge_scales(raw: Any, expected: float) -> None:
 
     assert _unit(raw) == pytest.approx(expected)
     assert _unit(True) is None and _unit("high") is None and _unit(None) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "refusal"),
+    [
+        ("I CANNOT ANSWER that from the context.", True),
+        ("The context does Not Provide enough; the answer is Not Available.", True),
+        ("لا أعرف الإجابة.", True),
+        ("Paris is the capital of France.", False),
+        ("Knowing the answer is not hard: Paris.", False),
+    ],
+)
+def test_refusals_are_recognised_in_any_case(answer: str, refusal: bool) -> None:
+    from selfrag_core.grounding import degenerate_reason, is_refusal
+
+    assert is_refusal(answer) is refusal
+    context = "Paris is the capital of France."
+    reason = degenerate_reason(answer, "What is the capital of France?", context)
+    assert (reason == "refusal_with_evidence") is refusal
