@@ -100,6 +100,12 @@ def parse_json(text: str) -> Any:
     """Parse the first JSON value found in model output. Raises ParseError."""
     if not isinstance(text, str):
         raise ParseError(f"expected text to parse, got {type(text).__name__}", raw=str(text))
+    whole = text.strip()
+    if whole[:1] in ("{", "["):  # a JSON-mode reply, the usual case: whole, before any search
+        try:
+            return json.loads(whole, strict=False)
+        except ValueError:
+            pass
     for candidate in _candidates(text):
         for variant in _variants(candidate):
             try:
