@@ -199,6 +199,14 @@ def _manifest_version(root: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+def _query_list(queries: Sequence[str]) -> Sequence[str]:
+    if isinstance(queries, str) or not isinstance(queries, Sequence):
+        raise TypeError(
+            f"search_many takes a list of queries, got {type(queries).__name__}; use search() for one"
+        )
+    return queries
+
+
 def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
     """Scores scaled to [0, 1] over the ``valid`` positions (all when None)."""
     kept = scores if valid is None else scores[valid]
@@ -704,9 +712,7 @@ class RAG:
         embedder call for all the query vectors where the embedder has ``embed_queries``,
         one matrix product for their dense scores. HyDE searches its question and its
         passages this way."""
-        if isinstance(queries, str) or not isinstance(queries, Sequence):
-            raise TypeError("search_many takes a list of queries; use search() for one")
-        queries = [validate_query(q) for q in queries]
+        queries = [validate_query(q) for q in _query_list(queries)]
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
         groups = [self._queries(q) for q in queries]  # each query with its expansions
@@ -773,6 +779,7 @@ class RAG:
         cheap embedder): then on the event loop, which costs less than the thread hop
         and blocks it for less than a millisecond. Measured on every call, so a slow
         embedder or reranker (or an index that grew) goes back to threads at once."""
+        queries = _query_list(queries)
         cost = self._search_cpu_s
         if cost is not None and cost * len(queries) < INLINE_SEARCH_S:
             return self._timed_search(queries, top_k, metadata_filter, filters)

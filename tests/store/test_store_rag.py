@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import sys
@@ -237,6 +238,8 @@ def test_search_many_rejects_bad_input_before_searching() -> None:
     rag = make()
     with pytest.raises(TypeError, match="list of queries"):
         rag.search_many("river Seine")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="list of queries, got generator"):
+        asyncio.run(rag.asearch_many(q for q in ["river"]))  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         rag.search_many(["river", "  "])
     with pytest.raises(ValueError, match="top_k"):
