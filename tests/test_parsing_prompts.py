@@ -56,6 +56,10 @@ def test_detect_language() -> None:
     assert detect_language("ما هي أسباب تغير المناخ؟") == "ar"
     assert detect_language("What causes climate change?") == "en"
     assert detect_language("12345 ???") == "en"
+    assert detect_language("٤٥٦ ، ١٢٣ abc") == "en"  # Arabic digits and comma are not letters
+    assert detect_language("Le Nil, النهر الأطول") == "ar"  # 11 Arabic letters against 5 Latin
+    assert detect_language("Café au lait, ما") == "en"
+    assert detect_language("ﻻ abc") == "en" and detect_language("ﻻﻻ ab") == "ar"  # presentation forms
 
 
 def test_every_template_declares_its_variables_in_both_languages() -> None:

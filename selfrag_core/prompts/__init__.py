@@ -22,15 +22,17 @@ from selfrag_core.prompts import ar, en
 
 _ARABIC = re.compile(r"[\u0600-\u06FF\u0750-\u077F\u08A0-\u08FF\uFB50-\uFDFF\uFE70-\uFEFF]")
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
+_ARABIC_LETTER = re.compile(r"(?=[^\W\d_])" + _ARABIC.pattern)
 
 
 def detect_language(text: str) -> str:
     """``"ar"`` when most letters of ``text`` are Arabic script, else ``"en"``."""
-    letters = _LETTER.findall(text)
+    if text.isascii():  # no Arabic letter in it: the usual case, decided in C
+        return "en"
+    letters = len(_LETTER.findall(text))
     if not letters:
         return "en"
-    arabic = sum(1 for ch in letters if _ARABIC.match(ch))
-    return "ar" if arabic * 2 >= len(letters) else "en"
+    return "ar" if len(_ARABIC_LETTER.findall(text)) * 2 >= letters else "en"
 
 
 @functools.lru_cache(maxsize=64)
