@@ -24,9 +24,9 @@ _ORJSON = _load_orjson()
 
 
 def dumps(content: Any) -> bytes:
-    """Compact UTF-8 JSON of ``content`` (str keys; lists, dicts, str, numbers, bools, None)."""
-    if _ORJSON is not None:
-        return _ORJSON.dumps(content)  # type: ignore[no-any-return]
+    """Compact UTF-8 JSON of ``content`` (lists, dicts, str, numbers, bools, None)."""
+    if _ORJSON is not None:  # non-str keys become strings, as json does
+        return _ORJSON.dumps(content, option=_ORJSON.OPT_NON_STR_KEYS)  # type: ignore[no-any-return]
     return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 

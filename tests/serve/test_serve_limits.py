@@ -151,3 +151,5 @@ def test_json_bodies_are_the_same_with_or_without_orjson(monkeypatch: pytest.Mon
     rendered = responses.FastJSONResponse(body).body
     assert json.loads(rendered) == body and "Zürich" in rendered.decode("utf-8")  # UTF-8, not \\u escapes
     assert rendered == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    keys = {1: "one", "nested": {2.5: True}}  # non-str keys become strings, as json.dumps does
+    assert json.loads(responses.dumps(keys)) == json.loads(json.dumps(keys))
