@@ -115,8 +115,9 @@ def _doc_from(obj: Any, score: Any, default_kind: ScoreKind) -> RetrievedDoc | N
             return None
         meta = _metadata_of(node)
         node_score = _as_score(getattr(obj, "score", None))
+        node_id = getattr(node, "node_id", None)  # before _id_of's "id", a miss pydantic makes slow
         return RetrievedDoc(
-            text, node_score, meta, _id_of(node, meta),
+            text, node_score, meta, str(node_id) if node_id else _id_of(node, meta),
             ScoreKind.SIMILARITY if node_score is not None else ScoreKind.UNKNOWN,
         )  # fmt: skip
     text = _text_of(obj)
