@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import inspect
 import logging
 import sys
@@ -54,8 +55,15 @@ class LLMReply:
     output_tokens: int | None = None
 
 
-def _mro_names(obj: Any) -> set[str]:
-    return {cls.__name__ for cls in type(obj).__mro__}
+def _mro_names(obj: Any) -> frozenset[str]:
+    """The names of the classes ``obj`` is an instance of (how frameworks are recognised
+    without importing them); asked on every LLM call and retrieval, so kept per class."""
+    return _class_names(type(obj))  # type: ignore[arg-type]  # classes are hashable
+
+
+@functools.lru_cache(maxsize=256)
+def _class_names(cls: type) -> frozenset[str]:
+    return frozenset(c.__name__ for c in cls.__mro__)
 
 
 def _is_langchain(llm: Any) -> bool:
