@@ -160,11 +160,12 @@ def is_refusal(answer: str) -> bool:
 
 def degenerate_reason(answer: str, question: str, context: str) -> str | None:
     """Why ``answer`` is unusable, or None."""
-    return _degenerate(answer, _words(answer), question, context)
+    return _degenerate(answer, _words(answer), is_refusal(answer), question, context)
 
 
-def _degenerate(answer: str, words: list[str], question: str, context: str) -> str | None:
-    """:func:`degenerate_reason`, given the answer's :func:`_words` (each text is split once)."""
+def _degenerate(answer: str, words: list[str], refusal: bool, question: str, context: str) -> str | None:
+    """:func:`degenerate_reason`, given the answer's :func:`_words` and whether it is a
+    refusal (each computed once per assessment)."""
     norm = " ".join(words)
     if not norm:
         return "empty"
@@ -186,7 +187,7 @@ def _degenerate(answer: str, words: list[str], question: str, context: str) -> s
         and len(answer_tokens) >= 0.8 * len(q_tokens)
     ):
         return "question_echo"
-    if is_refusal(answer) and q_tokens:
+    if refusal and q_tokens:
         ctx_vocab = set(content_tokens(context))
         if _coverage(sorted(q_tokens), ctx_vocab) >= 0.75:
             return "refusal_with_evidence"
@@ -195,13 +196,13 @@ def _degenerate(answer: str, words: list[str], question: str, context: str) -> s
 
 def assess(answer: str, question: str, context: str, *, min_token_support: float = 0.5) -> Grounding:
     """Compute the grounding signals of ``answer`` against ``context``."""
-    words, context_words = _words(answer), _words(context)
-    degenerate = _degenerate(answer, words, question, context)
+    words, context_words, refusal = _words(answer), _words(context), is_refusal(answer)
+    degenerate = _degenerate(answer, words, refusal, question, context)
     tokens = _content(words)
     vocab = set(_content(context_words))
     support = _coverage(tokens, vocab)
     norm_answer, norm_context = " ".join(words), " ".join(context_words)
     span = bool(tokens) and bool(norm_answer) and f" {norm_answer} " in f" {norm_context} "
-    honest_refusal = degenerate is None and is_refusal(answer)
+    honest_refusal = degenerate is None and refusal
     supported = degenerate is None and (span or support >= min_token_support or honest_refusal)
     return Grounding(token_support=support, span_supported=span, degenerate=degenerate, supported=supported)

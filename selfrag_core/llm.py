@@ -44,7 +44,6 @@ logger = logging.getLogger("selfrag")
 Hook = Callable[[], None]
 TokenSink = Callable[[str], None]
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -253,13 +252,13 @@ def _exhausted(exc: BaseException, attempts: int, purpose: str) -> LLMCallError:
     )
 
 
-def _replaying(first: Exception, attempt: Callable[[], R]) -> Callable[[], R]:
+def _replaying(first: Exception, attempt: Callable[[], T]) -> Callable[[], T]:
     """``attempt``, except that its first call raises ``first`` again: tenacity then judges
     the attempt that already failed exactly as if it had run it (same retry test, waits
     and stop), and only a failed first attempt pays for tenacity's bookkeeping."""
     pending = [first]
 
-    def again() -> R:
+    def again() -> T:
         if pending:
             raise pending.pop()
         return attempt()
