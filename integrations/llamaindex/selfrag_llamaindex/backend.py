@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -12,6 +13,7 @@ from llama_index.core.schema import Document
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import docs_from_nodes, note
+from selfrag_llamaindex._scan import MatrixScan, scanning
 
 
 class LlamaIndexBackend:
@@ -20,44 +22,60 @@ class LlamaIndexBackend:
     ``retrieve(query, top_k)`` / ``aretrieve(query, top_k)`` return ``RetrievedDoc``
     with the node ids kept (for citations) and node scores as similarities (``None``
     where the retriever gives none). The retriever used for a given ``top_k`` is an
-    index's ``as_retriever(similarity_top_k=top_k)``, a copy of the retriever with its
+    index's ``as_retriever(similarity_top_k=top_k)`` (made for each query, so nodes
+    inserted into the index since are found), a copy of the retriever with its
     ``similarity_top_k`` set (never the caller's object, so concurrent queries do not
     race), or the retriever itself with its results sliced. Nodes without text (image
     nodes) are skipped and reported (log and ``response.metadata["adapter_notes"]``).
     A retriever that raises raises here; the core turns it into ``RetrievalError``
     and the strategy's fallback.
+
+    Over LlamaIndex's default in-memory ``SimpleVectorStore`` (an index, or a
+    ``VectorIndexRetriever`` of one), the retrievers the backend makes score a query
+    with one matrix product instead of the store's per-vector Python loop: the same
+    results, about 3 ms less per query for 200 vectors and proportionally more for
+    larger stores (see ``selfrag_llamaindex._scan`` for what falls back to the loop).
+    ``vectorized=False`` keeps the loop.
     """
 
     score_kind = "similarity"
 
-    def __init__(self, retriever: BaseRetriever | None = None, *, index: Any = None) -> None:
+    def __init__(
+        self, retriever: BaseRetriever | None = None, *, index: Any = None, vectorized: bool = True
+    ) -> None:
         if (retriever is None) == (index is None):
             raise ValueError("give exactly one of retriever or index")
         self.retriever = retriever
         self.index = index
+        self.vectorized = vectorized
         self._by_k: dict[int, Any] = {}
+        self._scans: dict[int, MatrixScan] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"LlamaIndexBackend({type(self.index or self.retriever).__name__})"
 
     def retriever_for(self, top_k: int) -> Any:
+        if self.index is not None:  # a new one each time (a few µs), so it sees the index as it is now
+            return self._own(self.index.as_retriever(similarity_top_k=top_k))
         with self._lock:
             if top_k not in self._by_k:
                 self._by_k[top_k] = self._make_retriever(top_k)
             return self._by_k[top_k]
 
     def _make_retriever(self, top_k: int) -> Any:
-        if self.index is not None:
-            return self.index.as_retriever(similarity_top_k=top_k)
         if hasattr(self.retriever, "similarity_top_k"):
             clone: Any = copy.copy(self.retriever)
             try:
                 clone.similarity_top_k = top_k
-                return clone
+                return self._own(clone)
             except (AttributeError, TypeError, ValueError):
                 pass
         return self.retriever
+
+    def _own(self, retriever: Any) -> Any:
+        """A retriever the backend made: vectorized over a ``SimpleVectorStore``."""
+        return scanning(retriever, self._scans) if self.vectorized else retriever
 
     def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
@@ -74,8 +92,10 @@ class LlamaIndexBackend:
         return self._docs(nodes, top_k)
 
     @staticmethod
-    def _start(query: str, top_k: int, retriever: Any) -> tuple[Any, dict[Any, Any], Any]:
-        payload = {_events.EventPayload.QUERY_STR: query, _events.EventPayload.TOP_K: top_k}
+    def _start(query: str, top_k: int, retriever: Any) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:
+        def payload() -> dict[Any, Any]:
+            return {_events.EventPayload.QUERY_STR: query, _events.EventPayload.TOP_K: top_k}
+
         return _events.CBEventType.RETRIEVE, payload, getattr(retriever, "callback_manager", None)
 
     @staticmethod
@@ -95,20 +115,19 @@ class LlamaIndexBackend:
             raise TypeError("add_document needs an index: build the backend with as_backend(index)")
         document = Document(text=text, metadata=metadata)
         self.index.insert(document)
-        with self._lock:
-            self._by_k.clear()
         return str(document.doc_id)
 
 
-def as_backend(obj: Any) -> LlamaIndexBackend:
+def as_backend(obj: Any, *, vectorized: bool = True) -> LlamaIndexBackend:
     """A selfrag backend from a LlamaIndex ``BaseRetriever`` or an index
-    (``VectorStoreIndex`` or any index with ``as_retriever``)."""
+    (``VectorStoreIndex`` or any index with ``as_retriever``); ``vectorized`` as in
+    :class:`LlamaIndexBackend`."""
     if isinstance(obj, LlamaIndexBackend):
         return obj
     if isinstance(obj, BaseRetriever):
-        return LlamaIndexBackend(obj)
+        return LlamaIndexBackend(obj, vectorized=vectorized)
     if callable(getattr(obj, "as_retriever", None)):
-        return LlamaIndexBackend(index=obj)
+        return LlamaIndexBackend(index=obj, vectorized=vectorized)
     raise TypeError(
         f"as_backend needs a LlamaIndex BaseRetriever or an index with as_retriever(), "
         f"got {type(obj).__name__}"
