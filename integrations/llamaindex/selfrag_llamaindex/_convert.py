@@ -37,9 +37,10 @@ logger = logging.getLogger("selfrag")
 def docs_from_nodes(nodes: list[Any]) -> tuple[list[RetrievedDoc], list[str]]:
     """The documents of ``nodes`` and the ids of the nodes skipped for having no text."""
     docs = normalize_results(nodes, score_kind=ScoreKind.SIMILARITY)
+    if len(docs) == len(nodes):
+        return docs, []
     kept = {d.id for d in docs}
-    skipped = [_node_id(n) for n in nodes if _node_id(n) not in kept]
-    return docs, skipped
+    return docs, [node_id for node_id in map(_node_id, nodes) if node_id not in kept]
 
 
 def _node_id(item: Any) -> str:

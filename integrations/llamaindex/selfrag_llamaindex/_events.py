@@ -58,15 +58,16 @@ def remember(nodes: list[Any]) -> None:
 
 
 @contextlib.contextmanager
-def event(kind: CBEventType, payload: dict[Any, Any], own_manager: Any = None) -> Iterator[Any]:
-    """An event on the active query's callback manager; a no-op outside a query, when
-    the manager has no handlers, or when the wrapped object already reports to that
-    same manager (no duplicates)."""
+def event(kind: CBEventType, payload: Callable[[], dict[Any, Any]], own_manager: Any = None) -> Iterator[Any]:
+    """An event on the active query's callback manager, with the start payload that
+    ``payload()`` makes (only then); a no-op outside a query, when the manager has no
+    handlers, or when the wrapped object already reports to that same manager (no
+    duplicates)."""
     active = _ACTIVE.get()
     if active is None or not active.callback_manager.handlers or active.callback_manager is own_manager:
         yield None
         return
-    with active.callback_manager.event(kind, payload=payload) as ev:
+    with active.callback_manager.event(kind, payload=payload()) as ev:
         yield ev
 
 

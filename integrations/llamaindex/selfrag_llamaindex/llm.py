@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from llama_index.core.llms import LLM
@@ -122,11 +122,13 @@ class LlamaIndexLLM:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ events
-    def _start(self, prompt: str) -> tuple[Any, dict[Any, Any], Any]:
-        payload = {
-            _events.EventPayload.PROMPT: prompt,
-            _events.EventPayload.MODEL_NAME: self.llm.metadata.model_name,
-        }
+    def _start(self, prompt: str) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:
+        def payload() -> dict[Any, Any]:  # (an LLM's metadata is often a new pydantic object per read)
+            return {
+                _events.EventPayload.PROMPT: prompt,
+                _events.EventPayload.MODEL_NAME: self.llm.metadata.model_name,
+            }
+
         return _events.CBEventType.LLM, payload, getattr(self.llm, "callback_manager", None)
 
     @staticmethod
