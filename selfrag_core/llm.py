@@ -228,7 +228,10 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, fatal)
 
 
+@functools.lru_cache(maxsize=64)
 def _policy(retries: int, initial_wait: float, max_wait: float) -> dict[str, Any]:
+    """tenacity's arguments (stateless strategies, so one set serves every call alike;
+    read-only: it is passed as ``**policy``)."""
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     return {

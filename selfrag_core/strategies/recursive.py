@@ -75,27 +75,30 @@ def matched_keywords(query: str, keywords: Sequence[str]) -> list[str]:
     return found
 
 
-def _copies(item: str, question: str) -> bool:
-    """Whether ``item`` restates ``question``: it holds every word of it, or nearly
-    the same words (Jaccard >= NEAR_COPY)."""
-    ti, tq = set(_tokens(item)), set(_tokens(question))
-    return bool(tq) and (ti >= tq or len(ti & tq) / len(ti | tq) >= NEAR_COPY)
+def _copies(item: set[str], question: set[str]) -> bool:
+    """Whether the words of an item restate the question's: it holds every word of it,
+    or nearly the same words (Jaccard >= NEAR_COPY)."""
+    return bool(question) and (item >= question or len(item & question) / len(item | question) >= NEAR_COPY)
 
 
 def clean_decomposition(question: str, items: list[str]) -> tuple[list[str], list[str]]:
     """Drop empty items, copies of the question and duplicates; return (kept, what was dropped)."""
     kept: list[str] = []
+    kept_words: list[set[str]] = []
     dropped: list[str] = []
+    question_words = set(_tokens(question))
     for raw in items:
         item = raw.strip()
-        if not _tokens(item):
+        words = set(_tokens(item))
+        if not words:
             dropped.append("an empty item")
-        elif _copies(item, question):
+        elif _copies(words, question_words):
             dropped.append(f"a copy of the question ({item[:60]!r})")
-        elif any(set(_tokens(item)) == set(_tokens(k)) for k in kept):
+        elif words in kept_words:
             dropped.append(f"a duplicate ({item[:60]!r})")
         else:
             kept.append(item)
+            kept_words.append(words)
     return kept, dropped
 
 
