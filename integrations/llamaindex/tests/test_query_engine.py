@@ -145,6 +145,7 @@ def test_debug_handler_sees_query_retrievals_llm_calls_and_sub_questions(make_ll
     assert sorted(retrieved) == ["What is the capital of France?", "What is the capital of Spain?"]
     llm_prompts = [p[0].payload["formatted_prompt"] for p in debug.get_llm_inputs_outputs()]
     assert len(llm_prompts) == 4 and llm_prompts[0].startswith("SUBQUESTIONS:")
+    assert {p[0].payload["model_name"] for p in debug.get_llm_inputs_outputs()} == {"scripted"}
     completions = [p[1].payload["completion"] for p in debug.get_llm_inputs_outputs()]
     assert "Madrid is the capital of Spain." in completions
     pairs = debug.get_event_pairs(CBEventType.SUB_QUESTION)
