@@ -15,18 +15,29 @@ its ``CustomLLM`` adapter, 0.2 s per call by default):
 
 Ours run through ``SelfRAGQueryEngine`` with ``LlamaIndexLLM`` and ``as_backend``.
 Each pair runs sync ``query`` and async ``aquery`` one at a time, then N
-concurrent ``aquery`` calls (decomposition x32, the others x8). Two retrievers:
-the ``VectorStoreIndex`` of the peer harness (``SimpleVectorStore`` scores in a Python
-loop: ~5-7 ms of CPU per retrieval, so the 128 retrievals of 32 decompositions put
-0.6-0.9 s of CPU between the rounds whatever the orchestration) and a numpy
-``BaseRetriever`` over the same hash embeddings (same rankings, ~0.1 ms), which shows
-the orchestration. A last row runs the same x32 decompositions with no LlamaIndex
-object at all (``SimulatedLLM`` and a plain numpy backend given to ``RecursiveRAG``):
-the difference is what LlamaIndex's LLM and retriever wrappers cost.
+concurrent ``aquery`` calls (decomposition x32, the others x8). Three retrievers:
+
+* ``index``: the ``VectorStoreIndex`` of the peer harness (LlamaIndex's 1.9 s for x32
+  decompositions in the peers' reference run is this one). Its ``SimpleVectorStore``
+  scores each stored vector in a Python loop, 3-5 ms of CPU per retrieval, so the 128
+  retrievals of 32 decompositions put 0.4-0.7 s of CPU between the rounds. Our backend
+  scores the same store with one matrix product (``as_backend(index)``, the default);
+* ``index-loop``: the same, with our backend keeping LlamaIndex's loop
+  (``as_backend(index, vectorized=False)``): the orchestration alone, on equal retrieval;
+* ``numpy``: a numpy ``BaseRetriever`` over the same hash embeddings (same rankings,
+  ~0.1 ms), which shows the orchestration with retrieval nearly free.
+
+Beside the x32 decompositions, "by hand" runs the peer harness's hand-written
+reference (``example_ours.py``: asyncio.gather and minimal prompts) over the same
+LlamaIndex LLM and retriever objects: the floor those objects set, which no
+orchestration on top of them can beat. A last row runs the same x32 decompositions
+with no LlamaIndex object at all (``SimulatedLLM`` and a plain numpy backend given to
+``RecursiveRAG``): the difference is what LlamaIndex's LLM and retriever wrappers cost.
 ``ideal = rounds x latency``; ``cpu`` is the process CPU time of the run, which does not
 depend on the machine's load the way wall time does.
 
-    python benchmarks/bench_llamaindex.py            # ~4 min on 2 cores
+    python benchmarks/bench_llamaindex.py            # ~6 min on 2 cores
+    python benchmarks/bench_llamaindex.py --only decompose --retrievers index,numpy --runs 7
     LLM_LATENCY_S=0.5 python benchmarks/bench_llamaindex.py --runs 2
 
 Printed figures only; nothing is asserted.
@@ -50,8 +61,10 @@ sys.path.insert(0, str(PEERS))
 
 import adapters_llamaindex  # noqa: E402
 import corpus  # noqa: E402
+import example_ours  # noqa: E402
 import numpy as np  # noqa: E402
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
+from llama_index.core.base.response.schema import Response  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 from sim_llm import SimulatedLLM, default_latency, set_tag  # noqa: E402
 
@@ -94,6 +107,28 @@ class PlainBackend:
         self._numpy.similarity_top_k = top_k
         hits = self._numpy._retrieve(QueryBundle(query))
         return [{"id": h.node.node_id, "text": h.node.get_content(), "score": h.score} for h in hits]
+
+
+class HandWritten:
+    """The peer harness's hand-written decomposition (``example_ours.py``: its prompts,
+    ``asyncio.gather``, no framework) over the same LlamaIndex LLM and retriever objects:
+    the floor that those objects and the simulated LLM set for x32 decompositions."""
+
+    def __init__(self, llm: Any, retriever: Any) -> None:
+        self.llm, self.retriever = llm, retriever
+
+    async def aquery(self, question: str) -> Any:
+        reply = await self.llm.acomplete(example_ours._subq_prompt(question))
+
+        async def sub(sub_question: str) -> str:
+            nodes = await self.retriever.aretrieve(sub_question)
+            context = [n.node.get_content() for n in nodes]
+            answer = await self.llm.acomplete(example_ours._answer_prompt(sub_question, context))
+            return f"Sub question: {sub_question}\nResponse: {answer.text}"
+
+        notes = await asyncio.gather(*(sub(s) for s in example_ours._parse_subq(reply.text)))
+        final = await self.llm.acomplete(example_ours._answer_prompt(question, list(notes)))
+        return Response(final.text)
 
 
 class YesNoRelevancy:
@@ -152,8 +187,8 @@ def peer_engines(llm: Any, retriever: BaseRetriever) -> dict[str, Any]:
     }
 
 
-def our_engines(llm: Any, retriever: BaseRetriever) -> dict[str, SelfRAGQueryEngine]:
-    backend, ours = as_backend(retriever), LlamaIndexLLM(llm)
+def our_engines(llm: Any, retriever: Any, vectorized: bool = True) -> dict[str, SelfRAGQueryEngine]:
+    backend, ours = as_backend(retriever, vectorized=vectorized), LlamaIndexLLM(llm)
     k = corpus.TOP_K
     strategies = {
         "decompose": RecursiveRAG(
@@ -265,15 +300,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per figure (the median is shown)")
     parser.add_argument("--only", default="decompose,hyde,retry")
-    parser.add_argument("--retrievers", default="index,numpy")
+    parser.add_argument("--retrievers", default="index,index-loop,numpy")
     args = parser.parse_args()
     sim = SimulatedLLM(latency_s=default_latency())
     shared = adapters_llamaindex.setup(sim)  # also sets Settings.llm for LlamaIndex's own engines
     llm, latency = shared["llm"], sim.latency_s
-    retrievers = {
-        "index": shared["index"].as_retriever(similarity_top_k=corpus.TOP_K),
-        "numpy": NumpyRetriever(),
-    }
+    index = shared["index"].as_retriever(similarity_top_k=corpus.TOP_K)
+    retrievers = {"index": (index, True), "index-loop": (index, False), "numpy": (NumpyRetriever(), True)}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"simulated LLM latency {latency:.2f} s, {args.runs} runs per figure: median (fastest-slowest); "
@@ -281,9 +314,10 @@ def main() -> None:
     )
     print("cpu = process CPU time of the run (all queries of a concurrent batch)\n")
     for rname in args.retrievers.split(","):
-        retriever = retrievers[rname]
-        peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever)
-        print(f"== retriever: {rname} ({type(retriever).__name__})")
+        retriever, vectorized = retrievers[rname]
+        peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, vectorized)
+        how = "" if vectorized or rname != "index-loop" else ", our backend without the matrix scan"
+        print(f"== retriever: {rname} ({type(retriever).__name__}{how})")
         for name in args.only.split(","):
             queries = QUERIES[name]
             rows = []
@@ -300,6 +334,11 @@ def main() -> None:
                 ratio = mine["wall"] / peer["wall"]
                 print(f"  {label:<20} llamaindex {_fmt(peer, latency)}")
                 print(f"  {'':<20} selfrag    {_fmt(mine, latency)}   selfrag/llamaindex {ratio:.2f}")
+            if name == "decompose":  # the same LLM and the retriever our backend queries
+                same = as_backend(retriever, vectorized=vectorized).retriever_for(corpus.TOP_K)
+                hand = HandWritten(llm, same)
+                rec = concurrent(sim, hand, queries, n, args.runs)
+                print(f"  {'':<20} by hand    {_fmt(rec, latency)}   (floor: asyncio.gather, no framework)")
         print()
     floor(sim, latency, args.runs)
 

@@ -171,7 +171,7 @@ def normalize_results(raw: Any, *, score_kind: ScoreKind = ScoreKind.UNKNOWN) ->
         obj, score = item, None
         if isinstance(item, tuple) and len(item) == 2:
             first, second = item
-            if _as_score(first) is not None and _text_of(second) is not None and not isinstance(first, str):
+            if not isinstance(first, str) and _as_score(first) is not None and _text_of(second) is not None:
                 obj, score = second, first  # (score, text)
             else:
                 obj, score = first, second
