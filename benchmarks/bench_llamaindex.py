@@ -15,7 +15,9 @@ its ``CustomLLM`` adapter, 0.2 s per call by default):
 
 Ours run through ``SelfRAGQueryEngine`` with ``LlamaIndexLLM`` and ``as_backend``.
 Each pair runs sync ``query`` and async ``aquery`` one at a time, then N
-concurrent ``aquery`` calls (decomposition x32, the others x8). Three retrievers:
+concurrent ``aquery`` calls (decomposition x32, the others x8; the contenders' runs
+interleaved, so that a change in the machine's speed during the measurement favours
+none of them). Three retrievers:
 
 * ``index``: the ``VectorStoreIndex`` of the peer harness (LlamaIndex's 1.9 s for x32
   decompositions in the peers' reference run is this one). Its ``SimpleVectorStore``
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -231,6 +234,21 @@ async def _checked(answers: Awaitable[Any]) -> None:
             raise AssertionError(f"{type(response).__name__} without an answer")
 
 
+#: a full garbage collection before each timed run (``--no-collect`` turns it off)
+COLLECT = True
+
+
+def _fresh(sim: SimulatedLLM) -> None:
+    """Before a timed run: an empty call log and, unless ``--no-collect``, a full garbage
+    collection, so that no run pays for the garbage of the one before. Without it, the
+    first run after LlamaIndex's own engine (which leaves about twice our garbage) often
+    takes the full collection that this garbage brings on: over the ~190,000 objects
+    that importing LlamaIndex leaves, about 140 ms, whoever happens to trigger it."""
+    sim.reset()
+    if COLLECT:
+        gc.collect()
+
+
 def sequential(sim: SimulatedLLM, engine: Any, queries: list[str], mode: str, runs: int) -> dict[str, Any]:
     def once(i: int) -> Any:
         if mode == "sync":
@@ -240,7 +258,7 @@ def sequential(sim: SimulatedLLM, engine: Any, queries: list[str], mode: str, ru
     _warm(sim, lambda: once(0))
     walls, cpus, calls, rounds = [], [], set(), set()
     for r in range(runs):
-        sim.reset()
+        _fresh(sim)
         start, cpu = time.perf_counter(), time.process_time()
         once(r)
         walls.append(time.perf_counter() - start)
@@ -250,25 +268,40 @@ def sequential(sim: SimulatedLLM, engine: Any, queries: list[str], mode: str, ru
     return {**_record(walls, cpus, calls, rounds), "kinds": sim.kinds()}
 
 
-def concurrent(sim: SimulatedLLM, engine: Any, queries: list[str], n: int, runs: int) -> dict[str, Any]:
-    async def one(i: int) -> Any:
-        set_tag(i)
-        return await engine.aquery(queries[i % len(queries)])
+def concurrent(
+    sim: SimulatedLLM, engines: dict[str, Any], queries: list[str], n: int, runs: int
+) -> dict[str, dict[str, Any]]:
+    """``n`` concurrent ``aquery`` calls per run for each engine, the engines' runs
+    interleaved (run 1 of each, then run 2 of each, ...): a machine that speeds up or
+    slows down during the measurement, or a process that grows, favours none of them."""
 
-    async def batch() -> None:
-        await _checked(asyncio.gather(*(one(i) for i in range(n))))
+    def batch(engine: Any) -> Callable[[], None]:
+        async def one(i: int) -> Any:
+            set_tag(i)
+            return await engine.aquery(queries[i % len(queries)])
 
-    _warm(sim, lambda: asyncio.run(batch()))
-    walls, cpus, calls, per_query = [], [], set(), set()
+        async def run() -> None:
+            await _checked(asyncio.gather(*(one(i) for i in range(n))))
+
+        return lambda: asyncio.run(run())
+
+    batches = {label: batch(engine) for label, engine in engines.items()}
+    for fn in batches.values():
+        _warm(sim, fn)
+    seen: dict[str, tuple[list[float], list[float], set[int], set[Any]]] = {
+        label: ([], [], set(), set()) for label in engines
+    }
     for _ in range(runs):
-        sim.reset()
-        start, cpu = time.perf_counter(), time.process_time()
-        asyncio.run(batch())
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - cpu)
-        calls.add(sim.n_calls)
-        per_query.add(statistics.median(sim.rounds_by_tag().values()))
-    return _record(walls, cpus, calls, per_query)
+        for label, fn in batches.items():
+            walls, cpus, calls, per_query = seen[label]
+            _fresh(sim)
+            start, cpu = time.perf_counter(), time.process_time()
+            fn()
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
+            calls.add(sim.n_calls)
+            per_query.add(statistics.median(sim.rounds_by_tag().values()))
+    return {label: _record(*seen[label]) for label in engines}
 
 
 def _record(walls: list[float], cpus: list[float], calls: set[int], rounds: set[Any]) -> dict[str, Any]:
@@ -301,7 +334,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs per figure (the median is shown)")
     parser.add_argument("--only", default="decompose,hyde,retry")
     parser.add_argument("--retrievers", default="index,index-loop,numpy")
+    parser.add_argument("--no-collect", action="store_true", help="no gc.collect() before each timed run")
     args = parser.parse_args()
+    global COLLECT
+    COLLECT = not args.no_collect
     sim = SimulatedLLM(latency_s=default_latency())
     shared = adapters_llamaindex.setup(sim)  # also sets Settings.llm for LlamaIndex's own engines
     llm, latency = shared["llm"], sim.latency_s
@@ -312,7 +348,8 @@ def main() -> None:
         f"simulated LLM latency {latency:.2f} s, {args.runs} runs per figure: median (fastest-slowest); "
         f"load average {load}"
     )
-    print("cpu = process CPU time of the run (all queries of a concurrent batch)\n")
+    collect = "a full gc.collect() before each timed run" if COLLECT else "no gc.collect() between runs"
+    print(f"cpu = process CPU time of the run (all queries of a concurrent batch); {collect}\n")
     for rname in args.retrievers.split(","):
         retriever, vectorized = retrievers[rname]
         peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, vectorized)
@@ -327,18 +364,19 @@ def main() -> None:
                 rows.append((f"{name} {mode}", peer, mine))
             print(f"  {name}: calls by kind: llamaindex {rows[0][1]['kinds']}, selfrag {rows[0][2]['kinds']}")
             n = CONCURRENCY[name]
-            peer = concurrent(sim, peers[name], queries, n, args.runs)
-            mine = concurrent(sim, ours[name], queries, n, args.runs)
-            rows.append((f"{name} aquery x{n}", peer, mine))
+            engines = {"llamaindex": peers[name], "selfrag": ours[name]}
+            if name == "decompose":  # the same LLM, and the retriever our backend queries
+                same = as_backend(retriever, vectorized=vectorized).retriever_for(corpus.TOP_K)
+                engines["by hand"] = HandWritten(llm, same)
+            found = concurrent(sim, engines, queries, n, args.runs)
+            rows.append((f"{name} aquery x{n}", found["llamaindex"], found["selfrag"]))
             for label, peer, mine in rows:
                 ratio = mine["wall"] / peer["wall"]
                 print(f"  {label:<20} llamaindex {_fmt(peer, latency)}")
                 print(f"  {'':<20} selfrag    {_fmt(mine, latency)}   selfrag/llamaindex {ratio:.2f}")
-            if name == "decompose":  # the same LLM and the retriever our backend queries
-                same = as_backend(retriever, vectorized=vectorized).retriever_for(corpus.TOP_K)
-                hand = HandWritten(llm, same)
-                rec = concurrent(sim, hand, queries, n, args.runs)
-                print(f"  {'':<20} by hand    {_fmt(rec, latency)}   (floor: asyncio.gather, no framework)")
+            if "by hand" in found:
+                floor_note = "(floor: the same LLM and retriever, asyncio.gather, no framework)"
+                print(f"  {'':<20} by hand    {_fmt(found['by hand'], latency)}   {floor_note}")
         print()
     floor(sim, latency, args.runs)
 
@@ -347,7 +385,7 @@ def floor(sim: SimulatedLLM, latency: float, runs: int) -> None:
     """RecursiveRAG with no LlamaIndex object at all (SimulatedLLM and a plain numpy
     backend): what the LlamaIndex LLM and retriever wrappers add to x32 decompositions."""
     strategy = RecursiveRAG(PlainBackend(), sim, RecursiveRAGConfig(max_depth=1, max_sub_questions=4))
-    rec = concurrent(sim, strategy, COMPARE_Q, CONCURRENCY["decompose"], runs)
+    rec = concurrent(sim, {"core": strategy}, COMPARE_Q, CONCURRENCY["decompose"], runs)["core"]
     print("== selfrag core alone (SimulatedLLM + plain numpy backend, no LlamaIndex objects)")
     print(f"  {'decompose aquery x32':<20} selfrag    {_fmt(rec, latency)}")
 
