@@ -12,9 +12,10 @@ way, from a float64 matrix of the stored vectors:
 * the same top-k set: the ``k`` largest ``(similarity, node id)`` pairs, highest first
   (LlamaIndex leaves exact ties in heap order; here they come by node id, descending).
 
+``node_ids`` (an index's retrievers pass all of the index's ids) limit the rows scored.
 Anything else goes to the store itself, unchanged: query modes other than the default,
-metadata filters, ``node_ids`` / ``doc_ids``, store-specific keyword arguments, an empty
-store, vectors of different lengths, zero or non-finite vectors. The matrix is built on
+metadata filters, ``doc_ids``, store-specific keyword arguments, an empty store,
+vectors of different lengths, zero or non-finite vectors. The matrix is built on
 the first query and again whenever the store's vectors change (checked per query by
 comparing the stored lists, which costs a pass over references, not over floats).
 """
