@@ -139,6 +139,14 @@ def test_what_the_scan_does_not_cover_goes_to_the_store(zoo) -> None:
     assert found and all(d.metadata["place"] == "forest" for d in found)
 
 
+async def test_async_queries_it_does_not_cover_go_to_the_store_too(zoo) -> None:
+    filters = MetadataFilters(filters=[MetadataFilter(key="place", value="desert")])
+    backend = as_backend(zoo.as_retriever(similarity_top_k=3, filters=filters))
+    assert isinstance(backend.retriever_for(3)._vector_store, MatrixScan)
+    found = await backend.aretrieve(QUERIES[2], 3)
+    assert len(found) == 3 and all(d.metadata["place"] == "desert" for d in found)
+
+
 def test_an_empty_or_irregular_store_is_left_to_llamaindex() -> None:
     store = SimpleVectorStore()
     query = VectorStoreQuery(query_embedding=[1.0, 0.0], similarity_top_k=2)
