@@ -353,7 +353,7 @@ def main() -> None:
     for rname in args.retrievers.split(","):
         retriever, vectorized = retrievers[rname]
         peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, vectorized)
-        how = "" if vectorized or rname != "index-loop" else ", our backend without the matrix scan"
+        how = "" if vectorized else ", our backend without the matrix scan"
         print(f"== retriever: {rname} ({type(retriever).__name__}{how})")
         for name in args.only.split(","):
             queries = QUERIES[name]

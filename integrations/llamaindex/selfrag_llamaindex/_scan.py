@@ -73,7 +73,7 @@ class MatrixScan:
             return None
         q = np.array(query.query_embedding, dtype=np.float64)
         q_norm = np.linalg.norm(q)
-        if not (np.isfinite(q).all() and q_norm > 0):
+        if not (np.isfinite(q_norm) and q_norm > 0):  # (an inf or nan anywhere makes the norm one)
             return None
         ids, matrix, norms = cached.ids, cached.matrix, cached.norms
         if query.node_ids is not None:  # (an index's retrievers pass all of its node ids)
