@@ -65,12 +65,23 @@ def _class_names(cls: type) -> frozenset[str]:
     return frozenset(c.__name__ for c in cls.__mro__)
 
 
+def _from_package(obj: Any, package: str) -> bool:
+    """Whether ``obj`` is an instance of a class of ``package`` or of a subclass of one
+    (a user's ``CustomLLM`` or ``BaseRetriever`` subclass lives in the user's module)."""
+    return package in _class_packages(type(obj))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=256)
+def _class_packages(cls: type) -> frozenset[str]:
+    return frozenset(str(c.__module__).partition(".")[0] for c in cls.__mro__)
+
+
 def _is_langchain(llm: Any) -> bool:
     return "Runnable" in _mro_names(llm) and hasattr(llm, "invoke")
 
 
 def _is_llamaindex(llm: Any) -> bool:
-    return hasattr(llm, "complete") and type(llm).__module__.startswith("llama_index")
+    return hasattr(llm, "complete") and _from_package(llm, "llama_index")
 
 
 def is_async_capable(llm: Any) -> bool:

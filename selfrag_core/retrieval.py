@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from selfrag_core.errors import RetrievalError
-from selfrag_core.llm import _mro_names, is_coroutine_callable, run_coroutine_sync
+from selfrag_core.llm import _from_package, _mro_names, is_coroutine_callable, run_coroutine_sync
 from selfrag_core.types import RetrievedDoc, ScoreKind
 
 logger = logging.getLogger("selfrag")
@@ -222,7 +222,7 @@ def _is_lc_retriever(backend: Any) -> bool:
 
 
 def _is_li_retriever(backend: Any) -> bool:
-    return type(backend).__module__.startswith("llama_index") and hasattr(backend, "retrieve")
+    return _from_package(backend, "llama_index") and hasattr(backend, "retrieve")
 
 
 def _kwargs_for(fn: Any, top_k: int, extra: dict[str, Any]) -> dict[str, Any]:
