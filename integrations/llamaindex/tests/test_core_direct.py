@@ -88,3 +88,22 @@ def test_a_strategy_runs_on_user_llamaindex_objects_without_the_adapter() -> Non
     assert {d.id for d in result.sources} == {"n0", "n1"}
     assert set(llm._threads) == {loop_thread}  # 4 calls, none sent to a worker thread
     assert len(llm._threads) == 4 and not result.trace.errors
+
+
+def test_a_user_custom_llm_streams_the_answer_through_its_own_stream_complete() -> None:
+    llm = ScriptedLLM(default="the tides follow the moon")
+    strategy = RecursiveRAG(UserRetriever(), llm, RecursiveRAGConfig(top_k=2))
+
+    async def main() -> tuple[list[str], object]:
+        tokens, result = [], None
+        async for event in strategy.astream("Why are there tides?"):
+            if event.kind == "token":
+                tokens.append(event.text)
+            else:
+                result = event.result
+        return tokens, result
+
+    tokens, result = asyncio.run(main())
+    assert len(tokens) == 5 and "".join(tokens).strip() == "the tides follow the moon"
+    assert result.answer == "the tides follow the moon" and [d.id for d in result.sources] == ["n0", "n1"]
+    assert [e.text for e in strategy.stream("Why are there tides?") if e.kind == "token"] == tokens
