@@ -60,15 +60,29 @@ def remember(nodes: list[Any]) -> None:
 @contextlib.contextmanager
 def event(kind: CBEventType, payload: Callable[[], dict[Any, Any]], own_manager: Any = None) -> Iterator[Any]:
     """An event on the active query's callback manager, with the start payload that
-    ``payload()`` makes (only then); a no-op outside a query, when the manager has no
-    handlers, or when the wrapped object already reports to that same manager (no
-    duplicates)."""
+    ``payload()`` makes (only then), for the handlers the wrapped object does not
+    already report to itself (``own_manager``'s): a handler set globally with
+    ``Settings.callback_manager`` sits in the engine's, the LLM's and the retriever's
+    managers alike, and must see each call once. A no-op outside a query or when no
+    handler is left."""
     active = _ACTIVE.get()
-    if active is None or not active.callback_manager.handlers or active.callback_manager is own_manager:
+    manager = None if active is None else _reporting(active.callback_manager, own_manager)
+    if manager is None:
         yield None
         return
-    with active.callback_manager.event(kind, payload=payload()) as ev:
+    with manager.event(kind, payload=payload()) as ev:
         yield ev
+
+
+def _reporting(active: CallbackManager, own: Any) -> CallbackManager | None:
+    """``active``, or a manager of the handlers of ``active`` that ``own`` lacks; None if none."""
+    if not active.handlers or active is own:
+        return None
+    theirs = getattr(own, "handlers", None) or []
+    missing = [h for h in active.handlers if not any(h is t for t in theirs)]
+    if len(missing) == len(active.handlers):
+        return active
+    return CallbackManager(missing) if missing else None
 
 
 def end(ev: Any, payload: dict[Any, Any]) -> None:

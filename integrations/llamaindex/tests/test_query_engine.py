@@ -169,6 +169,35 @@ async def test_debug_handler_sees_async_calls_too(make_llm, index) -> None:
     assert len(debug.get_llm_inputs_outputs()) == 4
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_handler_set_in_settings_sees_each_call_once(make_llm, use_async) -> None:
+    """With the handler in ``Settings.callback_manager``, the LLM, the retriever and our
+    engine each hold a manager with it: each call must reach it once, not once per manager."""
+    from llama_index.core import Settings, VectorStoreIndex
+    from llama_index.core.schema import TextNode
+
+    from .li_fakes import CORPUS, HashEmbedding
+
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    before = Settings.callback_manager
+    Settings.callback_manager = CallbackManager([debug])
+    try:
+        index = VectorStoreIndex([TextNode(text=t, id_=i) for i, t in CORPUS], embed_model=HashEmbedding())
+        llm = make_llm(RECURSIVE_RULES)
+        assert llm.callback_manager is not Settings.callback_manager  # each holds its own manager
+        debug.flush_event_logs()
+        qe = engine(RecursiveRAG, llm, index)
+        response = asyncio.run(qe.aquery(BOTH)) if use_async else qe.query(BOTH)
+    finally:
+        Settings.callback_manager = before
+    trace = response.metadata["trace"]
+    assert trace["llm_calls"] == 4 and trace["retrievals"] == 2
+    assert len(debug.get_llm_inputs_outputs()) == 4
+    assert len(debug.get_event_pairs(CBEventType.RETRIEVE)) == 2
+    assert len(debug.get_event_pairs(CBEventType.SUB_QUESTION)) == 2
+    assert len(debug.get_event_pairs(CBEventType.QUERY)) == 1
+
+
 def test_instrumentation_sees_the_query_span_and_the_llm_events(make_llm, index) -> None:
     import llama_index.core.instrumentation as instrument
     from llama_index.core.instrumentation.event_handlers import BaseEventHandler
