@@ -37,10 +37,12 @@ _ACTIVE: ContextVar[Observation | None] = ContextVar("selfrag_llamaindex_observa
 
 
 @contextlib.contextmanager
-def observing(callback_manager: CallbackManager) -> Iterator[Observation]:
-    token = _ACTIVE.set(Observation(callback_manager))
+def observing(observation: Observation) -> Iterator[Observation]:
+    """``observation`` is the active one inside the block (in this context, and in the
+    threads and tasks started from it)."""
+    token = _ACTIVE.set(observation)
     try:
-        yield _ACTIVE.get()  # type: ignore[misc]
+        yield observation
     finally:
         _ACTIVE.reset(token)
 

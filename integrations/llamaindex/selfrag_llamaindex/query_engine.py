@@ -166,23 +166,42 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         self, query: str, notes: list[dict[str, Any]], response: Any
     ) -> Generator[str, None, None]:
         """The final answer's tokens as the strategy's LLM produces them; the sources and
-        metadata are filled in on ``response`` when the stream ends."""
-        with self._observed(query) as (ev, observation):
-            for event in self.strategy.stream(query, self.context):
-                if event.kind == "token":
-                    yield event.text
-                else:
-                    self._complete(response, event.result, notes, observation, ev)
+        metadata are filled in on ``response`` when the stream ends. The query's context
+        variables are set around each step only (see :class:`_QueryScope`)."""
+        scope = _QueryScope(self, query)
+        with self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev:
+            events = self.strategy.stream(query, self.context)
+            try:
+                while True:
+                    with scope.active():
+                        event = next(events, None)
+                    if event is None:
+                        return
+                    if event.kind == "token":
+                        yield event.text
+                    else:
+                        self._complete(response, event.result, notes, scope.observation, ev)
+            finally:
+                events.close()
 
     async def _atoken_gen(
         self, query: str, notes: list[dict[str, Any]], response: Any
     ) -> AsyncGenerator[str, None]:
-        with self._observed(query) as (ev, observation):
-            async for event in self.strategy.astream(query, self.context):
-                if event.kind == "token":
-                    yield event.text
-                else:
-                    self._complete(response, event.result, notes, observation, ev)
+        scope = _QueryScope(self, query)
+        with self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev:
+            events = self.strategy.astream(query, self.context)
+            try:
+                while True:
+                    with scope.active():
+                        event = await anext(events, None)
+                    if event is None:
+                        return
+                    if event.kind == "token":
+                        yield event.text
+                    else:
+                        self._complete(response, event.result, notes, scope.observation, ev)
+            finally:
+                await events.aclose()
 
     def _complete(
         self, response: Any, result: Any, notes: list[dict[str, Any]], observation: Any, ev: Any
@@ -193,14 +212,12 @@ class SelfRAGQueryEngine(CustomQueryEngine):
 
     @contextlib.contextmanager
     def _observed(self, query: str) -> Iterator[tuple[Any, _events.Observation]]:
-        payload: dict[str, Any] = {_events.EventPayload.QUERY_STR: query}
-        sub_questions = _events.sub_question_reporter(self.callback_manager, type(self.strategy).__name__)
+        scope = _QueryScope(self, query)
         with (
-            self.callback_manager.event(_events.CBEventType.QUERY, payload=payload) as ev,
-            _events.observing(self.callback_manager) as observation,
-            observe_trace(sub_questions),
+            self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev,
+            scope.active(),
         ):
-            yield ev, observation
+            yield ev, scope.observation
 
     def _response(
         self,
@@ -224,6 +241,26 @@ class SelfRAGQueryEngine(CustomQueryEngine):
             response = StreamingResponse(_chunks(answer), nodes, metadata)
         ev.on_end(payload={_events.EventPayload.RESPONSE: response})
         return response
+
+
+class _QueryScope:
+    """What one query sets while it runs: the observation (LLM and RETRIEVE events on the
+    engine's callback manager, adapter notes, the backend's nodes by id) and the reporter
+    of sub-questions. :meth:`active` sets them as context variables. A streamed response
+    enters it around each step of the strategy's stream only, so that nothing stays set
+    in the consumer's context between steps, after the stream, or when an abandoned stream
+    is closed from another context (where resetting a context variable raises)."""
+
+    def __init__(self, engine: SelfRAGQueryEngine, query: str) -> None:
+        manager = engine.callback_manager
+        self.payload: dict[str, Any] = {_events.EventPayload.QUERY_STR: query}
+        self.observation = _events.Observation(manager)
+        self.reporter = _events.sub_question_reporter(manager, type(engine.strategy).__name__)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with _events.observing(self.observation), observe_trace(self.reporter):
+            yield
 
 
 async def _achunks(text: str) -> AsyncGenerator[str, None]:

@@ -136,6 +136,47 @@ async def test_streaming_async(make_llm, index) -> None:
     assert "".join(chunks) == "Paris is the capital of France."
 
 
+def test_interleaved_streams_leave_no_query_active_in_the_consumers_context(make_llm, index) -> None:
+    """Each stream sets its query's context variables around its own steps only: after two
+    interleaved streams, a call outside any query reports to neither engine's handlers."""
+    from selfrag_core.engine import _TRACE_LISTENER
+    from selfrag_llamaindex import _events
+
+    handlers = [LlamaDebugHandler(print_trace_on_end=False) for _ in range(2)]
+    engines = [
+        engine(HyDERAG, make_llm(HYDE_RULES), index, streaming=True, callback_manager=CallbackManager([h]))
+        for h in handlers
+    ]
+    responses = [e.query(FRANCE) for e in engines]
+    first, second = (r.response_gen for r in responses)
+    begun = [next(first), next(second)]
+    texts = [begun[0] + "".join(first), begun[1] + "".join(second)]
+    assert [t.strip() for t in texts] == ["Paris is the capital of France."] * 2
+    assert _events._ACTIVE.get() is None and _TRACE_LISTENER.get() is None
+    seen = [len(h.get_llm_inputs_outputs()) for h in handlers]
+    assert seen == [r.metadata["trace"]["llm_calls"] for r in responses]  # each engine its own calls
+    LlamaIndexLLM(make_llm()).generate("a call outside any query")
+    assert [len(h.get_llm_inputs_outputs()) for h in handlers] == seen
+
+
+def test_an_abandoned_async_stream_closes_cleanly_and_ends_its_query_event(make_llm, index) -> None:
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    manager = CallbackManager([debug])
+    qe = engine(HyDERAG, make_llm(HYDE_RULES), index, streaming=True, callback_manager=manager)
+    problems: list[dict] = []
+
+    async def main() -> str:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: problems.append(context))
+        response = await qe.aquery(FRANCE)
+        async for chunk in response.async_response_gen():
+            return chunk  # the consumer goes away after one chunk
+        return ""
+
+    assert asyncio.run(main()) == "Paris "
+    assert problems == []  # closing the generator from another context used to raise
+    assert len(debug.get_event_pairs(CBEventType.QUERY)) == 1
+
+
 def test_debug_handler_sees_query_retrievals_llm_calls_and_sub_questions(make_llm, index) -> None:
     debug = LlamaDebugHandler(print_trace_on_end=False)
     qe = engine(RecursiveRAG, make_llm(RECURSIVE_RULES), index, callback_manager=CallbackManager([debug]))
