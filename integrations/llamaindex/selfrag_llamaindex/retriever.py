@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from selfrag_core.types import RetrievedDoc
+from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import nodes_from_docs, query_text
 from selfrag_llamaindex.query_engine import arun_strategy, entry_points, run_strategy
 
@@ -17,9 +20,11 @@ class StrategyRetriever(BaseRetriever):
 
     Retrieves with a selfrag strategy: HyDE's fused ranking when the strategy offers
     ``retrieve_documents`` / ``aretrieve_documents`` (one LLM round, no answer), else
-    the sources of the strategy's full answer. Nodes keep the backend's ids;
-    ``_aretrieve`` is truly async. A ``QueryBundle``'s custom embedding strings are
-    not used (the strategy retrieves with the query text; logged).
+    the sources of the strategy's full answer. The nodes are the backend's own (ids,
+    ``ref_doc_id`` and metadata kept) where the backend is a LlamaIndex one
+    (:func:`as_backend`); the strategy's LLM calls are reported to this retriever's
+    callback manager; ``_aretrieve`` is truly async. A ``QueryBundle``'s custom embedding
+    strings are not used (the strategy retrieves with the query text; logged).
     """
 
     def __init__(
@@ -39,19 +44,30 @@ class StrategyRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query, _ = query_text(query_bundle)
-        fused = getattr(self.strategy, "retrieve_documents", None)
-        if callable(fused):
-            return nodes_from_docs(fused(query, self.top_k, self.context))
-        return self._nodes(run_strategy(self.strategy, query, self.context))
+        query, _ = query_text(query_bundle)  # what the bundle carries that is not used is logged
+        with self._observed() as seen:
+            fused = getattr(self.strategy, "retrieve_documents", None)
+            if callable(fused):
+                docs = fused(query, self.top_k, self.context)
+            else:
+                docs = self._sources(run_strategy(self.strategy, query, self.context))
+        return nodes_from_docs(docs, seen.nodes)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query, _ = query_text(query_bundle)
-        fused = getattr(self.strategy, "aretrieve_documents", None)
-        if callable(fused):
-            return nodes_from_docs(await fused(query, self.top_k, self.context))
-        return self._nodes(await arun_strategy(self.strategy, query, self.context))
+        with self._observed() as seen:
+            fused = getattr(self.strategy, "aretrieve_documents", None)
+            if callable(fused):
+                docs = await fused(query, self.top_k, self.context)
+            else:
+                docs = self._sources(await arun_strategy(self.strategy, query, self.context))
+        return nodes_from_docs(docs, seen.nodes)
 
-    def _nodes(self, result: Any) -> list[NodeWithScore]:
+    def _observed(self) -> AbstractContextManager[_events.Observation]:
+        """The strategy's LLM calls reach this retriever's callback manager, and its
+        documents come back as the backend's own nodes (ids, ``ref_doc_id``, metadata)."""
+        return _events.observing(_events.Observation(self.callback_manager))
+
+    def _sources(self, result: Any) -> list[RetrievedDoc]:
         docs = list(getattr(result, "sources", None) or [])
-        return nodes_from_docs(docs if self.top_k is None else docs[: self.top_k])
+        return docs if self.top_k is None else docs[: self.top_k]

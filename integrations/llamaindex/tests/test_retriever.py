@@ -64,3 +64,31 @@ async def test_self_healing_sources_sync_and_async(make_llm, index) -> None:
     retriever = StrategyRetriever(strategy, context={"top_k": 2})
     assert [n.node_id for n in retriever.retrieve(FRANCE)][:1] == ["paris"]
     assert len(await retriever.aretrieve(FRANCE)) == 2
+
+
+@pytest.mark.parametrize("strategy_cls", [HyDERAG, SelfIRAG])
+async def test_nodes_are_the_backends_own_and_llm_calls_reach_the_retrievers_handlers(
+    make_llm, embed, strategy_cls
+) -> None:
+    """Over an index built from Documents, the nodes keep their ``ref_doc_id`` and
+    metadata (not rebuilt from the core's documents), sync and async; the strategy's LLM
+    calls are events on the retriever's callback manager."""
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+
+    from .li_fakes import CORPUS
+
+    documents = [Document(text=text, id_=f"doc-{key}", metadata={"city": key}) for key, text in CORPUS]
+    index = VectorStoreIndex.from_documents(documents, embed_model=embed)
+    rules = HYDE_RULES if strategy_cls is HyDERAG else SELF_RAG_RULES
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    llm = make_llm(rules)
+    strategy = strategy_cls(as_backend(index), LlamaIndexLLM(llm))
+    retriever = StrategyRetriever(strategy, top_k=2, callback_manager=CallbackManager([debug]))
+    for nodes in (retriever.retrieve(FRANCE), await retriever.aretrieve(FRANCE)):
+        assert len(nodes) == 2
+        for n in nodes:
+            assert n.node.ref_doc_id == f"doc-{n.node.metadata['city']}"
+            assert set(n.node.metadata) == {"city"}  # the node itself, no score keys added
+    assert len(debug.get_llm_inputs_outputs()) == len(llm.prompts) > 0
+    assert len(debug.get_event_pairs(CBEventType.RETRIEVE)) >= 2  # this retriever's, and the backend's
