@@ -82,8 +82,8 @@ def nodes_from_docs(
 def query_text(query: Any) -> tuple[str, list[dict[str, Any]]]:
     """The question of a ``str`` or ``QueryBundle``, with notes on what was not used.
 
-    The core embeds the query text itself, so a bundle's ``custom_embedding_strs`` or
-    precomputed ``embedding`` cannot be honoured: the documented fallback is to use
+    The core embeds the query text itself, so a bundle's ``custom_embedding_strs``,
+    precomputed ``embedding`` or ``image_path`` cannot be honoured: the documented fallback is to use
     ``query_str`` and say so (in the log and in ``response.metadata["adapter_notes"]``).
     """
     if isinstance(query, str):
@@ -97,6 +97,14 @@ def query_text(query: Any) -> tuple[str, list[dict[str, Any]]]:
                 "custom_embedding_strs_ignored",
                 "selfrag retrieves with the query text; the bundle's custom_embedding_strs were not used",
                 {"custom_embedding_strs": [s[:200] for s in query.custom_embedding_strs]},
+            )
+        )
+    if getattr(query, "image_path", None):
+        notes.append(
+            note(
+                "image_path_ignored",
+                "selfrag answers from the query text; the bundle's image was not used",
+                {"image_path": str(query.image_path)[:200]},
             )
         )
     if query.embedding is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -12,9 +11,7 @@ from llama_index.core.types import PydanticProgramMode
 
 from selfrag_core.protocols import LLMOutput
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import llm_output, model_from_schema
-
-logger = logging.getLogger("selfrag")
+from selfrag_llamaindex._convert import llm_output, model_from_schema, note
 
 #: the whole prompt is the only variable, so braces in documents are never parsed
 _VERBATIM = PromptTemplate("{selfrag_prompt}")
@@ -116,10 +113,14 @@ class LlamaIndexLLM:
         return await self.agenerate(prompt)
 
     def _unstructured(self, exc: Exception) -> None:
-        logger.warning(
-            "selfrag fallback: structured_predict failed on %s (%s: %s); using a plain completion",
-            type(self.llm).__name__, type(exc).__name__, exc,
-        )  # fmt: skip
+        """Logged, and listed in the response's ``fallbacks`` / ``adapter_notes``."""
+        _events.record(
+            note(
+                "structured_predict_failed",
+                f"structured_predict failed on {type(self.llm).__name__} ({type(exc).__name__}: {exc}); "
+                "using a plain completion",
+            )
+        )
 
     # ------------------------------------------------------------------ events
     def _start(self, prompt: str) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:

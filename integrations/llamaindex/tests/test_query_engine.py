@@ -81,6 +81,26 @@ def test_query_bundle_with_custom_embedding_strs_uses_the_query_and_says_so(make
     assert response.metadata["adapter_notes"][0]["detail"]["custom_embedding_strs"] == ["Seine river city"]
 
 
+def test_query_bundle_with_an_image_uses_the_text_and_says_so(make_llm, index) -> None:
+    response = engine(SelfIRAG, make_llm(SELF_RAG_RULES), index).query(
+        QueryBundle(FRANCE, image_path="map.png")
+    )
+    assert str(response) == "Paris is the capital of France."
+    assert response.metadata["fallbacks"] == ["image_path_ignored"]
+    assert response.metadata["adapter_notes"][0]["detail"] == {"image_path": "map.png"}
+
+
+def test_a_failed_structured_predict_is_listed_in_the_fallbacks(make_llm, index) -> None:
+    from llama_index.core.types import PydanticProgramMode
+
+    llm = make_llm([*RECURSIVE_RULES[1:], ("SUBQUESTIONS:", "no JSON here")])
+    llm.pydantic_program_mode = PydanticProgramMode.LLM  # structured_predict, which fails to parse
+    response = engine(RecursiveRAG, llm, index).query(BOTH)
+    assert "structured_predict_failed" in response.metadata["fallbacks"]
+    note = next(n for n in response.metadata["adapter_notes"] if n["name"] == "structured_predict_failed")
+    assert "ScriptedLLM" in note["error"] and "plain completion" in note["error"]
+
+
 async def test_aquery_runs_concurrently_on_the_event_loop(make_llm, index) -> None:
     qe = engine(SelfIRAG, make_llm(SELF_RAG_RULES, latency=0.3), index)
     start = time.perf_counter()
