@@ -474,6 +474,15 @@ def _chunk_text(chunk: Any) -> str:
 
 
 def _chunk_usage(chunk: Any, reply: LLMReply) -> None:
+    """Token counts a streamed piece reports: an ``LLMOutput`` piece carries the call's
+    totals so far (the last reported wins: providers send them in the final chunk, some
+    cumulatively); LangChain's ``usage_metadata`` is per chunk (summed, as LangChain does)."""
+    if isinstance(chunk, LLMOutput):
+        if chunk.input_tokens is not None:
+            reply.input_tokens = chunk.input_tokens
+        if chunk.output_tokens is not None:
+            reply.output_tokens = chunk.output_tokens
+        return
     usage = getattr(chunk, "usage_metadata", None)
     if isinstance(usage, dict):
         reply.input_tokens = (reply.input_tokens or 0) + int(usage.get("input_tokens") or 0)
@@ -482,7 +491,8 @@ def _chunk_usage(chunk: Any, reply: LLMReply) -> None:
 
 def can_stream(llm: Any) -> bool:
     """Whether the LLM streams text: LangChain ``stream``, LlamaIndex ``stream_complete``,
-    or an object with ``stream(prompt) -> Iterator[str]`` / ``astream``."""
+    or an object with ``stream(prompt) -> Iterator[str]`` / ``astream`` (pieces may also be
+    ``LLMOutput``, to report token counts; see :func:`_chunk_usage`)."""
     return any(hasattr(llm, name) for name in ("stream", "astream", "stream_complete", "astream_complete"))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from selfrag_core import ExecutionConfig, SelfIRAG
+from selfrag_core import ExecutionConfig, LLMOutput, SelfIRAG
 from selfrag_core.engine import Generate, Plan, Retrieve
 from selfrag_core.llm import astream_llm_detailed, stream_llm_detailed
 from selfrag_core.strategies.base import Strategy
@@ -50,6 +50,29 @@ def test_stream_llm_sync_and_async() -> None:
     got.clear()
     reply = asyncio.run(astream_llm_detailed(StreamingLLM("x y"), "p", got.append))
     assert got == ["x ", "y "] and reply.text == "x y "
+
+
+class CountingStream(FakeLLM):
+    """Streams ``LLMOutput`` pieces; the last, empty one carries the call's token counts."""
+
+    def stream(self, prompt: str) -> Iterator[LLMOutput]:
+        yield LLMOutput("a ")
+        yield LLMOutput("b", output_tokens=1)  # a running total, superseded below
+        yield LLMOutput("", input_tokens=12, output_tokens=2)
+
+    async def astream(self, prompt: str) -> AsyncIterator[LLMOutput]:
+        for piece in self.stream(prompt):
+            yield piece
+
+
+def test_streamed_pieces_may_report_token_counts_the_last_reported_wins() -> None:
+    got: list[str] = []
+    reply = stream_llm_detailed(CountingStream(), "p", got.append, sleep=lambda _: None)
+    assert got == ["a ", "b"] and reply.text == "a b"  # the empty piece sends no text
+    assert (reply.input_tokens, reply.output_tokens) == (12, 2)
+    got.clear()
+    reply = asyncio.run(astream_llm_detailed(CountingStream(), "p", got.append))
+    assert got == ["a ", "b"] and (reply.input_tokens, reply.output_tokens) == (12, 2)
 
 
 def test_non_streaming_llm_sends_whole_reply() -> None:

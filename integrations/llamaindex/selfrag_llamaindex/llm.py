@@ -66,23 +66,24 @@ class LlamaIndexLLM:
         return out
 
     # ------------------------------------------------------------------ streaming
-    def stream(self, prompt: str) -> Iterator[str]:
-        """The completion's text pieces as the LLM streams them (``stream_complete``)."""
+    def stream(self, prompt: str) -> Iterator[LLMOutput]:
+        """The completion's pieces as the LLM streams them (``stream_complete``): each
+        chunk's ``delta``, with the token counts a chunk reports (usually the last)."""
         with _events.event(*self._start(prompt)) as ev:
             parts: list[str] = []
             for chunk in self.llm.stream_complete(prompt):
-                if chunk.delta:
-                    parts.append(chunk.delta)
-                    yield chunk.delta
+                if piece := _piece(chunk):
+                    parts.append(piece.text)
+                    yield piece
             _events.end(ev, self._end(prompt, "".join(parts)))
 
-    async def astream(self, prompt: str) -> AsyncIterator[str]:
+    async def astream(self, prompt: str) -> AsyncIterator[LLMOutput]:
         with _events.event(*self._start(prompt)) as ev:
             parts: list[str] = []
             async for chunk in await self.llm.astream_complete(prompt):
-                if chunk.delta:
-                    parts.append(chunk.delta)
-                    yield chunk.delta
+                if piece := _piece(chunk):
+                    parts.append(piece.text)
+                    yield piece
             _events.end(ev, self._end(prompt, "".join(parts)))
 
     # ------------------------------------------------------------------ JSON steps
@@ -135,3 +136,12 @@ class LlamaIndexLLM:
     @staticmethod
     def _end(prompt: str, text: str) -> dict[str, Any]:
         return {_events.EventPayload.PROMPT: prompt, _events.EventPayload.COMPLETION: text}
+
+
+def _piece(chunk: Any) -> LLMOutput | None:
+    """A streamed chunk as its text delta with the counts it reports; None if it has neither."""
+    counts = llm_output(chunk)
+    delta = chunk.delta or ""
+    if not delta and counts.input_tokens is None and counts.output_tokens is None:
+        return None
+    return LLMOutput(delta, counts.input_tokens, counts.output_tokens)

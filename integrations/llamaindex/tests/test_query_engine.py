@@ -143,6 +143,26 @@ def test_streaming_forwards_the_llms_tokens(make_llm, index) -> None:
     assert response.source_nodes and response.metadata["strategy"] == "HyDERAG"
 
 
+def test_streamed_answers_keep_the_token_counts_of_the_last_chunk(make_llm, index) -> None:
+    from llama_index.core.base.llms.types import CompletionResponse
+
+    from .li_fakes import ScriptedLLM
+
+    class UsageAtTheEnd(ScriptedLLM):
+        """Like OpenAI's ``include_usage``: the counts come in a last, empty chunk."""
+
+        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+            chunks = list(super().stream_complete(prompt, formatted, **kwargs))
+            usage = {"prompt_tokens": 321, "completion_tokens": len(chunks)}
+            return iter([*chunks, CompletionResponse(text=chunks[-1].text, delta="", raw={"usage": usage})])
+
+    llm = UsageAtTheEnd(rules=HYDE_RULES)
+    response = engine(HyDERAG, llm, index, streaming=True).query(FRANCE)
+    assert "".join(response.response_gen).strip() == "Paris is the capital of France."
+    answer = [e for e in response.metadata["trace"]["events"] if e["name"] == "answer"]
+    assert [(e["input_tokens"], e["output_tokens"]) for e in answer] == [(321, 6)]
+
+
 async def test_streaming_async_forwards_tokens(make_llm, index) -> None:
     response = await engine(HyDERAG, make_llm(HYDE_RULES), index, streaming=True).aquery(FRANCE)
     chunks = [c async for c in response.async_response_gen()]
