@@ -24,6 +24,7 @@ import functools
 import inspect
 import logging
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -361,6 +362,47 @@ async def _retry_async(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+class _Resumed:
+    """The token sink of one streamed LLM call across its attempts.
+
+    A retry streams again from the start. What it repeats of the text already sent is
+    not sent again; only what goes beyond it is, so a consumer sees one answer, not the
+    failed attempt's beginning followed by the whole retry. A retry that says something
+    else is not forwarded (the end of the stream then sends the final answer after a
+    ``reset``: see ``selfrag_core.strategies.base.stream_plan``), and text from an
+    abandoned attempt (timed out, still running on its thread) is dropped.
+    """
+
+    def __init__(self, sink: TokenSink) -> None:
+        self._sink = sink
+        self._sent = ""
+        self._attempt = 0
+        self._pos = 0  # how much of the sent text the current attempt has repeated
+        self._diverged = False
+        self._lock = threading.Lock()
+
+    def next_attempt(self) -> TokenSink:
+        with self._lock:
+            self._attempt += 1
+            self._pos, self._diverged = 0, False
+            attempt = self._attempt
+        return lambda text: self._take(attempt, text)
+
+    def _take(self, attempt: int, text: str) -> None:
+        with self._lock:
+            if attempt != self._attempt or self._diverged:
+                return
+            repeated = self._sent[self._pos : self._pos + len(text)]
+            if not text.startswith(repeated):
+                self._diverged = True
+                return
+            self._pos += len(text)
+            new = text[len(repeated) :]
+            if new:
+                self._sent += new
+                self._sink(new)
+
+
 def call_llm_detailed(
     llm: Any,
     prompt: str,
@@ -381,13 +423,16 @@ def call_llm_detailed(
     :func:`stream_llm_detailed`; ``schema`` is not used then).
     """
 
+    resumed = None if sink is None else _Resumed(sink)
+
     def once() -> LLMReply:
-        if sink is None:
+        if resumed is None:
             return to_reply(_invoke_once(llm, prompt, schema))
+        send = resumed.next_attempt()
         if can_stream(llm):
-            return _stream_sync(llm, prompt, sink)
+            return _stream_sync(llm, prompt, send)
         reply = to_reply(_invoke_once(llm, prompt, None))
-        sink(reply.text)
+        send(reply.text)
         return reply
 
     def attempt() -> LLMReply:
@@ -412,13 +457,16 @@ async def acall_llm_detailed(
 ) -> LLMReply:
     """Async twin of :func:`call_llm_detailed` (same policy, tenacity's async driver)."""
 
+    resumed = None if sink is None else _Resumed(sink)
+
     async def once() -> LLMReply:
-        if sink is None:
+        if resumed is None:
             return to_reply(await _ainvoke_once(llm, prompt, schema))
+        send = resumed.next_attempt()
         if can_stream(llm):
-            return await _stream_async(llm, prompt, sink)
+            return await _stream_async(llm, prompt, send)
         reply = to_reply(await _ainvoke_once(llm, prompt, None))
-        sink(reply.text)
+        send(reply.text)
         return reply
 
     async def attempt() -> LLMReply:
@@ -539,9 +587,10 @@ async def _stream_async(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
 def stream_llm_detailed(llm: Any, prompt: str, sink: TokenSink, retries: int = 2, **options: Any) -> LLMReply:
     """Like :func:`call_llm_detailed`, sending text to ``sink`` as it is generated.
 
-    A retried attempt streams again from the start (the final result is
-    authoritative). An LLM that cannot stream is called normally and its whole reply
-    is sent as one piece.
+    A retried attempt streams again from the start; ``sink`` gets only what goes beyond
+    the text already sent, and nothing from a retry that says something else (the final
+    result is authoritative). An LLM that cannot stream is called normally and its whole
+    reply is sent as one piece.
     """
     return call_llm_detailed(llm, prompt, retries, sink=sink, **options)
 

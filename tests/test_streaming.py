@@ -132,3 +132,107 @@ def test_only_the_final_answer_of_a_composition_streams() -> None:
     tokens = "".join(e.text for e in events if e.kind == "token")
     assert tokens == "merged final answer "  # the sub-answers' tokens never reach the stream
     assert events[-1].result is not None and events[-1].result.decomposed
+
+
+class BreakingStream:
+    """Streams the replies of ``attempts`` in turn, word by word; an attempt given with
+    ``break_after=n`` raises after its first n words (a connection lost mid-stream)."""
+
+    def __init__(self, *attempts: tuple[str, int | None]) -> None:
+        self.attempts = list(attempts)
+        self.calls = 0
+
+    def _words(self) -> Iterator[str]:
+        text, break_after = self.attempts[min(self.calls, len(self.attempts) - 1)]
+        self.calls += 1
+        for i, word in enumerate(text.split(" ")):
+            if break_after is not None and i == break_after:
+                raise ConnectionError("stream lost")
+            yield word + " "
+
+    def generate(self, prompt: str) -> str:
+        return "".join(self._words())
+
+    def stream(self, prompt: str) -> Iterator[str]:
+        yield from self._words()
+
+    async def astream(self, prompt: str) -> AsyncIterator[str]:
+        for word in self._words():
+            await asyncio.sleep(0)
+            yield word
+
+
+def _no_wait(_: float) -> None:
+    return None
+
+
+async def _no_wait_async(_: float) -> None:
+    return None
+
+
+def test_a_retried_stream_does_not_send_again_what_it_repeats() -> None:
+    answer = "Paris is the capital of France."
+    got: list[str] = []
+    reply = stream_llm_detailed(BreakingStream((answer, 2), (answer, None)), "p", got.append, sleep=_no_wait)
+    assert "".join(got) == answer + " " and reply.text == answer + " " and reply.attempts == 2
+    got.clear()
+    llm = BreakingStream((answer, 3), (answer, None))
+    reply = asyncio.run(astream_llm_detailed(llm, "p", got.append, sleep=_no_wait_async))
+    assert "".join(got) == answer + " " and reply.attempts == 2
+
+
+def test_a_retry_that_says_something_else_is_not_forwarded() -> None:
+    got: list[str] = []
+    llm = BreakingStream(("Paris is the capital.", 2), ("The capital is Paris.", None))
+    reply = stream_llm_detailed(llm, "p", got.append, sleep=_no_wait)
+    assert got == ["Paris ", "is "] and reply.text == "The capital is Paris. "
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_stream_whose_text_is_not_the_answer_resets_then_sends_it(use_async: bool) -> None:
+    llm = BreakingStream(("Paris is the capital.", 2), ("The capital is Paris.", None))
+    strategy = OneShot(FakeRetriever(["doc"]), llm, execution=ExecutionConfig(retry_initial_wait=0.001))
+
+    async def collect() -> list[Any]:
+        return [e async for e in strategy.astream("q")]
+
+    events = asyncio.run(collect()) if use_async else list(strategy.stream("q"))
+    kinds = [e.kind for e in events]
+    assert kinds == ["token", "token", "reset", "token", "result"]
+    after_reset = "".join(e.text for e in events[kinds.index("reset") + 1 :] if e.kind == "token")
+    assert after_reset == events[-1].result.answer == "The capital is Paris. "
+
+
+class Fallback(Strategy[Any]):
+    """Streams its answer; when every attempt fails, answers with a fixed text instead."""
+
+    def _plan(self, query: str, context: dict[str, Any]) -> Plan[Any]:
+        try:
+            text = (yield Generate(self.llm, query, "answer", retries=1, stream=True)).text
+        except Exception:
+            text = "No answer could be generated."
+
+        class Result:
+            answer = text
+            trace = None
+
+        return Result()
+
+
+def test_a_fallback_answer_after_partial_tokens_comes_after_a_reset() -> None:
+    llm = BreakingStream(("Paris is the capital.", 2))  # every attempt breaks
+    events = list(
+        Fallback(FakeRetriever([]), llm, execution=ExecutionConfig(retry_initial_wait=0.001)).stream("q")
+    )
+    assert [e.kind for e in events] == ["token", "token", "reset", "token", "result"]
+    assert events[3].text == events[-1].result.answer == "No answer could be generated."
+
+
+def test_whitespace_streamed_before_a_fallback_needs_no_reset() -> None:
+    events = list(
+        Fallback(
+            FakeRetriever([]), StreamingLLM("   "), execution=ExecutionConfig(retry_initial_wait=0.001)
+        ).stream("q")
+    )
+    assert [e.kind for e in events][-2:] == ["token", "result"] and "reset" not in [e.kind for e in events]
+    assert events[-2].text == "No answer could be generated."

@@ -154,7 +154,8 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
     about = (
         f"Answer with {kind}. With `stream` the answer comes as server-sent events: `start`, `trace` "
         "(each LLM call and retrieval as it ends), `token` (the final answer's text: piece by piece where "
-        "the strategy and the LLM stream it, else whole), then `result` (authoritative) or `error`."
+        "the strategy and the LLM stream it, else whole), `reset` (only when the text sent was not the "
+        "answer: drop it, the answer follows whole), then `result` (authoritative) or `error`."
     )
 
     async def get_query(request: Request, params: Annotated[QueryParams, Query()]) -> Response:

@@ -25,7 +25,7 @@ from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.models import QueryRequest
 from selfrag_core.serve.settings import ServeSettings
-from selfrag_core.strategies.base import Strategy
+from selfrag_core.strategies.base import Strategy, closing_events
 from selfrag_core.types import Trace
 
 #: where each request option lives, in order: a field of ``strategy.config`` or an attribute
@@ -173,9 +173,9 @@ async def execute(
             raise
         return Outcome(e.report, trace, exceeded)
     result = _finish(strategy, result, run)
-    answer = getattr(result, "answer", None)
-    if listener is not None and not streamed and isinstance(answer, str) and answer:
-        listener("token", {"text": answer})  # chosen at the end: the whole answer at once
+    if listener is not None:  # the answer when it was chosen at the end, or a reset and the answer
+        for event in closing_events("".join(streamed), result):
+            listener(event.kind, {"text": event.text} if event.kind == "token" else {})
     return Outcome(result, trace, _exceeded(trace, run))
 
 

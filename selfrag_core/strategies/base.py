@@ -78,8 +78,15 @@ def retrieval_options(context: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StreamEvent(Generic[R]):
-    """One item of a streamed query: ``"token"`` (a piece of the final answer's text)
-    or, last, ``"result"`` (the complete result, authoritative)."""
+    """One item of a streamed query: ``"token"`` (a piece of the final answer's text),
+    ``"reset"`` (the tokens so far are void: the answer follows in full) or, last,
+    ``"result"`` (the complete result, authoritative).
+
+    The tokens after the last reset make up the result's answer (give or take
+    surrounding whitespace). A reset comes only when the text streamed is not the
+    answer: the LLM's stream broke and its retry said something else, or every attempt
+    failed and the strategy fell back to another answer.
+    """
 
     kind: str
     text: str = ""
@@ -89,6 +96,18 @@ class StreamEvent(Generic[R]):
 def _answer_of(result: Any) -> str:
     answer = getattr(result, "answer", "")
     return answer if isinstance(answer, str) else ""
+
+
+def closing_events(streamed: str, result: Any) -> list[StreamEvent[Any]]:
+    """What a stream sends before its result so that its tokens make up the answer:
+    nothing when they already do; the answer when nothing visible was streamed (the
+    strategy picks its answer at the end, or the LLM cannot stream); else a reset and
+    the answer."""
+    answer = _answer_of(result)
+    if streamed.strip() == answer.strip():
+        return []
+    events: list[StreamEvent[Any]] = [StreamEvent("reset")] if streamed.strip() else []
+    return [*events, StreamEvent("token", answer)] if answer else events
 
 
 def stream_plan(
@@ -108,17 +127,16 @@ def stream_plan(
             events.put(("error", e))
 
     threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True).start()
-    streamed = False
+    streamed: list[str] = []
     while True:
         kind, value = events.get()
         if kind == "token":
-            streamed = True
+            streamed.append(value)
             yield StreamEvent("token", value)
         elif kind == "error":
             raise value
         else:
-            if not streamed and _answer_of(value):
-                yield StreamEvent("token", _answer_of(value))
+            yield from closing_events("".join(streamed), value)
             yield StreamEvent("result", result=value)
             return
 
@@ -135,22 +153,22 @@ async def astream_plan(
 
     run = Run(execution, on_token=sink)
     task = asyncio.ensure_future(run_async(plan, run))
-    streamed = False
+    streamed: list[str] = []
     try:
         while not task.done():
             getter = asyncio.ensure_future(tokens.get())
             await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
             if getter.done():
-                streamed = True
-                yield StreamEvent("token", getter.result())
+                streamed.append(getter.result())
+                yield StreamEvent("token", streamed[-1])
             else:
                 getter.cancel()
         while not tokens.empty():
-            streamed = True
-            yield StreamEvent("token", tokens.get_nowait())
+            streamed.append(tokens.get_nowait())
+            yield StreamEvent("token", streamed[-1])
         result = finish(task.result(), run)
-        if not streamed and _answer_of(result):
-            yield StreamEvent("token", _answer_of(result))
+        for event in closing_events("".join(streamed), result):
+            yield event
         yield StreamEvent("result", result=result)
     finally:
         if not task.done():  # the consumer went away: stop the query

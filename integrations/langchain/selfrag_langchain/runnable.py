@@ -151,9 +151,14 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
 
 
 def _chunk(event: Any, question: str) -> Output:
-    """A stream event as an output chunk: answer tokens, then everything else."""
+    """A stream event as an output chunk: answer tokens, then everything else. Chunks
+    add up, so a reset (the text so far was not the answer: see ``StreamEvent``) cannot
+    take text back: it adds a blank line, after which the answer comes in full, and
+    ``stream_restarted: True``."""
     if event.kind == "token":
         return AddableDict(answer=event.text)
+    if event.kind == "reset":
+        return AddableDict(answer="\n\n", stream_restarted=True)
     rest = result_output(event.result, question)
     del rest["answer"]
     return AddableDict(rest)

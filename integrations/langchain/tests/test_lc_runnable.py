@@ -177,3 +177,41 @@ def test_a_failing_model_gives_the_fallback_answer_visible_in_the_output() -> No
     assert out["answer"] == "error in generating answer"
     assert out["trace"]["fallbacks"] == 1
     assert any("empty message" in e.get("error", "") for e in out["trace"]["events"])
+
+
+class RetryDiffers:
+    """Writes passages plainly; the answer's stream breaks after two words, and its retry
+    says something else (a model sampling at a temperature)."""
+
+    def __init__(self) -> None:
+        self.streams = 0
+
+    def generate(self, prompt: str) -> str:
+        return "A passage about Paris, the capital of France, which lies on the Seine river."
+
+    def stream(self, prompt: str) -> Any:
+        self.streams += 1
+        if self.streams == 1:
+            yield "Paris "
+            yield "is "
+            raise ConnectionError("stream lost")
+        yield "The capital "
+        yield "is Paris."
+
+
+def test_a_restarted_stream_adds_a_blank_line_then_the_answer_and_says_so() -> None:
+    from selfrag_core import HyDERAG
+
+    hyde = HyDERAG(
+        FakeRetriever(CORPUS),
+        RetryDiffers(),
+        num_hypothetical_docs=1,
+        execution=ExecutionConfig(retry_initial_wait=0.001),
+    )
+    chunks = list(SelfRAGRunnable(strategy=hyde).stream(QUERY))
+    assert [c.get("answer") for c in chunks] == ["Paris ", "is ", "\n\n", "The capital is Paris.", None]
+    total = chunks[0]
+    for c in chunks[1:]:
+        total = total + c
+    assert total["stream_restarted"] is True and total["answer"].split("\n\n")[-1] == "The capital is Paris."
+    assert total["trace"]["llm_calls"] == 3  # the passage, the broken stream, its retry

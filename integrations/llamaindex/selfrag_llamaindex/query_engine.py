@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 
 from selfrag_core import observe_trace
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import nodes_from_docs, query_text, response_metadata
+from selfrag_llamaindex._convert import nodes_from_docs, note, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
 from selfrag_llamaindex.llm import LlamaIndexLLM
 
@@ -166,42 +166,38 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         self, query: str, notes: list[dict[str, Any]], response: Any
     ) -> Generator[str, None, None]:
         """The final answer's tokens as the strategy's LLM produces them; the sources and
-        metadata are filled in on ``response`` when the stream ends. The query's context
-        variables are set around each step only (see :class:`_QueryScope`)."""
+        metadata are filled in on ``response`` when the stream ends."""
         scope = _QueryScope(self, query)
-        with self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev:
-            events = self.strategy.stream(query, self.context)
-            try:
-                while True:
-                    with scope.active():
-                        event = next(events, None)
-                    if event is None:
-                        return
-                    if event.kind == "token":
-                        yield event.text
-                    else:
-                        self._complete(response, event.result, notes, scope.observation, ev)
-            finally:
-                events.close()
+        with (
+            self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev,
+            contextlib.closing(_Stepped(scope, self.strategy.stream(query, self.context))) as events,
+        ):
+            for event in events:
+                if (text := self._streamed(event, scope, notes, response, ev)) is not None:
+                    yield text
 
     async def _atoken_gen(
         self, query: str, notes: list[dict[str, Any]], response: Any
     ) -> AsyncGenerator[str, None]:
         scope = _QueryScope(self, query)
         with self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev:
-            events = self.strategy.astream(query, self.context)
-            try:
-                while True:
-                    with scope.active():
-                        event = await anext(events, None)
-                    if event is None:
-                        return
-                    if event.kind == "token":
-                        yield event.text
-                    else:
-                        self._complete(response, event.result, notes, scope.observation, ev)
-            finally:
-                await events.aclose()
+            async with contextlib.aclosing(
+                _Stepped(scope, self.strategy.astream(query, self.context))
+            ) as events:
+                async for event in events:
+                    if (text := self._streamed(event, scope, notes, response, ev)) is not None:
+                        yield text
+
+    def _streamed(
+        self, event: Any, scope: _QueryScope, notes: list[dict[str, Any]], response: Any, ev: Any
+    ) -> str | None:
+        """The text a stream event gives the consumer; the result (None) completes ``response``."""
+        if event.kind == "token":
+            return str(event.text)
+        if event.kind == "reset":
+            return scope.restart()
+        self._complete(response, event.result, notes, scope.observation, ev)
+        return None
 
     def _complete(
         self, response: Any, result: Any, notes: list[dict[str, Any]], observation: Any, ev: Any
@@ -209,6 +205,8 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         final = self._response(result, notes, observation, ev, asynchronous=False, stream=False)
         response.source_nodes.extend(final.source_nodes)
         response.metadata = {**(response.metadata or {}), **(final.metadata or {})}
+        if any(n["name"] == "stream_restarted" for n in observation.notes):
+            response.metadata["answer"] = str(result.answer)  # the streamed text is not only the answer
 
     @contextlib.contextmanager
     def _observed(self, query: str) -> Iterator[tuple[Any, _events.Observation]]:
@@ -261,6 +259,48 @@ class _QueryScope:
     def active(self) -> Iterator[None]:
         with _events.observing(self.observation), observe_trace(self.reporter):
             yield
+
+    def restart(self) -> str:
+        """The stream's text so far was not the answer (see ``StreamEvent``), and a text
+        stream cannot take it back: a blank line, after which the answer comes in full,
+        noted in the metadata (whose ``answer`` then holds the answer alone)."""
+        self.observation.notes.append(
+            note(
+                "stream_restarted",
+                "the text streamed before the blank line was not the answer (the LLM's stream "
+                "broke and its retry said something else, or the strategy fell back); "
+                "the answer follows it in full and is in metadata['answer']",
+            )
+        )
+        return "\n\n"
+
+
+class _Stepped:
+    """A strategy's stream (sync or async) whose events are each produced with the query's
+    context variables set, and only then (see :class:`_QueryScope`)."""
+
+    def __init__(self, scope: _QueryScope, events: Any) -> None:
+        self.scope, self.events = scope, events
+
+    def __iter__(self) -> _Stepped:
+        return self
+
+    def __next__(self) -> Any:
+        with self.scope.active():
+            return next(self.events)
+
+    def __aiter__(self) -> _Stepped:
+        return self
+
+    async def __anext__(self) -> Any:
+        with self.scope.active():
+            return await anext(self.events)
+
+    def close(self) -> None:
+        self.events.close()
+
+    async def aclose(self) -> None:
+        await self.events.aclose()
 
 
 async def _achunks(text: str) -> AsyncGenerator[str, None]:

@@ -163,6 +163,49 @@ def test_streamed_answers_keep_the_token_counts_of_the_last_chunk(make_llm, inde
     assert [(e["input_tokens"], e["output_tokens"]) for e in answer] == [(321, 6)]
 
 
+def _breaking_once(retry_text: str | None = None):  # type: ignore[no-untyped-def]
+    """A scripted LLM whose first answer stream breaks after two words; its retry streams
+    the same answer (a deterministic model) or ``retry_text``."""
+    from llama_index.core.base.llms.types import CompletionResponse
+
+    from .li_fakes import ScriptedLLM
+
+    class BreakingOnce(ScriptedLLM):
+        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+            broken = self.__dict__.setdefault("_broken", [])
+            chunks = list(super().stream_complete(prompt, formatted, **kwargs))
+            if "ONLY" not in prompt:
+                return iter(chunks)
+            if not broken:
+                broken.append(True)
+
+                def cut():  # type: ignore[no-untyped-def]
+                    yield from chunks[:2]
+                    raise ConnectionError("stream lost")
+
+                return cut()
+            if retry_text is None:
+                return iter(chunks)
+            return iter([CompletionResponse(text=retry_text, delta=retry_text)])
+
+    return BreakingOnce(rules=HYDE_RULES)
+
+
+def test_a_stream_retried_after_a_break_is_sent_once(index) -> None:
+    response = engine(HyDERAG, _breaking_once(), index, streaming=True).query(FRANCE)
+    assert "".join(response.response_gen) == "Paris is the capital of France. "
+    assert "stream_restarted" not in response.metadata["fallbacks"] and "answer" not in response.metadata
+
+
+async def test_a_retry_that_differs_comes_after_a_blank_line_and_is_in_the_metadata(index) -> None:
+    qe = engine(HyDERAG, _breaking_once("France's capital is Paris."), index, streaming=True)
+    response = await qe.aquery(FRANCE)
+    text = "".join([c async for c in response.async_response_gen()])
+    assert text == "Paris is \n\nFrance's capital is Paris."
+    assert response.metadata["answer"] == "France's capital is Paris."
+    assert "stream_restarted" in response.metadata["fallbacks"]
+
+
 async def test_streaming_async_forwards_tokens(make_llm, index) -> None:
     response = await engine(HyDERAG, make_llm(HYDE_RULES), index, streaming=True).aquery(FRANCE)
     chunks = [c async for c in response.async_response_gen()]
