@@ -10,7 +10,7 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import PydanticProgramMode
 
 from selfrag_core.protocols import LLMOutput
-from selfrag_llamaindex import _events
+from selfrag_llamaindex import _events, _usage
 from selfrag_llamaindex._convert import llm_output, model_from_schema, note
 
 #: the whole prompt is the only variable, so braces in documents are never parsed
@@ -90,12 +90,12 @@ class LlamaIndexLLM:
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         if self.structured:
             try:
-                with _events.event(*self._start(prompt)) as ev:
+                with _events.event(*self._start(prompt)) as ev, _usage.counting() as usage:
                     value = self.llm.structured_predict(
                         model_from_schema(schema), _VERBATIM, selfrag_prompt=prompt
                     )
                     _events.end(ev, self._end(prompt, value.model_dump_json()))
-                return LLMOutput(value.model_dump_json())
+                return usage.output(value.model_dump_json())
             except Exception as e:
                 self._unstructured(e)
         return self.generate(prompt)
@@ -103,12 +103,12 @@ class LlamaIndexLLM:
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         if self.structured:
             try:
-                with _events.event(*self._start(prompt)) as ev:
+                with _events.event(*self._start(prompt)) as ev, _usage.counting() as usage:
                     value = await self.llm.astructured_predict(
                         model_from_schema(schema), _VERBATIM, selfrag_prompt=prompt
                     )
                     _events.end(ev, self._end(prompt, value.model_dump_json()))
-                return LLMOutput(value.model_dump_json())
+                return usage.output(value.model_dump_json())
             except Exception as e:
                 self._unstructured(e)
         return await self.agenerate(prompt)

@@ -109,3 +109,20 @@ def test_token_counts_reach_the_trace(make_llm, index) -> None:
     strategy = SelfIRAG(as_backend(index), LlamaIndexLLM(make_llm(SELF_RAG_RULES)))
     trace = SelfRAGQueryEngine(strategy=strategy).query("What is the capital of France?").metadata["trace"]
     assert trace["input_tokens"] > 50 and trace["output_tokens"] > 5
+
+
+async def test_structured_predict_token_counts_reach_the_trace_per_query(make_llm, index) -> None:
+    """structured_predict returns only the parsed object: the counts come from the LLM
+    calls it makes, each concurrent query counting its own."""
+    import asyncio
+
+    questions = ["What is the capital of France?", "Which city is the capital of France, and why there?"]
+    llms = [make_llm(SELF_RAG_RULES, pydantic_program_mode=PydanticProgramMode.LLM) for _ in questions]
+    engines = [SelfRAGQueryEngine(strategy=SelfIRAG(as_backend(index), LlamaIndexLLM(llm))) for llm in llms]
+    responses = await asyncio.gather(*(e.aquery(q) for e, q in zip(engines, questions, strict=True)))
+    for llm, response in zip(llms, responses, strict=True):
+        assert len(llm.prompts) == 1  # one structured call: answer and evaluation together
+        trace = response.metadata["trace"]
+        assert trace["input_tokens"] == len(llm.prompts[0].split())  # what the scripted LLM reports
+        assert trace["output_tokens"] > 5
+    assert responses[0].metadata["trace"]["input_tokens"] != responses[1].metadata["trace"]["input_tokens"]
