@@ -209,3 +209,14 @@ def test_retrieve_many_without_a_batch_api_runs_the_queries_together(driver: Any
     assert time.perf_counter() - start < 0.25  # together, not 3 x 0.1 s
     assert sorted(backend.queries) == sorted(QUERIES) and len(run.trace.events) == 3
     assert [d.text for d in found[1]] == ["The Seine flows through Paris."]
+
+
+def test_a_quiet_generate_keeps_every_field_but_stream() -> None:
+    import dataclasses
+
+    from selfrag_core.engine import Generate
+
+    # a distinct value in every field: a field that quiet() forgot would get its default
+    values = {f.name: object() for f in dataclasses.fields(Generate) if f.name != "stream"}
+    call = Generate(**values, stream=True)
+    assert call.quiet() == dataclasses.replace(call, stream=False)
