@@ -388,6 +388,12 @@ class _Resumed:
             attempt = self._attempt
         return lambda text: self._take(attempt, text)
 
+    def abandon(self) -> None:
+        """The current attempt failed: whatever it still sends (a timed-out call whose
+        thread runs on) is dropped from now on, not only once the next attempt starts."""
+        with self._lock:
+            self._attempt += 1
+
     def _take(self, attempt: int, text: str) -> None:
         with self._lock:
             if attempt != self._attempt or self._diverged:
@@ -436,7 +442,12 @@ def call_llm_detailed(
         return reply
 
     def attempt() -> LLMReply:
-        return _call_with_timeout(once, timeout)  # type: ignore[no-any-return]
+        try:
+            return _call_with_timeout(once, timeout)  # type: ignore[no-any-return]
+        except BaseException:
+            if resumed is not None:
+                resumed.abandon()
+            raise
 
     return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 
@@ -472,8 +483,12 @@ async def acall_llm_detailed(
     async def attempt() -> LLMReply:
         try:
             return await within(once(), timeout)
-        except asyncio.TimeoutError as e:
-            raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
+        except BaseException as e:
+            if resumed is not None:
+                resumed.abandon()
+            if isinstance(e, asyncio.TimeoutError):
+                raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
+            raise
 
     return await _retry_async(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 

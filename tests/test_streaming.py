@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -236,3 +237,43 @@ def test_whitespace_streamed_before_a_fallback_needs_no_reset() -> None:
     )
     assert [e.kind for e in events][-2:] == ["token", "result"] and "reset" not in [e.kind for e in events]
     assert events[-2].text == "No answer could be generated."
+
+
+class SlowFirstAttempt:
+    """The first stream sends a word every 0.1 s (and times out); the retry is instant and
+    ends differently."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, prompt: str) -> str:
+        return "unused"
+
+    def stream(self, prompt: str) -> Iterator[str]:
+        self.calls += 1
+        first = self.calls == 1
+        for word in ["The ", "answer ", "is ", "A." if first else "B."]:
+            if first:
+                time.sleep(0.1)
+            yield word
+
+
+def test_a_timed_out_attempt_sends_nothing_once_it_timed_out() -> None:
+    """Its thread runs on, but from the timeout its words are dropped; the retry goes on
+    from what was sent (no reset, no word of the abandoned attempt after it)."""
+
+    class OneCall(Strategy[Any]):
+        def _plan(self, query: str, context: dict[str, Any]) -> Plan[Any]:
+            reply = yield Generate(self.llm, query, "answer", retries=1, stream=True)
+
+            class Result:
+                answer = reply.text
+                trace = None
+
+            return Result()
+
+    execution = ExecutionConfig(llm_timeout=0.25, retry_initial_wait=0.3)
+    events = list(OneCall(FakeRetriever([]), SlowFirstAttempt(), execution=execution).stream("q"))
+    assert [e.text for e in events if e.kind == "token"] == ["The ", "answer ", "is ", "B."]
+    assert events[-1].result.answer == "The answer is B."
+    time.sleep(0.3)  # the abandoned thread finishes; nothing more arrives anywhere

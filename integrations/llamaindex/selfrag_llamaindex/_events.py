@@ -12,6 +12,7 @@ SUB_QUESTION events as each sub-question starts and is answered.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -77,14 +78,20 @@ def event(kind: CBEventType, payload: Callable[[], dict[Any, Any]], own_manager:
 
 
 def _reporting(active: CallbackManager, own: Any) -> CallbackManager | None:
-    """``active``, or a manager of the handlers of ``active`` that ``own`` lacks; None if none."""
+    """``active``, or ``active`` with only the handlers that ``own`` lacks; None if none.
+    (A shallow copy, not a new ``CallbackManager``: that would add LlamaIndex's global
+    handler again, and the events belong to ``active``'s trace.)"""
     if not active.handlers or active is own:
         return None
     theirs = getattr(own, "handlers", None) or []
     missing = [h for h in active.handlers if not any(h is t for t in theirs)]
     if len(missing) == len(active.handlers):
         return active
-    return CallbackManager(missing) if missing else None
+    if not missing:
+        return None
+    subset = copy.copy(active)
+    subset.handlers = missing
+    return subset
 
 
 def end(ev: Any, payload: dict[Any, Any]) -> None:

@@ -29,8 +29,17 @@ class Usage:
     def __init__(self) -> None:
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self._counted: list[Any] = []  # the raw replies counted (kept alive: compared by identity)
 
-    def add(self, counts: LLMOutput) -> None:
+    def add(self, response: Any) -> None:
+        """Add ``response``'s counts, once per raw reply: a ``CustomLLM``'s ``chat`` wraps
+        its ``complete``, and both end with an event carrying the same raw reply."""
+        raw = getattr(response, "raw", None)
+        if raw is not None:
+            if any(raw is seen for seen in self._counted):
+                return
+            self._counted.append(raw)
+        counts = llm_output(response)
         if counts.input_tokens is not None:
             self.input_tokens = (self.input_tokens or 0) + counts.input_tokens
         if counts.output_tokens is not None:
@@ -52,7 +61,7 @@ class _UsageHandler(BaseEventHandler):
         usage = _COUNTING.get()
         ended = isinstance(event, (LLMCompletionEndEvent, LLMChatEndEvent))
         if usage is not None and ended and event.response is not None:
-            usage.add(llm_output(event.response))
+            usage.add(event.response)
 
 
 _installed = False

@@ -126,3 +126,24 @@ async def test_structured_predict_token_counts_reach_the_trace_per_query(make_ll
         assert trace["input_tokens"] == len(llm.prompts[0].split())  # what the scripted LLM reports
         assert trace["output_tokens"] > 5
     assert responses[0].metadata["trace"]["input_tokens"] != responses[1].metadata["trace"]["input_tokens"]
+
+
+def test_a_chat_models_structured_call_is_counted_once(make_llm) -> None:
+    """A ``CustomLLM``'s ``chat`` wraps its ``complete``: both end with an event carrying
+    the same raw reply, which must be counted once."""
+    from llama_index.core.base.llms.types import LLMMetadata
+
+    from .li_fakes import ScriptedLLM
+
+    class ChatScripted(ScriptedLLM):
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(model_name="scripted", is_chat_model=True)
+
+    reply = json.dumps({"relevance": 8, "accuracy": 7, "completeness": 9, "clarity": 8, "issues": [],
+                        "suggestions": []})  # fmt: skip
+    for cls in (ScriptedLLM, ChatScripted):
+        llm = cls(rules=[("Rate", reply)], pydantic_program_mode=PydanticProgramMode.LLM)
+        out = LlamaIndexLLM(llm).generate_structured("Rate this text", EVALUATION_SCHEMA)
+        assert len(llm.prompts) == 1
+        assert (out.input_tokens, out.output_tokens) == (len(llm.prompts[0].split()), len(reply.split()))

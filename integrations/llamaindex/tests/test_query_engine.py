@@ -322,6 +322,44 @@ def test_a_handler_set_in_settings_sees_each_call_once(make_llm, use_async) -> N
     assert len(debug.get_event_pairs(CBEventType.QUERY)) == 1
 
 
+def test_a_global_handler_sees_each_call_once_beside_partly_shared_handlers(make_llm, index) -> None:
+    """LlamaIndex adds its ``global_handler`` to every callback manager made after it is
+    set: the engine's then holds [shared, global], the LLM's (made before) only [shared]."""
+    import llama_index.core
+    from llama_index.core.callbacks.base_handler import BaseCallbackHandler
+
+    class Everywhere(BaseCallbackHandler):  # not a LlamaDebugHandler: one per type and manager
+        def __init__(self) -> None:
+            super().__init__([], [])
+            self.llm_starts = 0
+
+        def on_event_start(self, event_type, payload=None, event_id="", parent_id="", **kwargs):  # type: ignore[no-untyped-def]
+            self.llm_starts += event_type is CBEventType.LLM
+            return event_id
+
+        def on_event_end(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def start_trace(self, trace_id=None) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def end_trace(self, trace_id=None, trace_map=None) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    shared, everywhere = LlamaDebugHandler(print_trace_on_end=False), Everywhere()
+    llm = make_llm(HYDE_RULES, callback_manager=CallbackManager([shared]))
+    before = llama_index.core.global_handler
+    llama_index.core.global_handler = everywhere
+    try:
+        qe = engine(HyDERAG, llm, index, callback_manager=CallbackManager([shared]))
+        response = qe.query(FRANCE)
+    finally:
+        llama_index.core.global_handler = before
+    assert str(response) == "Paris is the capital of France." and response.metadata["fallbacks"] == []
+    calls = response.metadata["trace"]["llm_calls"]
+    assert len(shared.get_llm_inputs_outputs()) == calls == everywhere.llm_starts
+
+
 def test_instrumentation_sees_the_query_span_and_the_llm_events(make_llm, index) -> None:
     import llama_index.core.instrumentation as instrument
     from llama_index.core.instrumentation.event_handlers import BaseEventHandler
