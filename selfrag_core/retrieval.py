@@ -245,7 +245,11 @@ def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> t
         try:
             return backend.similarity_search_with_relevance_scores(query, k=top_k), ScoreKind.SIMILARITY
         except NotImplementedError:
+            pass
+        try:
             return backend.similarity_search_with_score(query, k=top_k), kind
+        except NotImplementedError:  # a store with unscored search only
+            return backend.similarity_search(query, k=top_k), ScoreKind.UNKNOWN
     if _is_lc_retriever(backend):
         return list(backend.invoke(query))[:top_k], kind
     if _is_li_retriever(backend):
@@ -271,7 +275,11 @@ async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any
                 query, k=top_k
             ), ScoreKind.SIMILARITY
         except NotImplementedError:
+            pass
+        try:
             return await backend.asimilarity_search_with_score(query, k=top_k), kind
+        except NotImplementedError:
+            return await backend.asimilarity_search(query, k=top_k), ScoreKind.UNKNOWN
     if _is_lc_retriever(backend):
         return list(await backend.ainvoke(query))[:top_k], kind
     if _is_li_retriever(backend) and hasattr(backend, "aretrieve"):

@@ -46,7 +46,8 @@ class VectorStoreSearch(BaseRetriever):
     ``similarity_search_with_relevance_scores`` (similarities in [0, 1]) and falls back
     to ``similarity_search_with_score`` on ``NotImplementedError`` (e.g.
     ``InMemoryVectorStore``); ``"raw"`` always uses the latter. Each document carries
-    ``score`` and ``score_kind`` in its metadata."""
+    ``score`` and ``score_kind`` in its metadata; a store that implements only
+    ``similarity_search`` gives its documents unscored (ranked, score unknown)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -68,7 +69,10 @@ class VectorStoreSearch(BaseRetriever):
                 return self._scored(pairs, ScoreKind.SIMILARITY)
             except NotImplementedError:
                 pass
-        pairs = store.similarity_search_with_score(query, k=n, **self.search_kwargs)
+        try:
+            pairs = store.similarity_search_with_score(query, k=n, **self.search_kwargs)
+        except NotImplementedError:  # a store with unscored search only: no scores
+            return store.similarity_search(query, k=n, **self.search_kwargs)
         return self._scored(pairs, raw_score_kind(store))
 
     async def _aget_relevant_documents(
@@ -81,7 +85,10 @@ class VectorStoreSearch(BaseRetriever):
                 return self._scored(pairs, ScoreKind.SIMILARITY)
             except NotImplementedError:
                 pass
-        pairs = await store.asimilarity_search_with_score(query, k=n, **self.search_kwargs)
+        try:
+            pairs = await store.asimilarity_search_with_score(query, k=n, **self.search_kwargs)
+        except NotImplementedError:
+            return await store.asimilarity_search(query, k=n, **self.search_kwargs)
         return self._scored(pairs, raw_score_kind(store))
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import ensure_config, merge_configs
 
 from selfrag_core.protocols import LLMOutput
 from selfrag_langchain._convert import reply_output, structured_output
@@ -30,7 +31,8 @@ class LangChainLLM:
     An empty message raises ``LLMCallError`` (the core retries it as a failed attempt).
 
     Calls run inside the caller's LangChain run: under ``SelfRAGRunnable`` they are
-    child runs of the chain. ``config`` (a ``RunnableConfig``) is passed to every call.
+    child runs of the chain. ``config`` (a ``RunnableConfig``) is merged into every call's
+    (its callbacks are added to the run's, its tags and metadata to the run's).
     """
 
     def __init__(
@@ -54,19 +56,24 @@ class LangChainLLM:
     def __repr__(self) -> str:
         return f"LangChainLLM({self.name!s}, structured={self.structured!r})"
 
+    def _config(self) -> RunnableConfig | None:
+        """``config`` merged into the run the call is made in. Given alone, its callbacks
+        would replace the inherited ones, and the call would leave the caller's run."""
+        return None if self.config is None else merge_configs(ensure_config(), self.config)
+
     # ---------------------------------------------------------------- text
     def generate(self, prompt: str) -> LLMOutput:
-        return reply_output(self.model.invoke(prompt, self.config), str(self.name))
+        return reply_output(self.model.invoke(prompt, self._config()), str(self.name))
 
     async def agenerate(self, prompt: str) -> LLMOutput:
-        return reply_output(await self.model.ainvoke(prompt, self.config), str(self.name))
+        return reply_output(await self.model.ainvoke(prompt, self._config()), str(self.name))
 
     def stream(self, prompt: str) -> Iterator[Any]:
         """The model's own stream (message chunks; the core reads their text and usage)."""
-        yield from self.model.stream(prompt, self.config)
+        yield from self.model.stream(prompt, self._config())
 
     async def astream(self, prompt: str) -> AsyncIterator[Any]:
-        async for chunk in self.model.astream(prompt, self.config):
+        async for chunk in self.model.astream(prompt, self._config()):
             yield chunk
 
     # ---------------------------------------------------------------- JSON steps
@@ -95,13 +102,13 @@ class LangChainLLM:
         bound = self.structured_runnable(schema)
         if bound is None:
             return self.generate(prompt)
-        return structured_output(bound.invoke(prompt, self.config), str(self.name))
+        return structured_output(bound.invoke(prompt, self._config()), str(self.name))
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         bound = self.structured_runnable(schema)
         if bound is None:
             return await self.agenerate(prompt)
-        return structured_output(await bound.ainvoke(prompt, self.config), str(self.name))
+        return structured_output(await bound.ainvoke(prompt, self._config()), str(self.name))
 
 
 def as_llm(model: Any, **kwargs: Any) -> Any:

@@ -107,3 +107,41 @@ def test_strategy_answers_from_a_vector_store_and_a_chat_model() -> None:
     result = SelfIRAG(as_backend(vector_store()), LangChainLLM(keyed_model(structured=True))).query(QUERY)
     assert result.answer == ANSWER
     assert result.sources and all(d.score_kind is ScoreKind.SIMILARITY for d in result.sources)
+
+
+def test_a_store_with_unscored_search_only_gives_its_documents_unscored() -> None:
+    """A minimal ``VectorStore`` subclass (only ``similarity_search``), given to the core
+    directly or through ``as_backend``, sync and async: ranked documents, score unknown."""
+    import asyncio
+
+    from langchain_core.vectorstores import VectorStore
+
+    from selfrag_core.retrieval import _aretrieve_safe
+
+    docs = [Document(page_content=f"doc {i} about Paris", metadata={"n": i}, id=f"d{i}") for i in range(6)]
+
+    class MinimalStore(VectorStore):
+        def add_texts(self, texts, metadatas=None, **kwargs):  # type: ignore[no-untyped-def]
+            return []
+
+        @classmethod
+        def from_texts(cls, texts, embedding, metadatas=None, **kwargs):  # type: ignore[no-untyped-def]
+            return cls()
+
+        def similarity_search(self, query, k=4, **kwargs):  # type: ignore[no-untyped-def]
+            return docs[:k]
+
+    store, backend = MinimalStore(), as_backend(MinimalStore())
+    found = [
+        _retrieve_safe(store, "q", 3),
+        asyncio.run(_aretrieve_safe(store, "q", 3)),
+        backend.retrieve("q", 3),
+        asyncio.run(backend.aretrieve("q", 3)),
+    ]
+    for got in found:
+        assert [d.id for d in got] == ["d0", "d1", "d2"] and [d.metadata for d in got] == [
+            {"n": 0},
+            {"n": 1},
+            {"n": 2},
+        ]
+        assert all(d.score is None and d.score_kind is ScoreKind.UNKNOWN for d in got)

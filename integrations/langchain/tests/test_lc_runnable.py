@@ -215,3 +215,21 @@ def test_a_restarted_stream_adds_a_blank_line_then_the_answer_and_says_so() -> N
         total = total + c
     assert total["stream_restarted"] is True and total["answer"].split("\n\n")[-1] == "The capital is Paris."
     assert total["trace"]["llm_calls"] == 3  # the passage, the broken stream, its retry
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_models_own_config_callbacks_join_the_runnables_run(use_async: bool) -> None:
+    """``LangChainLLM(model, config={"callbacks": [...]})``: the calls stay child runs of
+    the chain (the given config used to replace the inherited callbacks)."""
+    import asyncio
+
+    from selfrag_core import HyDERAG
+
+    outer, own = RunTree(), RunTree()
+    llm = LangChainLLM(keyed_model(), config={"callbacks": [own]})
+    runnable = SelfRAGRunnable(strategy=HyDERAG(as_backend(vector_store()), llm, num_hypothetical_docs=1))
+    config = {"callbacks": [outer]}
+    asyncio.run(runnable.ainvoke(QUERY, config)) if use_async else runnable.invoke(QUERY, config)
+    assert len(outer.of_kind("llm")) == len(own.of_kind("llm")) == 2  # the passage and the answer
+    chain = [rid for rid, (kind, _, parent) in outer.runs.items() if kind == "chain" and parent is None]
+    assert len(chain) == 1 and all(own.runs[rid][2] == chain[0] for rid in own.of_kind("llm"))
