@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
@@ -13,6 +14,8 @@ from langchain_core.runnables.config import ensure_config, merge_configs
 
 from selfrag_core.protocols import LLMOutput
 from selfrag_langchain._convert import reply_output, structured_output
+
+logger = logging.getLogger("selfrag")
 
 StructuredMode = Literal["auto", "json_schema", "json_mode", "off"]
 _MODES = ("auto", "json_schema", "json_mode", "off")
@@ -26,7 +29,9 @@ class LangChainLLM:
     (``generate_structured``) go through ``model.with_structured_output(schema,
     method=..., include_raw=True)``: ``"auto"`` tries ``json_schema`` then
     ``json_mode``, and uses plain text (parsed by the core's tolerant parser) when the
-    model supports neither; ``"off"`` always uses plain text. Token usage
+    model supports neither, at binding or when the call fails (logged; every JSON step
+    tries again, so a passing outage does not turn structured output off);
+    ``"off"`` always uses plain text. Token usage
     (``usage_metadata``) is returned with the text, so it reaches ``result.trace``.
     An empty message raises ``LLMCallError`` (the core retries it as a failed attempt).
 
@@ -50,7 +55,7 @@ class LangChainLLM:
         self.name = (
             getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
         )
-        self._runnables: dict[str, Runnable[Any, Any] | None] = {}
+        self._runnables: dict[tuple[str, str], Runnable[Any, Any] | None] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -78,37 +83,59 @@ class LangChainLLM:
 
     # ---------------------------------------------------------------- JSON steps
     def structured_runnable(self, schema: Mapping[str, Any]) -> Runnable[Any, Any] | None:
-        """The model bound to ``schema``, or None when it supports no structured output."""
-        key = json.dumps(schema, sort_keys=True)
-        with self._lock:
-            if key not in self._runnables:
-                self._runnables[key] = self._bind(dict(schema))
-            return self._runnables[key]
+        """The model bound to ``schema`` by the first method it accepts, or None when it
+        supports no structured output."""
+        return next(self._bindings(schema), None)
 
-    def _bind(self, schema: dict[str, Any]) -> Runnable[Any, Any] | None:
-        if self.structured == "off" or not isinstance(self.model, BaseLanguageModel):
+    def _bindings(self, schema: Mapping[str, Any]) -> Iterator[Runnable[Any, Any]]:
+        """The model bound to ``schema`` by each method to try, in order, each bound only
+        when the one before could not be used (cached per schema and method)."""
+        if self.structured == "off":
+            return
+        key = json.dumps(schema, sort_keys=True)
+        for method in ("json_schema", "json_mode") if self.structured == "auto" else (self.structured,):
+            with self._lock:
+                if (key, method) not in self._runnables:
+                    self._runnables[key, method] = self._bind(dict(schema), method)
+                bound = self._runnables[key, method]
+            if bound is not None:
+                yield bound
+
+    def _bind(self, schema: dict[str, Any], method: str) -> Runnable[Any, Any] | None:
+        if not isinstance(self.model, BaseLanguageModel):
             return None
         schema.setdefault("title", "selfrag_output")
         schema.setdefault("description", "The requested JSON object.")
-        methods = ("json_schema", "json_mode") if self.structured == "auto" else (self.structured,)
-        for method in methods:
-            try:
-                return self.model.with_structured_output(schema, method=method, include_raw=True)
-            except (NotImplementedError, ValueError, TypeError):
-                continue
-        return None
+        try:
+            return self.model.with_structured_output(schema, method=method, include_raw=True)
+        except (NotImplementedError, ValueError, TypeError):
+            return None
+
+    def _refused(self, error: Exception) -> None:
+        """``auto``: a server may accept the binding and refuse the request (e.g. a 400
+        for ``response_format``): the next method is tried, then plain text (logged)."""
+        if self.structured != "auto":
+            raise error
+        logger.warning(
+            "selfrag fallback: structured output failed on %s (%s: %s); trying the next method",
+            self.name, type(error).__name__, error,
+        )  # fmt: skip
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        bound = self.structured_runnable(schema)
-        if bound is None:
-            return self.generate(prompt)
-        return structured_output(bound.invoke(prompt, self._config()), str(self.name))
+        for bound in self._bindings(schema):
+            try:
+                return structured_output(bound.invoke(prompt, self._config()), str(self.name))
+            except Exception as e:
+                self._refused(e)
+        return self.generate(prompt)
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        bound = self.structured_runnable(schema)
-        if bound is None:
-            return await self.agenerate(prompt)
-        return structured_output(await bound.ainvoke(prompt, self._config()), str(self.name))
+        for bound in self._bindings(schema):
+            try:
+                return structured_output(await bound.ainvoke(prompt, self._config()), str(self.name))
+            except Exception as e:
+                self._refused(e)
+        return await self.agenerate(prompt)
 
 
 def as_llm(model: Any, **kwargs: Any) -> Any:

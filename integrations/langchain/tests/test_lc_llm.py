@@ -127,3 +127,35 @@ def test_a_raw_chat_model_works_through_the_core_without_deprecation_warnings() 
         result = SelfIRAG(FakeRetriever(CORPUS), model).query("What is the capital of France?")
     assert result.answer == ANSWER
     assert result.trace.input_tokens > 0
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_auto_tries_json_mode_when_the_server_refuses_json_schema_at_call_time(use_async: bool) -> None:
+    """Some servers accept the json_schema binding and refuse the request (a 400 for
+    ``response_format``): "auto" goes on to json_mode; an explicit mode raises."""
+    import asyncio
+
+    from langchain_core.runnables import RunnableLambda
+
+    class RefusesJsonSchema(type(keyed_model())):  # type: ignore[misc]
+        def with_structured_output(self, schema, *, method="", **kwargs):  # type: ignore[no-untyped-def]
+            bound = super().with_structured_output(schema, method=method, **kwargs)
+            if method != "json_schema":
+                return bound
+
+            def refuse(prompt: object) -> object:
+                raise ValueError("400: response_format json_schema is not supported by this server")
+
+            return RunnableLambda(refuse, afunc=None)
+
+    model = RefusesJsonSchema(structured=True, prompts=[], methods=[])
+    llm = LangChainLLM(model)
+    call = llm.agenerate_structured if use_async else llm.generate_structured
+    out = (
+        asyncio.run(call("evaluate this", EVALUATION_SCHEMA))
+        if use_async
+        else call("evaluate this", EVALUATION_SCHEMA)
+    )
+    assert model.methods == ["json_schema", "json_mode"] and '"relevance": 9' in out.text
+    with pytest.raises(ValueError, match="not supported by this server"):
+        LangChainLLM(model, structured="json_schema").generate_structured("evaluate this", EVALUATION_SCHEMA)
