@@ -239,17 +239,45 @@ def _invoke(fn: Any, first: Any, top_k: int, extra: dict[str, Any]) -> Any:
     return fn(first, **kwargs) if "top_k" in kwargs else fn(first, top_k, **kwargs)
 
 
+def store_search(
+    store: Any, query: str, k: int, *, relevance: bool = True, **kwargs: Any
+) -> tuple[Any, ScoreKind | None]:
+    """Search a LangChain ``VectorStore`` with the best scores it offers: relevance
+    scores (similarities; unless ``relevance=False``), else its raw scores (kind None:
+    the store's own, for the caller to say), else unscored documents (a store with only
+    ``similarity_search``). Returns the results and their score kind."""
+    if relevance:
+        try:
+            return store.similarity_search_with_relevance_scores(query, k=k, **kwargs), ScoreKind.SIMILARITY
+        except NotImplementedError:
+            pass
+    try:
+        return store.similarity_search_with_score(query, k=k, **kwargs), None
+    except NotImplementedError:
+        return store.similarity_search(query, k=k, **kwargs), ScoreKind.UNKNOWN
+
+
+async def astore_search(
+    store: Any, query: str, k: int, *, relevance: bool = True, **kwargs: Any
+) -> tuple[Any, ScoreKind | None]:
+    """Async :func:`store_search`."""
+    if relevance:
+        try:
+            found = await store.asimilarity_search_with_relevance_scores(query, k=k, **kwargs)
+            return found, ScoreKind.SIMILARITY
+        except NotImplementedError:
+            pass
+    try:
+        return await store.asimilarity_search_with_score(query, k=k, **kwargs), None
+    except NotImplementedError:
+        return await store.asimilarity_search(query, k=k, **kwargs), ScoreKind.UNKNOWN
+
+
 def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
     kind = _declared_kind(backend)
     if _is_lc_vectorstore(backend):
-        try:
-            return backend.similarity_search_with_relevance_scores(query, k=top_k), ScoreKind.SIMILARITY
-        except NotImplementedError:
-            pass
-        try:
-            return backend.similarity_search_with_score(query, k=top_k), kind
-        except NotImplementedError:  # a store with unscored search only
-            return backend.similarity_search(query, k=top_k), ScoreKind.UNKNOWN
+        found, found_kind = store_search(backend, query, top_k)
+        return found, found_kind or kind
     if _is_lc_retriever(backend):
         return list(backend.invoke(query))[:top_k], kind
     if _is_li_retriever(backend):
@@ -270,16 +298,8 @@ def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> t
 async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
     kind = _declared_kind(backend)
     if _is_lc_vectorstore(backend):
-        try:
-            return await backend.asimilarity_search_with_relevance_scores(
-                query, k=top_k
-            ), ScoreKind.SIMILARITY
-        except NotImplementedError:
-            pass
-        try:
-            return await backend.asimilarity_search_with_score(query, k=top_k), kind
-        except NotImplementedError:
-            return await backend.asimilarity_search(query, k=top_k), ScoreKind.UNKNOWN
+        found, found_kind = await astore_search(backend, query, top_k)
+        return found, found_kind or kind
     if _is_lc_retriever(backend):
         return list(await backend.ainvoke(query))[:top_k], kind
     if _is_li_retriever(backend) and hasattr(backend, "aretrieve"):

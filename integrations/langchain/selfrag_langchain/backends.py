@@ -11,6 +11,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field
 
+from selfrag_core.retrieval import astore_search, store_search
 from selfrag_core.types import RetrievedDoc, ScoreKind
 from selfrag_langchain._convert import from_document, scored_document
 
@@ -56,40 +57,27 @@ class VectorStoreSearch(BaseRetriever):
     scores: ScoreMode = "relevance"
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
 
-    def _scored(self, pairs: list[tuple[Document, float]], kind: ScoreKind) -> list[Document]:
-        return [scored_document(doc, score, kind) for doc, score in pairs]
+    def _documents(self, found: Any, kind: ScoreKind | None) -> list[Document]:
+        if kind is ScoreKind.UNKNOWN:  # unscored documents
+            return list(found)
+        kind = kind or raw_score_kind(self.vectorstore)
+        return [scored_document(doc, score, kind) for doc, score in found]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        store, n = self.vectorstore, k or self.k
-        if self.scores == "relevance":
-            try:
-                pairs = store.similarity_search_with_relevance_scores(query, k=n, **self.search_kwargs)
-                return self._scored(pairs, ScoreKind.SIMILARITY)
-            except NotImplementedError:
-                pass
-        try:
-            pairs = store.similarity_search_with_score(query, k=n, **self.search_kwargs)
-        except NotImplementedError:  # a store with unscored search only: no scores
-            return store.similarity_search(query, k=n, **self.search_kwargs)
-        return self._scored(pairs, raw_score_kind(store))
+        relevance = self.scores == "relevance"
+        found = store_search(self.vectorstore, query, k or self.k, relevance=relevance, **self.search_kwargs)
+        return self._documents(*found)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        store, n = self.vectorstore, k or self.k
-        if self.scores == "relevance":
-            try:
-                pairs = await store.asimilarity_search_with_relevance_scores(query, k=n, **self.search_kwargs)
-                return self._scored(pairs, ScoreKind.SIMILARITY)
-            except NotImplementedError:
-                pass
-        try:
-            pairs = await store.asimilarity_search_with_score(query, k=n, **self.search_kwargs)
-        except NotImplementedError:
-            return await store.asimilarity_search(query, k=n, **self.search_kwargs)
-        return self._scored(pairs, raw_score_kind(store))
+        relevance = self.scores == "relevance"
+        found = await astore_search(
+            self.vectorstore, query, k or self.k, relevance=relevance, **self.search_kwargs
+        )
+        return self._documents(*found)
 
 
 def _with_k(retriever: BaseRetriever, k: int) -> BaseRetriever:
