@@ -52,7 +52,7 @@ class Usage:
 _COUNTING: ContextVar[Usage | None] = ContextVar("selfrag_llamaindex_usage", default=None)
 
 
-class _UsageHandler(BaseEventHandler):
+class UsageHandler(BaseEventHandler):
     @classmethod
     def class_name(cls) -> str:
         return "SelfragStructuredUsage"
@@ -72,7 +72,7 @@ def _install() -> None:
     global _installed
     with _lock:
         if not _installed:
-            instrument.get_dispatcher().add_event_handler(_UsageHandler())  # type: ignore[attr-defined]
+            instrument.get_dispatcher().add_event_handler(UsageHandler())  # type: ignore[attr-defined]
             _installed = True
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import Document
 
 from selfrag_core.types import RetrievedDoc
-from selfrag_llamaindex import _events
+from selfrag_llamaindex import _events, _quiet
 from selfrag_llamaindex._convert import docs_from_nodes, note
 from selfrag_llamaindex._scan import MatrixScan, scanning
 
@@ -36,18 +36,35 @@ class LlamaIndexBackend:
     results, about 3 ms less per query for 200 vectors and proportionally more for
     larger stores (see ``selfrag_llamaindex._scan`` for what falls back to the loop).
     ``vectorized=False`` keeps the loop.
+
+    LlamaIndex builds its retrieval events and spans whether or not anything
+    receives them: about half the CPU of a retrieval from an in-memory index. With
+    ``instrument="observed"`` (the default), a ``VectorIndexRetriever`` whose
+    retrieval nothing observes (no callback handler on it or its embedding model, no
+    instrumentation event or span handler) runs the same steps without them, with the
+    same results; attach any handler and the next retrieval reports everything (see
+    ``selfrag_llamaindex._quiet``). ``instrument="always"`` always calls the
+    retriever's own ``retrieve`` / ``aretrieve``.
     """
 
     score_kind = "similarity"
 
     def __init__(
-        self, retriever: BaseRetriever | None = None, *, index: Any = None, vectorized: bool = True
+        self,
+        retriever: BaseRetriever | None = None,
+        *,
+        index: Any = None,
+        vectorized: bool = True,
+        instrument: Literal["observed", "always"] = "observed",
     ) -> None:
         if (retriever is None) == (index is None):
             raise ValueError("give exactly one of retriever or index")
+        if instrument not in ("observed", "always"):
+            raise ValueError(f"instrument must be 'observed' or 'always', got {instrument!r}")
         self.retriever = retriever
         self.index = index
         self.vectorized = vectorized
+        self.instrument = instrument
         self._by_k: dict[int, Any] = {}
         self._scans: dict[int, MatrixScan] = {}
         self._lock = threading.Lock()
@@ -80,16 +97,22 @@ class LlamaIndexBackend:
     def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
         with _events.event(*self._start(query, top_k, retriever)) as ev:
-            nodes = retriever.retrieve(query)
+            nodes = _quiet.retrieve(retriever, query) if self._quiet(retriever) else retriever.retrieve(query)
             _events.end(ev, {_events.EventPayload.NODES: nodes})
         return self._docs(nodes, top_k)
 
     async def aretrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
         with _events.event(*self._start(query, top_k, retriever)) as ev:
-            nodes = await retriever.aretrieve(query)
+            if self._quiet(retriever):
+                nodes = await _quiet.aretrieve(retriever, query)
+            else:
+                nodes = await retriever.aretrieve(query)
             _events.end(ev, {_events.EventPayload.NODES: nodes})
         return self._docs(nodes, top_k)
+
+    def _quiet(self, retriever: Any) -> bool:
+        return self.instrument == "observed" and _quiet.unobserved(retriever)
 
     @staticmethod
     def _start(query: str, top_k: int, retriever: Any) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:
@@ -118,16 +141,18 @@ class LlamaIndexBackend:
         return str(document.doc_id)
 
 
-def as_backend(obj: Any, *, vectorized: bool = True) -> LlamaIndexBackend:
+def as_backend(
+    obj: Any, *, vectorized: bool = True, instrument: Literal["observed", "always"] = "observed"
+) -> LlamaIndexBackend:
     """A selfrag backend from a LlamaIndex ``BaseRetriever`` or an index
-    (``VectorStoreIndex`` or any index with ``as_retriever``); ``vectorized`` as in
-    :class:`LlamaIndexBackend`."""
+    (``VectorStoreIndex`` or any index with ``as_retriever``); ``vectorized`` and
+    ``instrument`` as in :class:`LlamaIndexBackend`."""
     if isinstance(obj, LlamaIndexBackend):
         return obj
     if isinstance(obj, BaseRetriever):
-        return LlamaIndexBackend(obj, vectorized=vectorized)
+        return LlamaIndexBackend(obj, vectorized=vectorized, instrument=instrument)
     if callable(getattr(obj, "as_retriever", None)):
-        return LlamaIndexBackend(index=obj, vectorized=vectorized)
+        return LlamaIndexBackend(index=obj, vectorized=vectorized, instrument=instrument)
     raise TypeError(
         f"as_backend needs a LlamaIndex BaseRetriever or an index with as_retriever(), "
         f"got {type(obj).__name__}"

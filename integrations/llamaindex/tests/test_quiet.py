@@ -1,0 +1,169 @@
+"""Retrieval without the instrumentation nobody receives: the same nodes as the
+retriever's own ``retrieve``, and every event back as soon as anything listens."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import llama_index.core.instrumentation as instrument
+import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+from llama_index.core.retrievers import VectorIndexRetriever
+from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.storage.kvstore import SimpleKVStore
+
+from selfrag_llamaindex import _quiet, as_backend
+from selfrag_llamaindex._usage import UsageHandler
+
+from .li_fakes import HashEmbedding, hash_vector
+
+pytestmark = pytest.mark.integration
+
+QUERIES = ["What is the capital of France?", "Berlin", "rivers and mountains", "zzz unrelated"]
+
+
+def _ids_and_scores(nodes: list[NodeWithScore]) -> list[tuple[str, float | None]]:
+    return [(n.node.node_id, n.score) for n in nodes]
+
+
+class Collect(BaseEventHandler):
+    seen: list[str]
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        self.seen.append(event.class_name())
+
+
+@pytest.fixture
+def root_handler() -> Iterator[Collect]:
+    handler = Collect(seen=[])
+    root = instrument.get_dispatcher()
+    root.add_event_handler(handler)
+    yield handler
+    root.event_handlers.remove(handler)
+
+
+def test_nothing_observes_a_fresh_index_retriever(index) -> None:
+    assert _quiet.unobserved(index.as_retriever(similarity_top_k=3))
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_the_same_nodes_and_scores_as_the_retrievers_own(index, vectorized) -> None:
+    quiet = as_backend(index, vectorized=vectorized)
+    loud = as_backend(index, vectorized=vectorized, instrument="always")
+    for query in QUERIES:
+        retriever = loud.retriever_for(4)
+        own = _ids_and_scores(retriever.retrieve(query))
+        assert _ids_and_scores(_quiet.retrieve(retriever, query)) == own
+        assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, query))) == own
+        assert quiet.retrieve(query, 4) == loud.retrieve(query, 4)
+        assert asyncio.run(quiet.aretrieve(query, 4)) == asyncio.run(loud.aretrieve(query, 4))
+
+
+def test_the_backend_skips_the_retrievers_instrumentation_only_when_unobserved(index, monkeypatch) -> None:
+    calls: list[str] = []
+    own = BaseRetriever.retrieve
+
+    def counted(self: Any, query: Any) -> Any:
+        calls.append("retrieve")
+        return own(self, query)
+
+    monkeypatch.setattr(BaseRetriever, "retrieve", counted)
+    as_backend(index).retrieve("Paris", 2)
+    assert calls == []
+    as_backend(index, instrument="always").retrieve("Paris", 2)
+    assert calls == ["retrieve"]
+    with pytest.raises(ValueError, match="instrument"):
+        as_backend(index, instrument="sometimes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("whose", ["retriever", "embedding"])
+def test_a_callback_handler_on_the_retriever_or_its_embedding_sees_their_events(whose, use_async) -> None:
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    nodes = [TextNode(text=f"text number {i}", id_=f"n{i}") for i in range(5)]
+    index = VectorStoreIndex(nodes, embed_model=HashEmbedding())
+    index._embed_model.callback_manager = CallbackManager([debug] if whose == "embedding" else [])
+    manager = CallbackManager([debug] if whose == "retriever" else [])
+    retriever = VectorIndexRetriever(index=index, similarity_top_k=2, callback_manager=manager)
+    assert not _quiet.unobserved(retriever)
+    backend = as_backend(retriever)
+    docs = asyncio.run(backend.aretrieve("text 3", 2)) if use_async else backend.retrieve("text 3", 2)
+    assert len(docs) == 2
+    watched = CBEventType.RETRIEVE if whose == "retriever" else CBEventType.EMBEDDING
+    assert debug.get_event_pairs(watched)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_an_instrumentation_event_handler_sees_the_retrieval_events(index, root_handler, use_async) -> None:
+    backend = as_backend(index)
+    assert not _quiet.unobserved(backend.retriever_for(2))
+    asyncio.run(backend.aretrieve("Paris", 2)) if use_async else backend.retrieve("Paris", 2)
+    for name in ("RetrievalStartEvent", "EmbeddingStartEvent", "EmbeddingEndEvent", "RetrievalEndEvent"):
+        assert name in root_handler.seen
+
+
+def test_a_span_handler_on_the_embeddings_dispatcher_alone_sees_the_embedding_span(index) -> None:
+    spans = SimpleSpanHandler()
+    dispatcher = instrument.get_dispatcher(BaseEmbedding.__module__)
+    dispatcher.add_span_handler(spans)
+    try:
+        as_backend(index).retrieve("Paris", 2)
+    finally:
+        dispatcher.span_handlers.remove(spans)
+    assert any("get_query_embedding" in span.id_ for span in spans.completed_spans)
+
+
+def test_selfrags_own_token_counter_does_not_count_as_observing(index) -> None:
+    root = instrument.get_dispatcher()
+    counter = UsageHandler()
+    root.add_event_handler(counter)
+    try:
+        assert _quiet.unobserved(index.as_retriever(similarity_top_k=2))
+    finally:
+        root.event_handlers.remove(counter)
+
+
+def test_embeddings_and_retrievers_that_change_the_steps_keep_the_full_path() -> None:
+    class OwnQueryEmbedding(HashEmbedding):
+        def get_query_embedding(self, query: str) -> list[float]:
+            return hash_vector(query.upper())
+
+    nodes = [TextNode(text="alpha beta", id_="a")]
+    assert not _quiet.unobserved(
+        VectorStoreIndex(nodes, embed_model=OwnQueryEmbedding()).as_retriever(similarity_top_k=1)
+    )
+
+    cached = HashEmbedding(embeddings_cache=SimpleKVStore())
+    index = VectorStoreIndex(nodes, embed_model=cached)
+    assert index._embed_model is cached and not _quiet.unobserved(index.as_retriever(similarity_top_k=1))
+
+    class OwnRetriever(VectorIndexRetriever):
+        pass
+
+    index = VectorStoreIndex(nodes, embed_model=HashEmbedding())
+    assert not _quiet.unobserved(OwnRetriever(index=index, similarity_top_k=1))
+
+
+def test_recursive_retrieval_of_index_nodes_is_kept() -> None:
+    inner = VectorStoreIndex(
+        [TextNode(text="the inner lake is deep", id_="lake"), TextNode(text="inner hills", id_="hill")],
+        embed_model=HashEmbedding(),
+    ).as_retriever(similarity_top_k=1)
+    nodes = [
+        TextNode(text="an outer road", id_="road"),
+        IndexNode(text="inner lake summary", index_id="inner", id_="pointer"),
+    ]
+    outer = VectorStoreIndex(nodes, embed_model=HashEmbedding())
+    retriever = VectorIndexRetriever(index=outer, similarity_top_k=2, object_map={"inner": inner})
+    assert _quiet.unobserved(retriever)
+    own = _ids_and_scores(retriever.retrieve(QueryBundle("inner lake")))
+    assert "lake" in [node_id for node_id, _ in own]  # the IndexNode was followed
+    assert _ids_and_scores(_quiet.retrieve(retriever, "inner lake")) == own
+    assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "inner lake"))) == own
