@@ -23,16 +23,20 @@ none of them). Three retrievers:
   decompositions in the peers' reference run is this one). Its ``SimpleVectorStore``
   scores each stored vector in a Python loop, 3-5 ms of CPU per retrieval, so the 128
   retrievals of 32 decompositions put 0.4-0.7 s of CPU between the rounds. Our backend
-  scores the same store with one matrix product (``as_backend(index)``, the default);
-* ``index-loop``: the same, with our backend keeping LlamaIndex's loop
-  (``as_backend(index, vectorized=False)``): the orchestration alone, on equal retrieval;
+  (``as_backend(index)``, the defaults) scores the same store with one matrix product,
+  and skips the retriever's events and spans while no handler would receive them;
+* ``index-loop``: the same, with our backend keeping LlamaIndex's loop and its
+  instrumentation (``as_backend(index, vectorized=False, instrument="always")``): the
+  orchestration alone, on equal retrieval;
 * ``numpy``: a numpy ``BaseRetriever`` over the same hash embeddings (same rankings,
   ~0.1 ms), which shows the orchestration with retrieval nearly free.
 
 Beside the x32 decompositions, "by hand" runs the peer harness's hand-written
 reference (``example_ours.py``: asyncio.gather and minimal prompts) over the same
-LlamaIndex LLM and retriever objects: the floor those objects set, which no
-orchestration on top of them can beat. A last row runs the same x32 decompositions
+LlamaIndex LLM and retriever objects, through their public ``acomplete`` and
+``aretrieve``: the floor those calls set for any orchestration on top of them (our
+backend goes under it by skipping the retrieval instrumentation nobody receives;
+with ``index-loop`` it makes the same calls). A last row runs the same x32 decompositions
 with no LlamaIndex object at all (``SimulatedLLM`` and a plain numpy backend given to
 ``RecursiveRAG``): the difference is what LlamaIndex's LLM and retriever wrappers cost.
 ``ideal = rounds x latency``; ``cpu`` is the process CPU time of the run, which does not
@@ -190,8 +194,8 @@ def peer_engines(llm: Any, retriever: BaseRetriever) -> dict[str, Any]:
     }
 
 
-def our_engines(llm: Any, retriever: Any, vectorized: bool = True) -> dict[str, SelfRAGQueryEngine]:
-    backend, ours = as_backend(retriever, vectorized=vectorized), LlamaIndexLLM(llm)
+def our_engines(llm: Any, retriever: Any, **backend_options: Any) -> dict[str, SelfRAGQueryEngine]:
+    backend, ours = as_backend(retriever, **backend_options), LlamaIndexLLM(llm)
     k = corpus.TOP_K
     strategies = {
         "decompose": RecursiveRAG(
@@ -342,7 +346,8 @@ def main() -> None:
     shared = adapters_llamaindex.setup(sim)  # also sets Settings.llm for LlamaIndex's own engines
     llm, latency = shared["llm"], sim.latency_s
     index = shared["index"].as_retriever(similarity_top_k=corpus.TOP_K)
-    retrievers = {"index": (index, True), "index-loop": (index, False), "numpy": (NumpyRetriever(), True)}
+    loop = {"vectorized": False, "instrument": "always"}
+    retrievers = {"index": (index, {}), "index-loop": (index, loop), "numpy": (NumpyRetriever(), {})}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"simulated LLM latency {latency:.2f} s, {args.runs} runs per figure: median (fastest-slowest); "
@@ -351,9 +356,9 @@ def main() -> None:
     collect = "a full gc.collect() before each timed run" if COLLECT else "no gc.collect() between runs"
     print(f"cpu = process CPU time of the run (all queries of a concurrent batch); {collect}\n")
     for rname in args.retrievers.split(","):
-        retriever, vectorized = retrievers[rname]
-        peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, vectorized)
-        how = "" if vectorized else ", our backend without the matrix scan"
+        retriever, options = retrievers[rname]
+        peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, **options)
+        how = ", our backend with LlamaIndex's loop and instrumentation" if options else ""
         print(f"== retriever: {rname} ({type(retriever).__name__}{how})")
         for name in args.only.split(","):
             queries = QUERIES[name]
@@ -366,7 +371,7 @@ def main() -> None:
             n = CONCURRENCY[name]
             engines = {"llamaindex": peers[name], "selfrag": ours[name]}
             if name == "decompose":  # the same LLM, and the retriever our backend queries
-                same = as_backend(retriever, vectorized=vectorized).retriever_for(corpus.TOP_K)
+                same = as_backend(retriever, **options).retriever_for(corpus.TOP_K)
                 engines["by hand"] = HandWritten(llm, same)
             found = concurrent(sim, engines, queries, n, args.runs)
             rows.append((f"{name} aquery x{n}", found["llamaindex"], found["selfrag"]))
@@ -377,7 +382,7 @@ def main() -> None:
             if "by hand" in found:
                 hand = found["by hand"]
                 over = found["selfrag"]["wall"] / hand["wall"]
-                note = f"selfrag/by hand {over:.2f} (the floor: same LLM and retriever, no framework)"
+                note = f"selfrag/by hand {over:.2f} (same LLM and retriever objects, no framework)"
                 print(f"  {'':<20} by hand    {_fmt(hand, latency)}   {note}")
         print()
     floor(sim, latency, args.runs)
