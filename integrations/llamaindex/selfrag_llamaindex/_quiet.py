@@ -88,9 +88,10 @@ def _listening(dispatcher: Any) -> bool:
 
 
 def _embedding(raw: Any) -> Any:
-    """What ``get_agg_embedding_from_queries`` makes of one query's embedding: itself
-    when it is a list of floats (the mean of one), else the mean's list."""
-    if type(raw) is list and all(type(x) is float for x in raw):
+    """What ``get_agg_embedding_from_queries`` makes of one query's embedding: the mean
+    of one, which is the embedding itself when it is a list of floats (the first item is
+    checked), else the mean's list."""
+    if type(raw) is list and (not raw or type(raw[0]) is float):
         return raw
     return mean_agg([raw])
 

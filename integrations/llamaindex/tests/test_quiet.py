@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import llama_index.core.instrumentation as instrument
+import numpy as np
 import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -167,3 +168,19 @@ def test_recursive_retrieval_of_index_nodes_is_kept() -> None:
     assert "lake" in [node_id for node_id, _ in own]  # the IndexNode was followed
     assert _ids_and_scores(_quiet.retrieve(retriever, "inner lake")) == own
     assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "inner lake"))) == own
+
+
+def test_an_embedding_that_is_not_a_list_of_floats_is_aggregated_as_llamaindex_does() -> None:
+    class ArrayEmbedding(HashEmbedding):
+        def _get_query_embedding(self, query: str) -> Any:
+            return np.asarray(hash_vector(query), dtype=np.float32)
+
+        async def _aget_query_embedding(self, query: str) -> Any:
+            return self._get_query_embedding(query)
+
+    nodes = [TextNode(text=f"text number {i} of {n}", id_=f"{i}-{n}") for i in range(4) for n in "abc"]
+    retriever = VectorStoreIndex(nodes, embed_model=ArrayEmbedding()).as_retriever(similarity_top_k=3)
+    assert _quiet.unobserved(retriever)
+    own = _ids_and_scores(retriever.retrieve("text number 2 of b"))
+    assert _ids_and_scores(_quiet.retrieve(retriever, "text number 2 of b")) == own
+    assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "text number 2 of b"))) == own
