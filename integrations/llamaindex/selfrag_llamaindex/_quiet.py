@@ -1,27 +1,35 @@
-"""A ``VectorIndexRetriever``'s retrieval without the instrumentation nobody receives.
+"""A retriever's retrieval without the instrumentation nobody receives.
 
-Each ``retriever.aretrieve(query)`` of LlamaIndex builds, whether or not anything
-listens: three dispatcher spans (each binding the call's arguments with
-``inspect.signature``), retrieval and embedding start/end events (pydantic objects,
-the embedding model serialised for the payload), and callback-manager RETRIEVE and
-EMBEDDING events with their traces. For the peers' index that is about 1.1 M of the
-2.2 M instructions a retrieval takes; the matrix product and the docstore lookups
-are the rest.
+LlamaIndex builds a retrieval's instrumentation whether or not anything listens.
+``BaseRetriever.aretrieve`` makes a dispatcher span (binding the call's arguments with
+``inspect.signature``), retrieval start/end events (pydantic objects) and a
+callback-manager trace and RETRIEVE event around the retriever's ``_aretrieve``. A
+``VectorIndexRetriever``'s ``_aretrieve`` adds a span of its own and, for the query's
+embedding, another span, embedding start/end events with the model serialised for their
+payload, and an EMBEDDING callback event. For the peers' index that is about 1.1 M of the
+2.2 M instructions a retrieval takes; the embedding itself, the matrix product and the
+docstore lookups are the rest.
 
-When nothing would receive any of it, :func:`aretrieve` / :func:`retrieve` run the
-same steps as the retriever's own ``aretrieve`` / ``retrieve`` without it: the
-embedding model's ``_aget_query_embedding``, the retriever's
-``_aget_nodes_with_embeddings`` (the vector store query, docstore lookups) and its
-recursive retrieval of ``IndexNode`` objects, so the nodes and scores are the same.
-"Nothing would receive it" (:func:`unobserved`) means: the retriever is a plain
-``VectorIndexRetriever`` (not a subclass, which may change any step), its embedding
-model does not override the public embedding methods and has no embeddings cache or
-rate limiter, neither has a callback handler, and no instrumentation event handler or
-span handler (other than LlamaIndex's do-nothing ``NullSpanHandler`` and
-``NullEventHandler``, and selfrag's own structured-output token counter) is reachable
-from the dispatchers those calls report to. It is checked for each retrieval, so a
-handler added at any time (a ``LlamaDebugHandler``, ``set_global_handler``, an
-OpenTelemetry instrumentor) gets every event from the next retrieval on.
+:func:`unobserved` tells how much of it nothing would receive, checked for each
+retrieval, so a handler added at any time (a ``LlamaDebugHandler``,
+``set_global_handler``, an OpenTelemetry instrumentor) sees every event from the next
+retrieval on:
+
+* ``OUTER``: the retriever keeps ``BaseRetriever``'s ``retrieve`` and ``aretrieve``
+  (overrides neither), its callback manager has no handler, and no instrumentation event
+  or span handler is reachable from ``BaseRetriever``'s dispatcher (LlamaIndex's
+  do-nothing ``NullSpanHandler`` and ``NullEventHandler``, and selfrag's own counter of
+  structured-output tokens, do not count). :func:`aretrieve` then calls the retriever's
+  ``_aretrieve`` (with whatever instrumentation it has) and its recursive retrieval of
+  ``IndexNode`` objects, as ``aretrieve`` would.
+* ``DEEP``: also, the retriever is a plain ``VectorIndexRetriever`` whose query needs an
+  embedding, its embedding model keeps ``BaseEmbedding``'s public query-embedding methods
+  and has no embeddings cache, rate limiter or callback handler, and nothing listens on
+  their dispatchers. :func:`aretrieve` then calls the model's ``_aget_query_embedding``
+  and the retriever's ``_aget_nodes_with_embeddings`` (the vector store query and the
+  docstore lookups) directly.
+
+Either way the steps, and so the nodes and scores, are the retriever's own.
 """
 
 from __future__ import annotations
@@ -41,10 +49,12 @@ from selfrag_llamaindex._usage import UsageHandler
 
 #: LlamaIndex's own do-nothing handlers, and selfrag's counter of structured-output tokens
 _IDLE_HANDLERS = (NullSpanHandler, NullEventHandler, UsageHandler)
-#: what a retrieval reports to: its spans and events, and its embedding's
-_DISPATCHERS = tuple(
+#: what ``BaseRetriever.retrieve`` reports to
+_RETRIEVE = instrument.get_dispatcher(BaseRetriever.__module__)  # type: ignore[attr-defined]
+#: what a ``VectorIndexRetriever``'s ``_retrieve`` and its query embedding report to
+_EMBED = tuple(
     instrument.get_dispatcher(cls.__module__)  # type: ignore[attr-defined]
-    for cls in (BaseRetriever, VectorIndexRetriever, BaseEmbedding)
+    for cls in (VectorIndexRetriever, BaseEmbedding)
 )
 _EMBEDDING_API = (
     "get_query_embedding",
@@ -53,28 +63,41 @@ _EMBEDDING_API = (
     "aget_agg_embedding_from_queries",
 )
 
+#: how much of a retrieval's instrumentation nothing would receive (see :func:`unobserved`)
+OUTER, DEEP = "outer", "deep"
 
-def unobserved(retriever: Any) -> bool:
-    """Whether nothing would receive the instrumentation of ``retriever``'s retrieval
-    (and the steps can be run without it: see the module's docstring)."""
-    if type(retriever) is not VectorIndexRetriever:
-        return False
+
+def unobserved(retriever: Any) -> str | None:
+    """How much of ``retriever``'s retrieval nothing would observe: None (some of it may
+    be), ``OUTER`` (``BaseRetriever.retrieve``'s span and events: the retriever's own
+    ``_retrieve`` / ``_aretrieve`` is called, with its own instrumentation), or ``DEEP``
+    (also a ``VectorIndexRetriever``'s ``_retrieve`` span and its query embedding's)."""
+    cls: type = type(retriever)
+    if (
+        not _keeps(cls, BaseRetriever, ("retrieve", "aretrieve"))
+        or getattr(retriever, "callback_manager", None) is None
+        or retriever.callback_manager.handlers
+        or _listening(_RETRIEVE)
+    ):
+        return None
+    if cls is not VectorIndexRetriever:
+        return OUTER
     embed = retriever._embed_model
-    return (
-        _plain_embedding(type(embed))
+    deep = (
+        _keeps(embed.__class__, BaseEmbedding, _EMBEDDING_API)
         and getattr(embed, "embeddings_cache", None) is None
         and getattr(embed, "rate_limiter", None) is None
         and retriever._needs_embedding()
-        and not retriever.callback_manager.handlers
         and not embed.callback_manager.handlers
-        and not any(_listening(d) for d in _DISPATCHERS)
+        and not any(_listening(d) for d in _EMBED)
     )
+    return DEEP if deep else OUTER
 
 
-@lru_cache(maxsize=64)
-def _plain_embedding(cls: type) -> bool:
-    """``cls`` keeps ``BaseEmbedding``'s own query-embedding methods."""
-    return all(next(k for k in cls.__mro__ if name in k.__dict__) is BaseEmbedding for name in _EMBEDDING_API)
+@lru_cache(maxsize=256)
+def _keeps(cls: type, base: type, names: tuple[str, ...]) -> bool:
+    """``cls`` keeps ``base``'s own ``names`` (overrides none of them)."""
+    return all(next(k for k in cls.__mro__ if name in k.__dict__) is base for name in names)
 
 
 def _listening(dispatcher: Any) -> bool:
@@ -96,15 +119,26 @@ def _embedding(raw: Any) -> Any:
     return mean_agg([raw])
 
 
-def retrieve(retriever: VectorIndexRetriever, query: str) -> list[NodeWithScore]:
-    """``retriever.retrieve(query)`` for an :func:`unobserved` retriever."""
-    bundle = QueryBundle(query, embedding=_embedding(retriever._embed_model._get_query_embedding(query)))
-    nodes = retriever._get_nodes_with_embeddings(bundle)
-    return retriever._handle_recursive_retrieval(bundle, nodes)  # (sync LlamaIndex passes the embedding on)
+def retrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
+    """``retriever.retrieve(query)`` without what :func:`unobserved` found (``depth``)
+    nothing observes."""
+    if depth == DEEP:
+        embedding = _embedding(retriever._embed_model._get_query_embedding(query))
+        bundle = QueryBundle(query, embedding=embedding)  # (sync LlamaIndex passes it on)
+        nodes = retriever._get_nodes_with_embeddings(bundle)
+    else:
+        bundle = QueryBundle(query)
+        nodes = retriever._retrieve(bundle)
+    return retriever._handle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]
 
 
-async def aretrieve(retriever: VectorIndexRetriever, query: str) -> list[NodeWithScore]:
-    """``await retriever.aretrieve(query)`` for an :func:`unobserved` retriever."""
-    embedding = _embedding(await retriever._embed_model._aget_query_embedding(query))
-    nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
-    return await retriever._ahandle_recursive_retrieval(QueryBundle(query), nodes)  # (async does not)
+async def aretrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
+    """``await retriever.aretrieve(query)`` without what :func:`unobserved` found
+    (``depth``) nothing observes."""
+    bundle = QueryBundle(query)
+    if depth == DEEP:
+        embedding = _embedding(await retriever._embed_model._aget_query_embedding(query))
+        nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
+    else:
+        nodes = await retriever._aretrieve(bundle)
+    return await retriever._ahandle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]

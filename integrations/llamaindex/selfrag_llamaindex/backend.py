@@ -39,12 +39,13 @@ class LlamaIndexBackend:
 
     LlamaIndex builds its retrieval events and spans whether or not anything
     receives them: about half the CPU of a retrieval from an in-memory index. With
-    ``instrument="observed"`` (the default), a ``VectorIndexRetriever`` whose
-    retrieval nothing observes (no callback handler on it or its embedding model, no
-    instrumentation event or span handler) runs the same steps without them, with the
-    same results; attach any handler and the next retrieval reports everything (see
+    ``instrument="observed"`` (the default), a retrieval that nothing observes (no
+    callback handler on the retriever or its embedding model, no instrumentation event
+    or span handler) runs the retriever's own steps without them (``_aretrieve``; for a
+    ``VectorIndexRetriever``, its embedding and vector store query), with the same
+    results; attach any handler and the next retrieval reports everything (see
     ``selfrag_llamaindex._quiet``). ``instrument="always"`` always calls the
-    retriever's own ``retrieve`` / ``aretrieve``.
+    retriever's public ``retrieve`` / ``aretrieve``.
     """
 
     score_kind = "similarity"
@@ -97,22 +98,21 @@ class LlamaIndexBackend:
     def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
         with _events.event(*self._start(query, top_k, retriever)) as ev:
-            nodes = _quiet.retrieve(retriever, query) if self._quiet(retriever) else retriever.retrieve(query)
+            depth = self._quiet(retriever)
+            nodes = _quiet.retrieve(retriever, query, depth) if depth else retriever.retrieve(query)
             _events.end(ev, {_events.EventPayload.NODES: nodes})
         return self._docs(nodes, top_k)
 
     async def aretrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
         with _events.event(*self._start(query, top_k, retriever)) as ev:
-            if self._quiet(retriever):
-                nodes = await _quiet.aretrieve(retriever, query)
-            else:
-                nodes = await retriever.aretrieve(query)
+            depth = self._quiet(retriever)
+            nodes = await (_quiet.aretrieve(retriever, query, depth) if depth else retriever.aretrieve(query))
             _events.end(ev, {_events.EventPayload.NODES: nodes})
         return self._docs(nodes, top_k)
 
-    def _quiet(self, retriever: Any) -> bool:
-        return self.instrument == "observed" and _quiet.unobserved(retriever)
+    def _quiet(self, retriever: Any) -> str | None:
+        return _quiet.unobserved(retriever) if self.instrument == "observed" else None
 
     @staticmethod
     def _start(query: str, top_k: int, retriever: Any) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:

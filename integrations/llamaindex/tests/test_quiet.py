@@ -51,7 +51,7 @@ def root_handler() -> Iterator[Collect]:
 
 
 def test_nothing_observes_a_fresh_index_retriever(index) -> None:
-    assert _quiet.unobserved(index.as_retriever(similarity_top_k=3))
+    assert _quiet.unobserved(index.as_retriever(similarity_top_k=3)) == _quiet.DEEP
 
 
 @pytest.mark.parametrize("vectorized", [True, False])
@@ -61,8 +61,9 @@ def test_the_same_nodes_and_scores_as_the_retrievers_own(index, vectorized) -> N
     for query in QUERIES:
         retriever = loud.retriever_for(4)
         own = _ids_and_scores(retriever.retrieve(query))
-        assert _ids_and_scores(_quiet.retrieve(retriever, query)) == own
-        assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, query))) == own
+        for depth in (_quiet.DEEP, _quiet.OUTER):
+            assert _ids_and_scores(_quiet.retrieve(retriever, query, depth)) == own
+            assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, query, depth))) == own
         assert quiet.retrieve(query, 4) == loud.retrieve(query, 4)
         assert asyncio.run(quiet.aretrieve(query, 4)) == asyncio.run(loud.aretrieve(query, 4))
 
@@ -93,7 +94,7 @@ def test_a_callback_handler_on_the_retriever_or_its_embedding_sees_their_events(
     index._embed_model.callback_manager = CallbackManager([debug] if whose == "embedding" else [])
     manager = CallbackManager([debug] if whose == "retriever" else [])
     retriever = VectorIndexRetriever(index=index, similarity_top_k=2, callback_manager=manager)
-    assert not _quiet.unobserved(retriever)
+    assert _quiet.unobserved(retriever) == (None if whose == "retriever" else _quiet.OUTER)
     backend = as_backend(retriever)
     docs = asyncio.run(backend.aretrieve("text 3", 2)) if use_async else backend.retrieve("text 3", 2)
     assert len(docs) == 2
@@ -104,7 +105,7 @@ def test_a_callback_handler_on_the_retriever_or_its_embedding_sees_their_events(
 @pytest.mark.parametrize("use_async", [False, True])
 def test_an_instrumentation_event_handler_sees_the_retrieval_events(index, root_handler, use_async) -> None:
     backend = as_backend(index)
-    assert not _quiet.unobserved(backend.retriever_for(2))
+    assert _quiet.unobserved(backend.retriever_for(2)) is None
     asyncio.run(backend.aretrieve("Paris", 2)) if use_async else backend.retrieve("Paris", 2)
     for name in ("RetrievalStartEvent", "EmbeddingStartEvent", "EmbeddingEndEvent", "RetrievalEndEvent"):
         assert name in root_handler.seen
@@ -126,7 +127,7 @@ def test_selfrags_own_token_counter_does_not_count_as_observing(index) -> None:
     counter = UsageHandler()
     root.add_event_handler(counter)
     try:
-        assert _quiet.unobserved(index.as_retriever(similarity_top_k=2))
+        assert _quiet.unobserved(index.as_retriever(similarity_top_k=2)) == _quiet.DEEP
     finally:
         root.event_handlers.remove(counter)
 
@@ -137,19 +138,24 @@ def test_embeddings_and_retrievers_that_change_the_steps_keep_the_full_path() ->
             return hash_vector(query.upper())
 
     nodes = [TextNode(text="alpha beta", id_="a")]
-    assert not _quiet.unobserved(
-        VectorStoreIndex(nodes, embed_model=OwnQueryEmbedding()).as_retriever(similarity_top_k=1)
-    )
+    own_embedding = VectorStoreIndex(nodes, embed_model=OwnQueryEmbedding())
+    assert _quiet.unobserved(own_embedding.as_retriever(similarity_top_k=1)) == _quiet.OUTER
 
     cached = HashEmbedding(embeddings_cache=SimpleKVStore())
     index = VectorStoreIndex(nodes, embed_model=cached)
-    assert index._embed_model is cached and not _quiet.unobserved(index.as_retriever(similarity_top_k=1))
+    assert index._embed_model is cached
+    assert _quiet.unobserved(index.as_retriever(similarity_top_k=1)) == _quiet.OUTER
 
-    class OwnRetriever(VectorIndexRetriever):
+    class OwnSteps(VectorIndexRetriever):
         pass
 
+    class OwnRetrieve(VectorIndexRetriever):
+        async def aretrieve(self, str_or_query_bundle: Any) -> list[NodeWithScore]:
+            return []
+
     index = VectorStoreIndex(nodes, embed_model=HashEmbedding())
-    assert not _quiet.unobserved(OwnRetriever(index=index, similarity_top_k=1))
+    assert _quiet.unobserved(OwnSteps(index=index, similarity_top_k=1)) == _quiet.OUTER
+    assert _quiet.unobserved(OwnRetrieve(index=index, similarity_top_k=1)) is None
 
 
 def test_recursive_retrieval_of_index_nodes_is_kept() -> None:
@@ -163,11 +169,12 @@ def test_recursive_retrieval_of_index_nodes_is_kept() -> None:
     ]
     outer = VectorStoreIndex(nodes, embed_model=HashEmbedding())
     retriever = VectorIndexRetriever(index=outer, similarity_top_k=2, object_map={"inner": inner})
-    assert _quiet.unobserved(retriever)
+    assert _quiet.unobserved(retriever) == _quiet.DEEP
     own = _ids_and_scores(retriever.retrieve(QueryBundle("inner lake")))
     assert "lake" in [node_id for node_id, _ in own]  # the IndexNode was followed
-    assert _ids_and_scores(_quiet.retrieve(retriever, "inner lake")) == own
-    assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "inner lake"))) == own
+    for depth in (_quiet.DEEP, _quiet.OUTER):
+        assert _ids_and_scores(_quiet.retrieve(retriever, "inner lake", depth)) == own
+        assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "inner lake", depth))) == own
 
 
 def test_an_embedding_that_is_not_a_list_of_floats_is_aggregated_as_llamaindex_does() -> None:
@@ -180,7 +187,32 @@ def test_an_embedding_that_is_not_a_list_of_floats_is_aggregated_as_llamaindex_d
 
     nodes = [TextNode(text=f"text number {i} of {n}", id_=f"{i}-{n}") for i in range(4) for n in "abc"]
     retriever = VectorStoreIndex(nodes, embed_model=ArrayEmbedding()).as_retriever(similarity_top_k=3)
-    assert _quiet.unobserved(retriever)
+    assert _quiet.unobserved(retriever) == _quiet.DEEP
     own = _ids_and_scores(retriever.retrieve("text number 2 of b"))
-    assert _ids_and_scores(_quiet.retrieve(retriever, "text number 2 of b")) == own
-    assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "text number 2 of b"))) == own
+    assert _ids_and_scores(_quiet.retrieve(retriever, "text number 2 of b", _quiet.DEEP)) == own
+    assert _ids_and_scores(asyncio.run(_quiet.aretrieve(retriever, "text number 2 of b", _quiet.DEEP))) == own
+
+
+class Letters(BaseRetriever):
+    """A retriever of its own: the nodes that share the query's first letter."""
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        first = query_bundle.query_str[:1].lower()
+        texts = ["apple pie", "banana bread", "avocado toast", "blueberry jam"]
+        return [NodeWithScore(node=TextNode(text=t, id_=t), score=1.0) for t in texts if t[0] == first]
+
+
+def test_any_retriever_keeping_the_public_methods_skips_the_outer_instrumentation() -> None:
+    retriever, backend = Letters(), as_backend(Letters())
+    assert _quiet.unobserved(retriever) == _quiet.OUTER
+    assert [d.id for d in backend.retrieve("a query", 5)] == ["apple pie", "avocado toast"]
+    found = asyncio.run(backend.aretrieve("b query", 5))
+    assert [d.id for d in found] == ["banana bread", "blueberry jam"]
+    root, handler = instrument.get_dispatcher(), Collect(seen=[])
+    root.add_event_handler(handler)
+    try:
+        assert _quiet.unobserved(retriever) is None
+        backend.retrieve("a query", 5)
+    finally:
+        root.event_handlers.remove(handler)
+    assert "RetrievalStartEvent" in handler.seen
