@@ -44,6 +44,7 @@ from selfrag_core.retrieval import (
     _aretrieve_safe,
     _retrieve_many_safe,
     _retrieve_safe,
+    ignored_options,
     supports_many,
 )
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
@@ -150,6 +151,7 @@ class Run:
         self.trace = Trace(listener=_TRACE_LISTENER.get())
         self._calls = 0
         self._lock = threading.Lock()
+        self._ignored: set[tuple[type, tuple[str, ...]]] = set()
         self._deadline = (
             None if config.query_timeout is None else self.trace.started_at + config.query_timeout
         )
@@ -237,6 +239,28 @@ class Run:
         """One retrieval event per query of a batched ``RetrieveMany`` (as if run one by one)."""
         for i, single in enumerate(effect.each().tasks):
             self.record_retrieval(single, start, None if found is None else found[i], error)
+
+    def note_ignored(
+        self, backend: Any, options: Mapping[str, Any], *, use_async: bool, many: bool = False
+    ) -> None:
+        """A fallback note (once per backend type and options in a query) when a retrieval's
+        options (e.g. a ``metadata_filter``) were not passed on: the backend does not take
+        them, so its results are not narrowed by them."""
+        dropped = tuple(ignored_options(backend, options, use_async=use_async, many=many))
+        key = (type(backend), dropped)
+        with self._lock:
+            if not dropped or key in self._ignored:
+                return
+            self._ignored.add(key)
+        name = type(backend).__name__
+        self.record_note(
+            Note(
+                "retrieval_options_ignored",
+                f"{name} does not take {', '.join(dropped)}; it retrieved without "
+                f"{'it' if len(dropped) == 1 else 'them'}",
+                {"backend": name, "options": list(dropped)},
+            )
+        )
 
     def record_note(self, note: Note) -> None:
         if note.kind == "fallback":
@@ -336,6 +360,8 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
                 run.record_retrieval(effect, start, None, e)
                 raise
             run.record_retrieval(effect, start, docs, None)
+            if effect.options:
+                run.note_ignored(effect.backend, effect.options, use_async=False)
             return docs
     if isinstance(effect, RetrieveMany):
         if not effect.batched():
@@ -352,6 +378,8 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
                     run.record_retrievals(effect, start, None, e)
                     raise
                 run.record_retrievals(effect, start, found, None)
+                if effect.options:
+                    run.note_ignored(effect.backend, effect.options, use_async=False, many=True)
                 return found
         except Exception as e:
             return [e] * len(effect.queries)
@@ -424,6 +452,8 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
                 run.record_retrieval(effect, start, None, e)
                 raise
             run.record_retrieval(effect, start, docs, None)
+            if effect.options:
+                run.note_ignored(effect.backend, effect.options, use_async=True)
             return docs
     if isinstance(effect, RetrieveMany):
         if not effect.batched():
@@ -440,6 +470,8 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
                     run.record_retrievals(effect, start, None, e)
                     raise
                 run.record_retrievals(effect, start, found, None)
+                if effect.options:
+                    run.note_ignored(effect.backend, effect.options, use_async=True, many=True)
                 return found
         except Exception as e:
             return [e] * len(effect.queries)

@@ -29,7 +29,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from selfrag_core.errors import RetrievalError
@@ -230,6 +230,42 @@ def _kwargs_for(fn: Any, top_k: int, extra: dict[str, Any]) -> dict[str, Any]:
     if _accepts(fn, "top_k"):
         kwargs["top_k"] = top_k
     return kwargs
+
+
+def ignored_options(
+    backend: Any, options: Mapping[str, Any], *, use_async: bool, many: bool = False
+) -> list[str]:
+    """The names of the ``options`` set (not None) that a retrieval from ``backend`` does
+    not pass on, because the function it calls does not take them: LangChain and
+    LlamaIndex objects take none; other backends what their ``retrieve`` (``aretrieve``,
+    ``retrieve_many``, ...) names or takes as ``**kwargs``. ``many``: a batched
+    retrieval (:func:`_retrieve_many_safe`)."""
+    names = [k for k, v in options.items() if v is not None]
+    if not names:
+        return []
+    fn = _options_target(backend, use_async, many)
+    return names if fn is None else [k for k in names if not _accepts(fn, k)]
+
+
+def _options_target(backend: Any, use_async: bool, many: bool) -> Any:
+    """The function a retrieval gives its options to, as :func:`_sync_call`,
+    :func:`_async_call` and the ``retrieve_many`` calls choose it (None: none)."""
+    if many:
+        first, second = ("aretrieve_many", "retrieve_many")[:: 1 if use_async else -1]
+        fn = getattr(backend, first, None)
+        chosen = fn is not None and (inspect.iscoroutinefunction(fn) if use_async else callable(fn))
+        return fn if chosen else getattr(backend, second, None)
+    if _is_lc_vectorstore(backend) or _is_lc_retriever(backend) or _is_li_retriever(backend):
+        return None
+    if use_async:
+        for name in ("aretrieve", "retrieve"):
+            fn = getattr(backend, name, None)
+            if fn is not None and inspect.iscoroutinefunction(fn):
+                return fn
+        if is_coroutine_callable(backend):
+            return backend
+    fn = getattr(backend, "retrieve", None)
+    return backend if fn is None else fn
 
 
 def _invoke(fn: Any, first: Any, top_k: int, extra: dict[str, Any]) -> Any:

@@ -276,9 +276,34 @@ def test_metadata_filter_passed_from_context_only_where_accepted() -> None:
         QUESTION, {"metadata_filter": {"lang": "en"}}
     )
     assert seen == [{"lang": "en"}, {"lang": "en"}]
-    # a backend without the argument still works
+    # a backend without the argument still works, and the result says the filter was not applied
     result = HyDERAG(FakeRetriever(list(DOCS)), script()).query(QUESTION, {"metadata_filter": {"x": 1}})
     assert result.num_retrieved > 0
+    ignored = [e for e in result.trace.events if e.name == "retrieval_options_ignored"]
+    assert len(ignored) == 1 and ignored[0].detail["options"] == ["metadata_filter"]
+    assert "retrieval_options_ignored" in [e.name for e in result.trace.fallbacks]
+
+
+async def test_a_filter_the_backend_cannot_take_is_a_fallback_in_async_and_batched_retrieval() -> None:
+    class Batched:
+        def __init__(self) -> None:
+            self.batches: list[list[str]] = []
+
+        def retrieve(self, query: str, top_k: int = 5) -> list[str]:
+            return list(DOCS)
+
+        def retrieve_many(self, queries: list[str], top_k: int = 5) -> list[list[str]]:
+            self.batches.append(list(queries))
+            return [list(DOCS) for _ in queries]
+
+    for backend in (FakeRetriever(list(DOCS)), Batched()):
+        result = await HyDERAG(backend, script(), num_hypothetical_docs=2).aquery(
+            QUESTION, {"metadata_filter": {"x": 1}}
+        )
+        assert [e.name for e in result.trace.fallbacks] == ["retrieval_options_ignored"]
+        plain = await HyDERAG(backend, script(), num_hypothetical_docs=2).aquery(QUESTION)
+        assert plain.trace.fallbacks == []
+    assert backend.batches  # the batched path was taken
 
 
 # ---------------------------------------------------------------------- Arabic

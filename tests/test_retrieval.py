@@ -16,6 +16,7 @@ from selfrag_core import (
     _deduplicate,
     _retrieve_safe,
 )
+from selfrag_core.retrieval import ignored_options
 
 
 class Backend:
@@ -173,6 +174,36 @@ def test_extra_options_only_where_accepted() -> None:
     assert texts(_retrieve_safe(WithFilter(), "q", 3, metadata_filter={"a": 1})) == ["x"]
     assert seen["filter"] == {"a": 1}
     assert texts(_retrieve_safe(Backend(["y"]), "q", 3, metadata_filter={"a": 1})) == ["y"]
+
+
+def test_ignored_options_are_those_the_called_function_does_not_take() -> None:
+    class Both:  # sync retrieve takes the filter, async aretrieve (used from async code) does not
+        def retrieve(self, query: str, top_k: int, metadata_filter: Any = None) -> Any:
+            return ["x"]
+
+        async def aretrieve(self, query: str, top_k: int) -> Any:
+            return ["x"]
+
+    class Anything:
+        def retrieve(self, query: str, top_k: int, **options: Any) -> Any:
+            return ["x"]
+
+    class Many:
+        def retrieve(self, query: str, top_k: int, metadata_filter: Any = None) -> Any:
+            return ["x"]
+
+        def retrieve_many(self, queries: list[str], top_k: int) -> Any:
+            return [["x"] for _ in queries]
+
+    wanted = {"metadata_filter": {"a": 1}, "filters": None}  # (None is not an option set)
+    assert ignored_options(Backend([]), wanted, use_async=False) == ["metadata_filter"]
+    assert ignored_options(Backend([]), wanted, use_async=True) == ["metadata_filter"]
+    assert ignored_options(Both(), wanted, use_async=False) == []
+    assert ignored_options(Both(), wanted, use_async=True) == ["metadata_filter"]
+    assert ignored_options(Anything(), wanted, use_async=True) == []
+    assert ignored_options(Many(), wanted, use_async=False) == []
+    assert ignored_options(Many(), wanted, use_async=False, many=True) == ["metadata_filter"]
+    assert ignored_options(Backend([]), {"metadata_filter": None}, use_async=False) == []
 
 
 def test_deduplicate_keeps_best_comparable_score_and_order() -> None:

@@ -197,6 +197,9 @@ def test_metadata_filter_is_passed_only_where_accepted() -> None:
     rag = SelfHealingRAG(llm, [Filtered(), FakeRetriever([GOOD_DOC])])
     report = rag.ask_with_report_sync(QUESTION, top_k=3, metadata_filter={"team": "ops"})
     assert seen == [(3, {"team": "ops"})] and report.success
+    # the second strategy, which took no filter, answered: the trace says its results were unfiltered
+    ignored = [e.detail for e in report.trace.fallbacks if e.name == "retrieval_options_ignored"]
+    assert ignored == [{"backend": "FakeRetriever", "options": ["metadata_filter"]}]
 
 
 def test_custom_metric_objects() -> None:

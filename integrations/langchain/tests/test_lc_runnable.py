@@ -48,6 +48,19 @@ def test_context_is_passed_to_the_strategy() -> None:
     assert r.invoke({"query": QUERY, "context": {"metadata_filter": {"n": 1}}})["answer"] == ANSWER
 
 
+@pytest.mark.parametrize("store", [True, False])
+def test_a_filter_a_langchain_backend_does_not_take_is_in_the_fallbacks(store: bool) -> None:
+    backend = vector_store() if store else as_backend(vector_store())  # the store itself, or our wrapper
+    r = SelfRAGRunnable(strategy=SelfIRAG(backend, LangChainLLM(keyed_model(structured=True))))
+
+    def fallbacks(out: dict[str, Any]) -> list[str]:
+        return [e["name"] for e in out["trace"]["events"] if e["kind"] == "fallback"]
+
+    out = r.invoke({"query": QUERY, "context": {"metadata_filter": {"n": 1}}})
+    assert out["answer"] == ANSWER and fallbacks(out) == ["retrieval_options_ignored"]
+    assert fallbacks(r.invoke({"query": QUERY})) == []
+
+
 @pytest.mark.parametrize(
     ("value", "error", "message"),
     [

@@ -84,6 +84,15 @@ def test_a_retriever_that_raises_gives_the_documented_fallback(make_llm) -> None
     assert "vector db down" in failed[0]["error"] and "RetrievalError" in failed[0]["error"]
 
 
+def test_a_metadata_filter_in_the_context_is_listed_as_not_applied(make_llm, index) -> None:
+    strategy = SelfIRAG(as_backend(index), LlamaIndexLLM(make_llm(SELF_RAG_RULES)))
+    response = SelfRAGQueryEngine(strategy=strategy, context={"metadata_filter": {"lang": "fr"}}).query(
+        QUESTION
+    )
+    assert response.metadata["fallbacks"] == ["retrieval_options_ignored"]
+    assert SelfRAGQueryEngine(strategy=strategy).query(QUESTION).metadata["fallbacks"] == []
+
+
 def test_not_a_retriever_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="BaseRetriever"):
         as_backend(object())
