@@ -15,28 +15,36 @@ retrieval, so a handler added at any time (a ``LlamaDebugHandler``,
 ``set_global_handler``, an OpenTelemetry instrumentor) sees every event from the next
 retrieval on:
 
-* ``OUTER``: the retriever keeps ``BaseRetriever``'s ``retrieve`` and ``aretrieve``
-  (overrides neither), its callback manager has no handler, and no instrumentation event
-  or span handler is reachable from ``BaseRetriever``'s dispatcher (LlamaIndex's
+* ``OUTER``: the retriever's ``retrieve`` and ``aretrieve`` are ``BaseRetriever``'s own
+  (not overridden by its class, not patched or wrapped on ``BaseRetriever`` itself, as
+  an instrumentor may do), its callback manager has no handler, and no instrumentation
+  event or span handler is reachable from ``BaseRetriever``'s dispatcher (LlamaIndex's
   do-nothing ``NullSpanHandler`` and ``NullEventHandler``, and selfrag's own counter of
   structured-output tokens, do not count). :func:`aretrieve` then calls the retriever's
   ``_aretrieve`` (with whatever instrumentation it has) and its recursive retrieval of
-  ``IndexNode`` objects, as ``aretrieve`` would.
-* ``DEEP``: also, the retriever is a plain ``VectorIndexRetriever`` whose query needs an
-  embedding, its embedding model keeps ``BaseEmbedding``'s public query-embedding methods
-  and has no embeddings cache, rate limiter or callback handler, and nothing listens on
-  their dispatchers. :func:`aretrieve` then calls the model's ``_aget_query_embedding``
-  and the retriever's ``_aget_nodes_with_embeddings`` (the vector store query and the
-  docstore lookups) directly.
+  ``IndexNode`` objects inside a callback-manager trace, as ``aretrieve`` would.
+* ``DEEP``: also, the retriever is a plain ``VectorIndexRetriever`` whose ``_retrieve``
+  and ``_aretrieve`` are LlamaIndex's own, whose query needs an embedding, and whose
+  embedding model's public query-embedding methods are ``BaseEmbedding``'s own, with no
+  embeddings cache, rate limiter or callback handler, and nothing listens on their
+  dispatchers. :func:`aretrieve` then calls the model's ``_aget_query_embedding`` and the
+  retriever's ``_aget_nodes_with_embeddings`` (the vector store query and the docstore
+  lookups) directly (an empty query, which LlamaIndex does not embed, goes the OUTER way).
 
+"Their own" is checked by identity on every retrieval, against the methods recorded at
+import; if any of them was not llama-index-core's function (or its dispatcher span) even
+then, a patch made before selfrag was imported, every retrieval takes the full path.
 Either way the steps, and so the nodes and scores, are the retriever's own.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import inspect
+import types
+from pathlib import Path
 from typing import Any
 
+import llama_index.core
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding, mean_agg
@@ -56,11 +64,40 @@ _EMBED = tuple(
     instrument.get_dispatcher(cls.__module__)  # type: ignore[attr-defined]
     for cls in (VectorIndexRetriever, BaseEmbedding)
 )
-_EMBEDDING_API = (
-    "get_query_embedding",
-    "aget_query_embedding",
-    "get_agg_embedding_from_queries",
-    "aget_agg_embedding_from_queries",
+
+#: the methods a quiet retrieval does not call, by the class that defines them: each must
+#: still be LlamaIndex's own where it is looked up (not overridden by a subclass, not
+#: patched or wrapped by an instrumentor, now or before selfrag was imported)
+_OUTER_SKIPS = {name: inspect.getattr_static(BaseRetriever, name) for name in ("retrieve", "aretrieve")}
+_DEEP_SKIPS = {
+    name: inspect.getattr_static(VectorIndexRetriever, name) for name in ("_retrieve", "_aretrieve")
+}
+_EMBED_SKIPS = {
+    name: inspect.getattr_static(BaseEmbedding, name)
+    for name in (
+        "get_query_embedding",
+        "aget_query_embedding",
+        "get_agg_embedding_from_queries",
+        "aget_agg_embedding_from_queries",
+    )
+}
+_LLAMA_INDEX_CORE = str(Path(llama_index.core.__file__).parent)
+
+
+def _llamaindex_own(method: Any) -> bool:
+    """``method`` is a function of llama-index-core's, alone or in its dispatcher span."""
+    if type(method) is not types.FunctionType:
+        method = getattr(method, "__wrapped__", None)
+        if type(method) is not types.FunctionType or not getattr(
+            method, "__dispatcher_span_decorated__", False
+        ):
+            return False
+    return method.__code__.co_filename.startswith(_LLAMA_INDEX_CORE)
+
+
+#: False (every retrieval on the full path) when something had patched them before
+_PRISTINE = all(
+    _llamaindex_own(m) for skips in (_OUTER_SKIPS, _DEEP_SKIPS, _EMBED_SKIPS) for m in skips.values()
 )
 
 #: how much of a retrieval's instrumentation nothing would receive (see :func:`unobserved`)
@@ -74,71 +111,83 @@ def unobserved(retriever: Any) -> str | None:
     (also a ``VectorIndexRetriever``'s ``_retrieve`` span and its query embedding's)."""
     cls: type = type(retriever)
     if (
-        not _keeps(cls, BaseRetriever, ("retrieve", "aretrieve"))
+        not _PRISTINE
+        or not _unchanged(cls, _OUTER_SKIPS)
         or getattr(retriever, "callback_manager", None) is None
         or retriever.callback_manager.handlers
         or _listening(_RETRIEVE)
     ):
         return None
-    if cls is not VectorIndexRetriever:
+    if cls is not VectorIndexRetriever or not _unchanged(cls, _DEEP_SKIPS):
         return OUTER
     embed = retriever._embed_model
     deep = (
-        _keeps(embed.__class__, BaseEmbedding, _EMBEDDING_API)
+        isinstance(embed, BaseEmbedding)
+        and retriever._needs_embedding()
+        and _unchanged(type(embed), _EMBED_SKIPS)
         and getattr(embed, "embeddings_cache", None) is None
         and getattr(embed, "rate_limiter", None) is None
-        and retriever._needs_embedding()
         and not embed.callback_manager.handlers
         and not any(_listening(d) for d in _EMBED)
     )
     return DEEP if deep else OUTER
 
 
-@lru_cache(maxsize=256)
-def _keeps(cls: type, base: type, names: tuple[str, ...]) -> bool:
-    """``cls`` keeps ``base``'s own ``names`` (overrides none of them)."""
-    return all(next(k for k in cls.__mro__ if name in k.__dict__) is base for name in names)
+def _unchanged(cls: type, skips: dict[str, Any]) -> bool:
+    """Each of ``skips`` is, looked up on ``cls`` now, the very object recorded."""
+    return all(_lookup(cls, name) is method for name, method in skips.items())
+
+
+def _lookup(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
 
 
 def _listening(dispatcher: Any) -> bool:
     """A handler is reachable from ``dispatcher`` the way LlamaIndex propagates events."""
     while dispatcher is not None:
-        handlers = (*dispatcher.span_handlers, *dispatcher.event_handlers)
-        if any(type(h) not in _IDLE_HANDLERS for h in handlers):
-            return True
+        for handler in dispatcher.span_handlers:
+            if type(handler) not in _IDLE_HANDLERS:
+                return True
+        for handler in dispatcher.event_handlers:
+            if type(handler) not in _IDLE_HANDLERS:
+                return True
         dispatcher = dispatcher.parent if dispatcher.propagate else None
     return False
 
 
 def _embedding(raw: Any) -> Any:
     """What ``get_agg_embedding_from_queries`` makes of one query's embedding: the mean
-    of one, which is the embedding itself when it is a list of floats (the first item is
-    checked), else the mean's list."""
+    of one, which is a copy of the embedding when it is a list of floats (the first item
+    is checked), else the mean's list."""
     if type(raw) is list and (not raw or type(raw[0]) is float):
-        return raw
+        return list(raw)
     return mean_agg([raw])
 
 
 def retrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
     """``retriever.retrieve(query)`` without what :func:`unobserved` found (``depth``)
     nothing observes."""
-    if depth == DEEP:
-        embedding = _embedding(retriever._embed_model._get_query_embedding(query))
-        bundle = QueryBundle(query, embedding=embedding)  # (sync LlamaIndex passes it on)
-        nodes = retriever._get_nodes_with_embeddings(bundle)
-    else:
-        bundle = QueryBundle(query)
-        nodes = retriever._retrieve(bundle)
-    return retriever._handle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]
+    bundle = QueryBundle(query)
+    with retriever.callback_manager.as_trace("query"):  # (a trace per retrieval, as LlamaIndex's)
+        if depth == DEEP and bundle.embedding_strs:
+            bundle.embedding = _embedding(retriever._embed_model._get_query_embedding(query))
+            nodes = retriever._get_nodes_with_embeddings(bundle)
+        else:
+            nodes = retriever._retrieve(bundle)
+        return retriever._handle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]
 
 
 async def aretrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
     """``await retriever.aretrieve(query)`` without what :func:`unobserved` found
     (``depth``) nothing observes."""
     bundle = QueryBundle(query)
-    if depth == DEEP:
-        embedding = _embedding(await retriever._embed_model._aget_query_embedding(query))
-        nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
-    else:
-        nodes = await retriever._aretrieve(bundle)
-    return await retriever._ahandle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]
+    with retriever.callback_manager.as_trace("query"):
+        if depth == DEEP and bundle.embedding_strs:
+            embedding = _embedding(await retriever._embed_model._aget_query_embedding(query))
+            nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
+        else:
+            nodes = await retriever._aretrieve(query_bundle=bundle)
+        return await retriever._ahandle_recursive_retrieval(query_bundle=bundle, nodes=nodes)  # type: ignore[no-any-return]

@@ -4,6 +4,8 @@ retriever's own ``retrieve``, and every event back as soon as anything listens."
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,21 +70,82 @@ def test_the_same_nodes_and_scores_as_the_retrievers_own(index, vectorized) -> N
         assert asyncio.run(quiet.aretrieve(query, 4)) == asyncio.run(loud.aretrieve(query, 4))
 
 
-def test_the_backend_skips_the_retrievers_instrumentation_only_when_unobserved(index, monkeypatch) -> None:
+def test_the_backend_takes_the_quiet_path_only_when_unobserved(index, monkeypatch) -> None:
     calls: list[str] = []
-    own = BaseRetriever.retrieve
+    quiet = _quiet.retrieve
 
-    def counted(self: Any, query: Any) -> Any:
-        calls.append("retrieve")
-        return own(self, query)
+    def counted(retriever: Any, query: str, depth: str) -> Any:
+        calls.append(depth)
+        return quiet(retriever, query, depth)
 
-    monkeypatch.setattr(BaseRetriever, "retrieve", counted)
+    monkeypatch.setattr(_quiet, "retrieve", counted)
     as_backend(index).retrieve("Paris", 2)
-    assert calls == []
+    assert calls == [_quiet.DEEP]
     as_backend(index, instrument="always").retrieve("Paris", 2)
-    assert calls == ["retrieve"]
+    assert calls == [_quiet.DEEP]
     with pytest.raises(ValueError, match="instrument"):
         as_backend(index, instrument="sometimes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "then"),
+    [
+        (BaseRetriever, "retrieve", None),
+        (BaseRetriever, "aretrieve", None),
+        (VectorIndexRetriever, "_aretrieve", _quiet.OUTER),
+        (BaseEmbedding, "aget_query_embedding", _quiet.OUTER),
+    ],
+)
+def test_a_method_patched_in_place_is_not_skipped(index, monkeypatch, cls, name, then) -> None:
+    """An instrumentor may wrap LlamaIndex's methods on the class itself (no subclass):
+    the quiet path must then call them, from the next retrieval on and no longer after."""
+    retriever = index.as_retriever(similarity_top_k=2)
+    assert _quiet.unobserved(retriever) == _quiet.DEEP
+    original = inspect.getattr_static(cls, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cls, name, wrapper)
+    assert _quiet.unobserved(retriever) == then
+    monkeypatch.undo()
+    assert _quiet.unobserved(retriever) == _quiet.DEEP
+
+
+def test_only_llamaindexs_own_functions_count_as_unpatched() -> None:
+    assert all(map(_quiet._llamaindex_own, _quiet._OUTER_SKIPS.values()))
+    assert all(map(_quiet._llamaindex_own, _quiet._EMBED_SKIPS.values()))
+
+    def retrieve(self: Any, query: Any) -> Any:  # a plain wrapper, as a patch installed early would be
+        return []
+
+    assert not _quiet._llamaindex_own(retrieve)
+    assert not _quiet._llamaindex_own(functools.wraps(BaseRetriever.retrieve)(retrieve))
+
+
+def test_an_empty_query_fails_as_the_retrievers_own_does(index) -> None:
+    retriever = index.as_retriever(similarity_top_k=2)
+    with pytest.raises(TypeError) as own:
+        retriever.retrieve("")
+    with pytest.raises(type(own.value)):
+        _quiet.retrieve(retriever, "", _quiet.DEEP)
+    with pytest.raises(type(own.value)):
+        asyncio.run(_quiet.aretrieve(retriever, "", _quiet.DEEP))
+
+
+def test_callback_events_inside_a_quiet_retrieval_stay_in_a_per_retrieval_trace() -> None:
+    class Eventful(Letters):
+        def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+            with self.callback_manager.event(CBEventType.EMBEDDING, payload={}):
+                return super()._retrieve(query_bundle)
+
+    retriever = Eventful()
+    assert _quiet.unobserved(retriever) == _quiet.OUTER
+    backend = as_backend(retriever)
+    for _ in range(50):
+        backend.retrieve("a query", 2)
+        asyncio.run(backend.aretrieve("b query", 2))
+    assert sum(map(len, retriever.callback_manager.trace_map.values())) <= 2  # not one per retrieval
 
 
 @pytest.mark.parametrize("use_async", [False, True])
