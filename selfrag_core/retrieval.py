@@ -326,7 +326,7 @@ def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> t
             raise TypeError(
                 f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)"
             )
-    if inspect.iscoroutinefunction(fn):
+    if is_coroutine_callable(fn):  # (an async function, or an object with an async __call__)
         return run_coroutine_sync(lambda: _invoke(fn, query, top_k, extra)), kind
     return _invoke(fn, query, top_k, extra), kind
 

@@ -163,6 +163,14 @@ async def test_async_backends() -> None:
     assert texts(await _aretrieve_safe(Backend(["plain"]), "q", 5)) == ["plain"]
 
 
+def test_an_object_with_an_async_call_is_awaited_from_sync_code_too() -> None:
+    class AsyncCallable:
+        async def __call__(self, query: str, top_k: int = 5) -> Any:
+            return [f"found {query} ({top_k})"]
+
+    assert texts(_retrieve_safe(AsyncCallable(), "q", 3)) == ["found q (3)"]
+
+
 def test_extra_options_only_where_accepted() -> None:
     seen: dict[str, Any] = {}
 
