@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import ANSWER, ScriptedLLM, Server, sse_events
+from serve_helpers import ANSWER, Echo, ScriptedLLM, Server, instant, make_rag, serving, sse_events
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +103,33 @@ def test_client_disconnect_without_stream_cancels_the_query(
         queries = c.get("/stats").json()["queries"]
         assert queries["active"] == 0 and queries["abandoned"] == abandoned + 1
         assert c.get("/query/self", params={"q": QUESTION}).status_code == 200  # still serving
+
+
+class RestartingLLM:
+    """Streams "Lyon " and breaks on its first call; the retry says something else."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, prompt: str) -> str:
+        return ANSWER
+
+    async def astream(self, prompt: str) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            yield "Lyon "
+            raise ConnectionError("the stream broke")
+        for word in ANSWER.split(" "):
+            yield word + " "
+
+
+def test_a_stream_whose_text_was_not_the_answer_sends_a_reset_then_the_answer() -> None:
+    rag = make_rag()
+    llm = RestartingLLM()
+    with serving(rag, llm, {"restart": Echo(rag, llm, execution=instant())}) as server, server.client() as c:
+        events = _stream(c, "GET", "/query/restart", params={"q": QUESTION, "stream": "true"})
+    names = [e for e, _ in events]
+    assert llm.calls == 2 and names[-1] == "result"
+    assert names.count("reset") == 1 and "token" in names[: names.index("reset")]  # "Lyon " went out first
+    after = "".join(d["text"] for e, d in events[names.index("reset") :] if e == "token")
+    assert after.strip() == events[-1][1]["answer"] == ANSWER
