@@ -248,24 +248,48 @@ def ignored_options(
 
 
 def _options_target(backend: Any, use_async: bool, many: bool) -> Any:
-    """The function a retrieval gives its options to, as :func:`_sync_call`,
-    :func:`_async_call` and the ``retrieve_many`` calls choose it (None: none)."""
+    """The function a retrieval gives its options to (None: it gives none)."""
     if many:
-        first, second = ("aretrieve_many", "retrieve_many")[:: 1 if use_async else -1]
-        fn = getattr(backend, first, None)
-        chosen = fn is not None and (inspect.iscoroutinefunction(fn) if use_async else callable(fn))
-        return fn if chosen else getattr(backend, second, None)
+        return _many_target(backend, use_async)[0]
     if _is_lc_vectorstore(backend) or _is_lc_retriever(backend) or _is_li_retriever(backend):
         return None
-    if use_async:
-        for name in ("aretrieve", "retrieve"):
-            fn = getattr(backend, name, None)
-            if fn is not None and inspect.iscoroutinefunction(fn):
-                return fn
-        if is_coroutine_callable(backend):
-            return backend
+    return (use_async and _async_target(backend)) or _sync_target(backend)
+
+
+def _sync_target(backend: Any) -> Any:
+    """What a sync retrieval calls on a backend that is not a LangChain or LlamaIndex
+    object: its ``retrieve``, else the backend itself when it is callable."""
     fn = getattr(backend, "retrieve", None)
-    return backend if fn is None else fn
+    if fn is not None:
+        return fn
+    if callable(backend):
+        return backend
+    raise TypeError(f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)")
+
+
+def _async_target(backend: Any) -> Any:
+    """What an async retrieval awaits on such a backend: an async ``aretrieve`` or
+    ``retrieve``, else the backend itself when calling it gives a coroutine; None when
+    there is none (the sync call then runs in a worker thread)."""
+    for name in ("aretrieve", "retrieve"):
+        fn = getattr(backend, name, None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            return fn
+    return backend if is_coroutine_callable(backend) else None
+
+
+def _many_target(backend: Any, use_async: bool) -> tuple[Any, bool]:
+    """The batch function a batched retrieval calls, and whether it is awaited there:
+    sync code prefers ``retrieve_many``, async code an async ``aretrieve_many``."""
+    if use_async:
+        fn = getattr(backend, "aretrieve_many", None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            return fn, True
+        return getattr(backend, "retrieve_many", None), False
+    fn = getattr(backend, "retrieve_many", None)
+    if callable(fn):
+        return fn, False
+    return getattr(backend, "aretrieve_many", None), True
 
 
 def _invoke(fn: Any, first: Any, top_k: int, extra: dict[str, Any]) -> Any:
@@ -318,14 +342,7 @@ def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> t
         return list(backend.invoke(query))[:top_k], kind
     if _is_li_retriever(backend):
         return list(backend.retrieve(query))[:top_k], kind
-    fn = getattr(backend, "retrieve", None)
-    if fn is None:
-        if callable(backend):
-            fn = backend
-        else:
-            raise TypeError(
-                f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)"
-            )
+    fn = _sync_target(backend)
     if is_coroutine_callable(fn):  # (an async function, or an object with an async __call__)
         return run_coroutine_sync(lambda: _invoke(fn, query, top_k, extra)), kind
     return _invoke(fn, query, top_k, extra), kind
@@ -340,12 +357,11 @@ async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any
         return list(await backend.ainvoke(query))[:top_k], kind
     if _is_li_retriever(backend) and hasattr(backend, "aretrieve"):
         return list(await backend.aretrieve(query))[:top_k], kind
-    for name in ("aretrieve", "retrieve"):
-        fn = getattr(backend, name, None)
-        if fn is not None and inspect.iscoroutinefunction(fn):
-            return await _invoke(fn, query, top_k, extra), kind
-    if is_coroutine_callable(backend):
+    fn = _async_target(backend)
+    if fn is backend:
         return await backend(query, **_kwargs_for(backend, top_k, extra)), kind
+    if fn is not None:
+        return await _invoke(fn, query, top_k, extra), kind
     return await asyncio.to_thread(_sync_call, backend, query, top_k, extra)
 
 
@@ -399,11 +415,11 @@ def _retrieve_many_safe(
     if not queries:
         return []
     try:
-        fn = getattr(backend, "retrieve_many", None)
-        if callable(fn):
-            raw = _invoke(fn, queries, top_k, extra)
+        fn, awaited = _many_target(backend, use_async=False)
+        if awaited:
+            raw = run_coroutine_sync(lambda: _invoke(fn, queries, top_k, extra))
         else:
-            raw = run_coroutine_sync(lambda: _invoke(backend.aretrieve_many, queries, top_k, extra))
+            raw = _invoke(fn, queries, top_k, extra)
         return _per_query(backend, queries, raw, top_k)
     except RetrievalError:
         raise
@@ -419,11 +435,11 @@ async def _aretrieve_many_safe(
     if not queries:
         return []
     try:
-        fn = getattr(backend, "aretrieve_many", None)
-        if fn is not None and inspect.iscoroutinefunction(fn):
+        fn, awaited = _many_target(backend, use_async=True)
+        if awaited:
             raw = await _invoke(fn, queries, top_k, extra)
         else:
-            raw = await asyncio.to_thread(_invoke, backend.retrieve_many, queries, top_k, extra)
+            raw = await asyncio.to_thread(_invoke, fn, queries, top_k, extra)
         return _per_query(backend, queries, raw, top_k)
     except RetrievalError:
         raise
