@@ -31,6 +31,12 @@ retrieval on:
   retriever's ``_aget_nodes_with_embeddings`` (the vector store query and the docstore
   lookups) directly (an empty query, which LlamaIndex does not embed, goes the OUTER way).
 
+Inside either, and in :class:`~selfrag_llamaindex.LlamaIndexLLM`'s ``complete`` and
+``acomplete``, :func:`unspanned` leaves out the dispatcher span LlamaIndex puts around
+an LLM's, an embedding model's or a retriever's own methods (``acomplete``,
+``_aget_query_embedding``, ``_aretrieve``) when no handler is reachable from the
+dispatcher that span reports to.
+
 "Their own" is checked by identity on every retrieval, against the methods recorded at
 import; if any of them was not llama-index-core's function (or its dispatcher span) even
 then, a patch made before selfrag was imported, every retrieval takes the full path.
@@ -158,6 +164,54 @@ def _listening(dispatcher: Any) -> bool:
     return False
 
 
+#: the code of the wrappers ``Dispatcher.span`` puts around a function (sync and async)
+_SPAN_CODES = frozenset(
+    _lookup(BaseRetriever, name)._self_wrapper.__code__ for name in ("retrieve", "aretrieve")
+)
+#: each dispatcher span met so far (by id, with the span itself) and the dispatcher it reports to
+_SPANS: dict[int, tuple[Any, Any]] = {}
+
+
+def unspanned(obj: Any, name: str) -> Any:
+    """``obj``'s method ``name``, without the dispatcher span LlamaIndex puts around it
+    when nothing would receive that span: the function inside the span, bound to
+    ``obj``. Else (no span there, or a handler reachable from its dispatcher) the method
+    as it is. The span is all that is left out: what the function does itself (an
+    LLM's callback events, a retriever's own steps) runs as ever.
+
+    LlamaIndex wraps every implementation of an abstract method of an LLM, embedding
+    model, retriever or query engine (``acomplete``, ``_aget_query_embedding``,
+    ``_aretrieve``, ...) in a span that binds the call's arguments with
+    ``inspect.signature`` and names it with a ``uuid4``: about 30 µs a call, on every
+    LLM call and query embedding.
+    """
+    method = _lookup(type(obj), name)
+    dispatcher = _span_dispatcher(method)
+    if dispatcher is None or _listening(dispatcher) or name in getattr(obj, "__dict__", ()):
+        return getattr(obj, name)
+    return types.MethodType(method.__wrapped__, obj)
+
+
+def _span_dispatcher(method: Any) -> Any:
+    """The dispatcher ``method`` reports to when it is a function in LlamaIndex's
+    dispatcher span (as ``Dispatcher.span`` made it: the span's own wrapper code around
+    a plain function), else None."""
+    known = _SPANS.get(id(method))
+    if known is not None and known[0] is method:
+        return known[1]
+    wrapper: Any = getattr(method, "_self_wrapper", None)
+    if (
+        getattr(wrapper, "__code__", None) not in _SPAN_CODES
+        or type(getattr(method, "__wrapped__", None)) is not types.FunctionType
+    ):
+        return None
+    dispatcher = inspect.getclosurevars(wrapper).nonlocals.get("self")
+    if not isinstance(dispatcher, instrument.Dispatcher):  # type: ignore[attr-defined]
+        return None
+    _SPANS[id(method)] = (method, dispatcher)
+    return dispatcher
+
+
 def _embedding(raw: Any) -> Any:
     """What ``get_agg_embedding_from_queries`` makes of one query's embedding: the mean
     of one, which is a copy of the embedding when it is a list of floats (the first item
@@ -173,10 +227,10 @@ def retrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
     bundle = QueryBundle(query)
     with retriever.callback_manager.as_trace("query"):  # (a trace per retrieval, as LlamaIndex's)
         if depth == DEEP and bundle.embedding_strs:
-            bundle.embedding = _embedding(retriever._embed_model._get_query_embedding(query))
+            bundle.embedding = _embedding(unspanned(retriever._embed_model, "_get_query_embedding")(query))
             nodes = retriever._get_nodes_with_embeddings(bundle)
         else:
-            nodes = retriever._retrieve(bundle)
+            nodes = unspanned(retriever, "_retrieve")(bundle)
         return retriever._handle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]
 
 
@@ -186,8 +240,9 @@ async def aretrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScor
     bundle = QueryBundle(query)
     with retriever.callback_manager.as_trace("query"):
         if depth == DEEP and bundle.embedding_strs:
-            embedding = _embedding(await retriever._embed_model._aget_query_embedding(query))
+            embed = unspanned(retriever._embed_model, "_aget_query_embedding")
+            embedding = _embedding(await embed(query))
             nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
         else:
-            nodes = await retriever._aretrieve(query_bundle=bundle)
+            nodes = await unspanned(retriever, "_aretrieve")(query_bundle=bundle)
         return await retriever._ahandle_recursive_retrieval(query_bundle=bundle, nodes=nodes)  # type: ignore[no-any-return]

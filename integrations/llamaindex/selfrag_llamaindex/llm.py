@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import PydanticProgramMode
 
 from selfrag_core.protocols import LLMOutput
-from selfrag_llamaindex import _events, _usage
+from selfrag_llamaindex import _events, _quiet, _usage
 from selfrag_llamaindex._convert import llm_output, model_from_schema, note
 
 #: the whole prompt is the only variable, so braces in documents are never parsed
@@ -18,7 +18,8 @@ _VERBATIM = PromptTemplate("{selfrag_prompt}")
 
 
 class LlamaIndexLLM:
-    """``LlamaIndexLLM(llm, *, structured=None)``: a LlamaIndex ``LLM`` as a selfrag LLM.
+    """``LlamaIndexLLM(llm, *, structured=None, instrument="observed")``: a LlamaIndex
+    ``LLM`` as a selfrag LLM.
 
     ``generate`` / ``agenerate`` call ``complete`` / ``acomplete`` with the final prompt
     string (no LlamaIndex prompt template ever formats retrieved text) and report the
@@ -28,10 +29,23 @@ class LlamaIndexLLM:
     a non-default ``pydantic_program_mode``"; otherwise, or when structured prediction
     fails (logged), a plain completion whose JSON the core parses tolerantly.
 
+    LlamaIndex puts a dispatcher span around every ``complete`` / ``acomplete`` (about
+    30 µs of argument binding and ids a call) whether or not anything receives it. With
+    ``instrument="observed"`` (the default), a call that no instrumentation span or event
+    handler would see calls the LLM's method inside its span; the LLM's own callback
+    events (``llm_completion_callback``) are sent as ever. ``instrument="always"``
+    always calls the public method.
+
     There is no fallback to ``Settings.llm``: ``llm`` is required.
     """
 
-    def __init__(self, llm: Any, *, structured: bool | None = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        structured: bool | None = None,
+        instrument: Literal["observed", "always"] = "observed",
+    ) -> None:
         if llm is None:
             raise ValueError(
                 "llm is required: pass a LlamaIndex LLM instance (selfrag never falls back to Settings.llm)"
@@ -41,7 +55,10 @@ class LlamaIndexLLM:
                 f"LlamaIndexLLM needs a llama_index.core.llms.LLM, got {type(llm).__name__}; "
                 "other LLMs can be given to the strategies directly"
             )
+        if instrument not in ("observed", "always"):
+            raise ValueError(f"instrument must be 'observed' or 'always', got {instrument!r}")
         self.llm = llm
+        self.instrument = instrument
         if structured is None:
             structured = (
                 llm.metadata.is_function_calling_model
@@ -55,15 +72,20 @@ class LlamaIndexLLM:
     # ------------------------------------------------------------------ plain completion
     def generate(self, prompt: str) -> LLMOutput:
         with _events.event(*self._start(prompt)) as ev:
-            out = llm_output(self.llm.complete(prompt))
+            out = llm_output(self._method("complete")(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
 
     async def agenerate(self, prompt: str) -> LLMOutput:
         with _events.event(*self._start(prompt)) as ev:
-            out = llm_output(await self.llm.acomplete(prompt))
+            out = llm_output(await self._method("acomplete")(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
+
+    def _method(self, name: str) -> Any:
+        if self.instrument == "observed":
+            return _quiet.unspanned(self.llm, name)
+        return getattr(self.llm, name)
 
     # ------------------------------------------------------------------ streaming
     def stream(self, prompt: str) -> Iterator[LLMOutput]:

@@ -4,6 +4,7 @@ retriever's own ``retrieve``, and every event back as soon as anything listens."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import CompletionResponse
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
@@ -22,7 +24,7 @@ from llama_index.core.retrievers import VectorIndexRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.kvstore import SimpleKVStore
 
-from selfrag_llamaindex import _quiet, as_backend
+from selfrag_llamaindex import LlamaIndexLLM, _quiet, as_backend
 from selfrag_llamaindex._usage import UsageHandler
 
 from .li_fakes import HashEmbedding, hash_vector
@@ -279,3 +281,85 @@ def test_any_retriever_keeping_the_public_methods_skips_the_outer_instrumentatio
     finally:
         root.event_handlers.remove(handler)
     assert "RetrievalStartEvent" in handler.seen
+
+
+# ------------------------------------------------------------ the spans of LLM calls and embeddings
+
+
+def _span_names(spans: SimpleSpanHandler) -> list[str]:
+    return [span.id_.rsplit("-", 5)[0] for span in spans.completed_spans]
+
+
+@contextlib.contextmanager
+def span_handler(module: str | None = None) -> Iterator[SimpleSpanHandler]:
+    """A span handler on ``module``'s dispatcher (the root one by default), for the block."""
+    spans = SimpleSpanHandler()
+    dispatcher = instrument.get_dispatcher(module) if module else instrument.get_dispatcher()
+    dispatcher.add_span_handler(spans)
+    try:
+        yield spans
+    finally:
+        dispatcher.span_handlers.remove(spans)
+
+
+def test_an_llm_call_that_nothing_observes_leaves_out_only_its_span(make_llm) -> None:
+    llm = make_llm([("capital", "Paris")])
+    inner = inspect.getattr_static(type(llm), "acomplete").__wrapped__
+    assert _quiet.unspanned(llm, "acomplete").__func__ is inner
+    debug = LlamaDebugHandler()
+    llm.callback_manager = CallbackManager([debug])
+    adapter = LlamaIndexLLM(llm)
+    assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"
+    assert adapter.generate("the capital?").text == "Paris"
+    # the LLM's own callback events are sent as ever (they are inside the span)
+    assert len(debug.get_event_pairs(CBEventType.LLM)) == 2
+
+
+@pytest.mark.parametrize("where", ["root", "the LLM class's module"])
+def test_a_span_handler_sees_every_llm_call_span(make_llm, where) -> None:
+    llm = make_llm([("capital", "Paris")])
+    adapter = LlamaIndexLLM(llm)
+    with span_handler(None if where == "root" else type(llm).__module__) as spans:
+        assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"
+        assert adapter.generate("the capital?").text == "Paris"
+    assert _span_names(spans).count("ScriptedLLM.acomplete") == 1
+    assert _span_names(spans).count("ScriptedLLM.complete") == 1
+    inner = inspect.getattr_static(type(llm), "acomplete").__wrapped__
+    assert _quiet.unspanned(llm, "acomplete").__func__ is inner  # (without the handler)
+
+
+def test_instrument_always_calls_the_llms_public_methods(make_llm, monkeypatch) -> None:
+    asked: list[str] = []
+    unspanned = _quiet.unspanned
+    monkeypatch.setattr(_quiet, "unspanned", lambda obj, name: asked.append(name) or unspanned(obj, name))
+    llm = make_llm([("capital", "Paris")])
+    assert LlamaIndexLLM(llm, instrument="always").generate("the capital?").text == "Paris"
+    assert asked == []
+    assert LlamaIndexLLM(llm).generate("the capital?").text == "Paris"
+    assert asked == ["complete"]
+    with pytest.raises(ValueError, match="instrument"):
+        LlamaIndexLLM(llm, instrument="never")  # type: ignore[arg-type]
+
+
+def test_a_method_without_llamaindexs_span_is_called_as_it_is(make_llm, monkeypatch) -> None:
+    llm = make_llm()
+
+    def patched(self: Any, prompt: str, **kwargs: Any) -> Any:  # an instrumentor's patch, say
+        return CompletionResponse(text="patched")
+
+    monkeypatch.setattr(type(llm), "complete", patched)
+    assert _quiet.unspanned(llm, "complete").__func__ is patched
+    assert LlamaIndexLLM(llm).generate("anything").text == "patched"
+    inner = inspect.getattr_static(Letters, "_retrieve").__wrapped__  # (a user's retriever: its span)
+    assert _quiet.unspanned(Letters(), "_retrieve").__func__ is inner
+
+
+def test_a_query_embeddings_span_reaches_a_handler_on_its_models_module(index) -> None:
+    backend = as_backend(index)
+    model = type(index._embed_model)
+    for use_async in (False, True):
+        with span_handler(model.__module__) as spans:
+            assert _quiet.unobserved(backend.retriever_for(2)) == _quiet.DEEP  # (the retrieval itself is)
+            asyncio.run(backend.aretrieve("Paris", 2)) if use_async else backend.retrieve("Paris", 2)
+        method = "_aget_query_embedding" if use_async else "_get_query_embedding"
+        assert _span_names(spans) == [f"{model.__name__}.{method}"]
