@@ -54,9 +54,11 @@ import llama_index.core
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding, mean_agg
+from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.retrievers.retriever import VectorIndexRetriever
 from llama_index.core.instrumentation.event_handlers import NullEventHandler
 from llama_index.core.instrumentation.span_handlers import NullSpanHandler
+from llama_index.core.llms import callbacks as llm_callbacks
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from selfrag_llamaindex._usage import UsageHandler
@@ -210,6 +212,60 @@ def _span_dispatcher(method: Any) -> Any:
         return None
     _SPANS[id(method)] = (method, dispatcher)
     return dispatcher
+
+
+def _probe(prompt: str) -> None: ...
+
+
+async def _aprobe(prompt: str) -> None: ...
+
+
+#: the code of the wrappers ``llm_completion_callback`` puts around an LLM's ``complete``
+#: and ``acomplete`` (sync and async) to send their callback and instrumentation events
+_COMPLETION_CODES = frozenset(
+    llm_callbacks.llm_completion_callback()(fn).__code__ for fn in (_probe, _aprobe)
+)
+#: what those events report to
+_COMPLETION_EVENTS = llm_callbacks.dispatcher
+#: each completion wrapper met so far (by id, with the wrapper itself) and the function inside
+_COMPLETIONS: dict[int, tuple[Any, Any]] = {}
+
+
+def completion(llm: Any, name: str) -> Any:
+    """``llm.complete`` or ``llm.acomplete`` (``name``) without LlamaIndex's instrumentation
+    where nothing would receive it: its dispatcher span (see :func:`unspanned`) and the
+    events of ``llm_completion_callback`` (start and end events with the model
+    serialised for their payload, a callback trace and LLM event: about 0.45 M
+    instructions a call) when the LLM's callback manager has no handler, it has no rate
+    limiter (which that wrapper applies) and no handler is reachable from the events'
+    dispatcher. Only LlamaIndex's own wrapper is left out, recognised by its code: the
+    LLM class's own method, and any decorator of its author's, runs as ever."""
+    method = unspanned(llm, name)
+    inner = _completion_inner(method.__func__) if type(method) is types.MethodType else None
+    if (
+        inner is None
+        or type(llm.callback_manager) is not CallbackManager
+        or llm.callback_manager.handlers
+        or getattr(llm, "rate_limiter", None) is not None
+        or _listening(_COMPLETION_EVENTS)
+    ):
+        return method
+    return types.MethodType(inner, llm)
+
+
+def _completion_inner(wrapper: Any) -> Any:
+    """The function ``llm_completion_callback`` wrapped in ``wrapper``, or None when
+    ``wrapper`` is not its event-sending wrapper."""
+    known = _COMPLETIONS.get(id(wrapper))
+    if known is not None and known[0] is wrapper:
+        return known[1]
+    if getattr(wrapper, "__code__", None) not in _COMPLETION_CODES:
+        return None
+    inner = inspect.getclosurevars(wrapper).nonlocals.get("f")
+    if not callable(inner):
+        return None
+    _COMPLETIONS[id(wrapper)] = (wrapper, inner)
+    return inner
 
 
 def _embedding(raw: Any) -> Any:

@@ -29,12 +29,16 @@ class LlamaIndexLLM:
     a non-default ``pydantic_program_mode``"; otherwise, or when structured prediction
     fails (logged), a plain completion whose JSON the core parses tolerantly.
 
-    LlamaIndex puts a dispatcher span around every ``complete`` / ``acomplete`` (about
-    30 µs of argument binding and ids a call) whether or not anything receives it. With
-    ``instrument="observed"`` (the default), a call that no instrumentation span or event
-    handler would see calls the LLM's method inside its span; the LLM's own callback
-    events (``llm_completion_callback``) are sent as ever. ``instrument="always"``
-    always calls the public method.
+    LlamaIndex wraps every ``complete`` / ``acomplete`` in a dispatcher span and in
+    ``llm_completion_callback``'s events (start and end events, a callback trace and LLM
+    event, the model serialised for their payloads): about 0.5 M instructions a call,
+    built whether or not anything receives them. With ``instrument="observed"`` (the
+    default), a call leaves out what nothing would receive: the span when no span or
+    event handler is reachable from its dispatcher, the events when, also, the LLM's
+    callback manager has no handler and the LLM has no rate limiter (see
+    ``selfrag_llamaindex._quiet.completion``). The LLM class's own method, and any
+    decorator of its author's, runs as ever. ``instrument="always"`` always calls the
+    public method.
 
     There is no fallback to ``Settings.llm``: ``llm`` is required.
     """
@@ -84,7 +88,7 @@ class LlamaIndexLLM:
 
     def _method(self, name: str) -> Any:
         if self.instrument == "observed":
-            return _quiet.unspanned(self.llm, name)
+            return _quiet.completion(self.llm, name)
         return getattr(self.llm, name)
 
     # ------------------------------------------------------------------ streaming

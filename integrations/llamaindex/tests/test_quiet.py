@@ -20,6 +20,7 @@ from llama_index.core.base.llms.types import CompletionResponse
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.retrievers import VectorIndexRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.storage.kvstore import SimpleKVStore
@@ -27,7 +28,7 @@ from llama_index.core.storage.kvstore import SimpleKVStore
 from selfrag_llamaindex import LlamaIndexLLM, _quiet, as_backend
 from selfrag_llamaindex._usage import UsageHandler
 
-from .li_fakes import HashEmbedding, hash_vector
+from .li_fakes import HashEmbedding, ScriptedLLM, hash_vector
 
 pytestmark = pytest.mark.integration
 
@@ -363,3 +364,90 @@ def test_a_query_embeddings_span_reaches_a_handler_on_its_models_module(index) -
             asyncio.run(backend.aretrieve("Paris", 2)) if use_async else backend.retrieve("Paris", 2)
         method = "_aget_query_embedding" if use_async else "_get_query_embedding"
         assert _span_names(spans) == [f"{model.__name__}.{method}"]
+
+
+class CountingLimiter:
+    """A rate limiter (``llm_completion_callback`` awaits it before each async call)."""
+
+    def __init__(self) -> None:
+        self.acquired = 0
+
+    async def async_acquire(self) -> None:
+        self.acquired += 1
+
+    def acquire(self) -> None:
+        self.acquired += 1
+
+
+def _payloads(monkeypatch: pytest.MonkeyPatch, llm: Any) -> list[int]:
+    """Counts the LLM's serialisations for event payloads (one per call that sends events)."""
+    made: list[int] = []
+    payload = type(llm).to_payload
+    monkeypatch.setattr(type(llm), "to_payload", lambda self, **kw: made.append(1) or payload(self, **kw))
+    return made
+
+
+def test_llm_calls_that_nothing_observes_send_no_completion_events(
+    make_llm, monkeypatch, root_handler
+) -> None:
+    llm = make_llm([("capital", "Paris")])
+    made = _payloads(monkeypatch, llm)
+    adapter = LlamaIndexLLM(llm)
+    root = instrument.get_dispatcher()
+    root.event_handlers.remove(root_handler)  # nothing observes
+    try:
+        assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"
+        assert adapter.generate("the capital?").text == "Paris"
+    finally:
+        root.add_event_handler(root_handler)
+    assert made == [] and root_handler.seen == []
+    assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"  # now the root handler listens
+    assert adapter.generate("the capital?").text == "Paris"
+    assert root_handler.seen.count("LLMCompletionStartEvent") == 2
+    assert root_handler.seen.count("LLMCompletionEndEvent") == 2
+    assert made == [1, 1]
+    assert LlamaIndexLLM(llm, instrument="always").generate("the capital?").text == "Paris"
+    assert made == [1, 1, 1]
+
+
+def test_an_llms_rate_limiter_is_applied_on_every_call(make_llm) -> None:
+    limiter = CountingLimiter()
+    llm = make_llm([("capital", "Paris")], rate_limiter=limiter)
+    adapter = LlamaIndexLLM(llm)
+    assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"
+    assert adapter.generate("the capital?").text == "Paris"
+    assert limiter.acquired == 2
+
+
+def test_the_llm_authors_own_decorators_run_on_every_call() -> None:
+    seen: list[str] = []
+
+    def logged(fn: Any) -> Any:  # (no functools.wraps: LlamaIndex would then send no events at all)
+        async def inner(self: Any, prompt: str, **kwargs: Any) -> Any:
+            seen.append(prompt)
+            return await fn(self, prompt, **kwargs)
+
+        return inner
+
+    class Logged(ScriptedLLM):
+        @llm_completion_callback()
+        @logged
+        async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            return CompletionResponse(text="logged")
+
+    llm = Logged()
+    assert _quiet.completion(llm, "acomplete").__func__.__qualname__.endswith("logged.<locals>.inner")
+    assert asyncio.run(LlamaIndexLLM(llm).agenerate("hello")).text == "logged"
+    assert seen == ["hello"]
+
+
+def test_an_event_handler_on_the_completion_events_dispatcher_alone_sees_them(make_llm) -> None:
+    llm = make_llm([("capital", "Paris")])
+    handler = Collect(seen=[])
+    dispatcher = instrument.get_dispatcher(llm_completion_callback.__module__)
+    dispatcher.add_event_handler(handler)
+    try:
+        assert asyncio.run(LlamaIndexLLM(llm).agenerate("the capital?")).text == "Paris"
+    finally:
+        dispatcher.event_handlers.remove(handler)
+    assert handler.seen == ["LLMCompletionStartEvent", "LLMCompletionEndEvent"]
