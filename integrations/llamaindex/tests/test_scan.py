@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.retrievers import VectorIndexRetriever
@@ -17,7 +18,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from selfrag_llamaindex import as_backend
+from selfrag_llamaindex import _scan, as_backend
 from selfrag_llamaindex._scan import MatrixScan
 
 from .li_fakes import HashEmbedding, hash_vector
@@ -153,3 +154,16 @@ def test_an_empty_or_irregular_store_is_left_to_llamaindex() -> None:
     assert MatrixScan(store)._scan(query) is None and MatrixScan(store).query(query).ids == []
     store.data.embedding_dict.update({"a": [1.0, 0.0], "b": [0.0, 0.0]})  # a zero vector
     assert MatrixScan(store)._scan(query) is None
+
+
+@pytest.mark.parametrize("levels", [2, 5, 1000])
+def test_the_top_k_are_the_largest_score_and_id_pairs_ties_and_all(levels) -> None:
+    """Against sorting every (score, id) pair: scores with few distinct values tie a lot."""
+    rng = np.random.default_rng(levels)
+    for n in (1, 7, 200):
+        sims = rng.integers(0, levels, n).astype(np.float64) / levels
+        ids = [f"node-{i:03d}" for i in rng.permutation(n)]
+        expected = [i for _, _, i in sorted(zip(sims.tolist(), ids, range(n), strict=True), reverse=True)]
+        for k in (None, 0, 1, 3, n - 1, n, n + 5):
+            want = expected if not k or k >= n else expected[:k]
+            assert _scan._top_k(sims, ids, k) == want
