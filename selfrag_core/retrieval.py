@@ -166,6 +166,8 @@ def normalize_results(raw: Any, *, score_kind: ScoreKind = ScoreKind.UNKNOWN) ->
 
     Items without readable text (image nodes, empty entries) are skipped.
     """
+    if type(raw) is list and all(type(item) is RetrievedDoc for item in raw):  # normalised already
+        return [doc for doc in raw if doc.text.strip()]
     docs: list[RetrievedDoc] = []
     for item in _items_of(raw):
         obj, score = item, None

@@ -16,7 +16,7 @@ from selfrag_core import (
     _deduplicate,
     _retrieve_safe,
 )
-from selfrag_core.retrieval import ignored_options
+from selfrag_core.retrieval import ignored_options, normalize_results
 
 
 class Backend:
@@ -231,3 +231,12 @@ def test_deduplicate_never_compares_different_kinds() -> None:
     assert [d.id for d in _deduplicate([a, b])] == ["dist"]
     c = RetrievedDoc("same", 0.05, score_kind=ScoreKind.DISTANCE, id="closer")
     assert [d.id for d in _deduplicate([a, c])] == ["closer"]  # smaller distance wins
+
+
+def test_documents_normalised_already_come_back_as_they_are_without_the_empty_ones() -> None:
+    kept = RetrievedDoc("Paris is in France.", 0.8, {"k": 1}, "p", ScoreKind.SIMILARITY)
+    other = RetrievedDoc("Lyon", None)
+    found = normalize_results([kept, RetrievedDoc("  \n"), other, RetrievedDoc("")])
+    assert found == [kept, other] and found[0] is kept
+    mixed = normalize_results([kept, ("Nice", 0.5)], score_kind=ScoreKind.SIMILARITY)
+    assert mixed == [kept, RetrievedDoc("Nice", 0.5, {}, None, ScoreKind.SIMILARITY)]
