@@ -31,11 +31,14 @@ retrieval on:
   retriever's ``_aget_nodes_with_embeddings`` (the vector store query and the docstore
   lookups) directly (an empty query, which LlamaIndex does not embed, goes the OUTER way).
 
-Inside either, and in :class:`~selfrag_llamaindex.LlamaIndexLLM`'s ``complete`` and
-``acomplete``, :func:`unspanned` leaves out the dispatcher span LlamaIndex puts around
-an LLM's, an embedding model's or a retriever's own methods (``acomplete``,
-``_aget_query_embedding``, ``_aretrieve``) when no handler is reachable from the
-dispatcher that span reports to.
+Inside either, :func:`unspanned` leaves out the dispatcher span LlamaIndex puts around
+an embedding model's or a retriever's own method (``_aget_query_embedding``,
+``_aretrieve``) when no handler is reachable from that span's dispatcher, and
+:func:`completion` does the same for :class:`~selfrag_llamaindex.LlamaIndexLLM`'s
+``complete`` and ``acomplete``, with ``llm_completion_callback``'s events too when
+nothing would receive them. Such a method still runs under a span id of the span's
+form, so events and spans inside it name the same kind of parent. Only the wrappers of
+the llama-index-core version read (``_READ``, by a hash of their source) are left out.
 
 "Their own" is checked by identity on every retrieval, against the methods recorded at
 import; if any of them was not llama-index-core's function (or its dispatcher span) even
@@ -45,7 +48,9 @@ Either way the steps, and so the nodes and scores, are the retriever's own.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import os
 import types
 from pathlib import Path
 from typing import Any
@@ -57,6 +62,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, mean_agg
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store.retrievers.retriever import VectorIndexRetriever
 from llama_index.core.instrumentation.event_handlers import NullEventHandler
+from llama_index.core.instrumentation.span import active_span_id
 from llama_index.core.instrumentation.span_handlers import NullSpanHandler
 from llama_index.core.llms import callbacks as llm_callbacks
 from llama_index.core.schema import NodeWithScore, QueryBundle
@@ -64,6 +70,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from selfrag_llamaindex._usage import UsageHandler
 
 #: LlamaIndex's own do-nothing handlers, and selfrag's counter of structured-output tokens
+#: (it counts only inside ``structured_predict``, which always takes LlamaIndex's full path)
 _IDLE_HANDLERS = (NullSpanHandler, NullEventHandler, UsageHandler)
 #: what ``BaseRetriever.retrieve`` reports to
 _RETRIEVE = instrument.get_dispatcher(BaseRetriever.__module__)  # type: ignore[attr-defined]
@@ -166,106 +173,159 @@ def _listening(dispatcher: Any) -> bool:
     return False
 
 
+def _read(fn: Any) -> str | None:
+    """A short hash of ``fn``'s source, None when it cannot be read."""
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    except (OSError, TypeError):
+        return None
+
+
+#: the sources of LlamaIndex's instrumentation wrappers that selfrag leaves out, as read
+#: in llama-index-core 0.14.25 (the version CI pins); changed ones are never left out
+_READ = {
+    "Dispatcher.span": "3c3b853010a96221",
+    "llm_completion_callback": "6f74c71a71524bf7",
+}
 #: the code of the wrappers ``Dispatcher.span`` puts around a function (sync and async)
-_SPAN_CODES = frozenset(
-    _lookup(BaseRetriever, name)._self_wrapper.__code__ for name in ("retrieve", "aretrieve")
+_SPAN_CODES = (
+    frozenset(_lookup(BaseRetriever, name)._self_wrapper.__code__ for name in ("retrieve", "aretrieve"))
+    if _read(instrument.Dispatcher.span) == _READ["Dispatcher.span"]  # type: ignore[attr-defined]
+    else frozenset()
 )
-#: each dispatcher span met so far (by id, with the span itself) and the dispatcher it reports to
-_SPANS: dict[int, tuple[Any, Any]] = {}
+
+
+def _completion_codes() -> frozenset[Any]:
+    """The code of the event-sending wrappers ``llm_completion_callback`` puts around a
+    sync and an async ``complete`` (found by decorating two stand-ins)."""
+    if _read(llm_callbacks.llm_completion_callback) != _READ["llm_completion_callback"]:
+        return frozenset()
+
+    def complete(self: Any, prompt: str) -> None: ...
+
+    async def acomplete(self: Any, prompt: str) -> None: ...
+
+    return frozenset(llm_callbacks.llm_completion_callback()(fn).__code__ for fn in (complete, acomplete))
+
+
+_COMPLETION_CODES = _completion_codes()
+#: where those wrappers send their instrumentation events
+_COMPLETION_EVENTS = llm_callbacks.dispatcher
 
 
 def unspanned(obj: Any, name: str) -> Any:
     """``obj``'s method ``name``, without the dispatcher span LlamaIndex puts around it
-    when nothing would receive that span: the function inside the span, bound to
-    ``obj``. Else (no span there, or a handler reachable from its dispatcher) the method
-    as it is. The span is all that is left out: what the function does itself (an
-    LLM's callback events, a retriever's own steps) runs as ever.
+    when no handler is reachable from the span's dispatcher; else the method as it is.
 
     LlamaIndex wraps every implementation of an abstract method of an LLM, embedding
     model, retriever or query engine (``acomplete``, ``_aget_query_embedding``,
-    ``_aretrieve``, ...) in a span that binds the call's arguments with
-    ``inspect.signature`` and names it with a ``uuid4``: about 30 µs a call, on every
-    LLM call and query embedding.
+    ``_aretrieve``, ...) in a span. The span binds the call's arguments with
+    ``inspect.signature`` and tells its dispatcher's handlers: about 30 µs a call. Left
+    out, the function still runs under a span id of the same form (``Class.method-uuid``)
+    as LlamaIndex's current span, so events and spans inside it, which may go to other
+    dispatchers, name a parent just as they would.
     """
-    method = _lookup(type(obj), name)
-    dispatcher = _span_dispatcher(method)
-    if dispatcher is None or _listening(dispatcher) or name in getattr(obj, "__dict__", ()):
-        return getattr(obj, name)
-    return types.MethodType(method.__wrapped__, obj)
-
-
-def _span_dispatcher(method: Any) -> Any:
-    """The dispatcher ``method`` reports to when it is a function in LlamaIndex's
-    dispatcher span (as ``Dispatcher.span`` made it: the span's own wrapper code around
-    a plain function), else None."""
-    known = _SPANS.get(id(method))
-    if known is not None and known[0] is method:
-        return known[1]
-    wrapper: Any = getattr(method, "_self_wrapper", None)
-    if (
-        getattr(wrapper, "__code__", None) not in _SPAN_CODES
-        or type(getattr(method, "__wrapped__", None)) is not types.FunctionType
-    ):
-        return None
-    dispatcher = inspect.getclosurevars(wrapper).nonlocals.get("self")
-    if not isinstance(dispatcher, instrument.Dispatcher):  # type: ignore[attr-defined]
-        return None
-    _SPANS[id(method)] = (method, dispatcher)
-    return dispatcher
-
-
-def _probe(prompt: str) -> None: ...
-
-
-async def _aprobe(prompt: str) -> None: ...
-
-
-#: the code of the wrappers ``llm_completion_callback`` puts around an LLM's ``complete``
-#: and ``acomplete`` (sync and async) to send their callback and instrumentation events
-_COMPLETION_CODES = frozenset(
-    llm_callbacks.llm_completion_callback()(fn).__code__ for fn in (_probe, _aprobe)
-)
-#: what those events report to
-_COMPLETION_EVENTS = llm_callbacks.dispatcher
-#: each completion wrapper met so far (by id, with the wrapper itself) and the function inside
-_COMPLETIONS: dict[int, tuple[Any, Any]] = {}
+    inner = _inside_span(obj, name)
+    return getattr(obj, name) if inner is None else _as_span(inner, obj)
 
 
 def completion(llm: Any, name: str) -> Any:
-    """``llm.complete`` or ``llm.acomplete`` (``name``) without LlamaIndex's instrumentation
-    where nothing would receive it: its dispatcher span (see :func:`unspanned`) and the
-    events of ``llm_completion_callback`` (start and end events with the model
-    serialised for their payload, a callback trace and LLM event: about 0.45 M
-    instructions a call) when the LLM's callback manager has no handler, it has no rate
-    limiter (which that wrapper applies) and no handler is reachable from the events'
-    dispatcher. Only LlamaIndex's own wrapper is left out, recognised by its code: the
-    LLM class's own method, and any decorator of its author's, runs as ever."""
-    method = unspanned(llm, name)
-    inner = _completion_inner(method.__func__) if type(method) is types.MethodType else None
+    """``llm.complete`` or ``llm.acomplete`` (``name``) without LlamaIndex's
+    instrumentation where nothing would receive it: its span, as :func:`unspanned`, and
+    ``llm_completion_callback``'s events (start and end events with the model serialised
+    for their payloads, a callback trace and LLM event: about 0.45 M instructions a
+    call). The events are left out only when all of these hold:
+
+    * the wrapper is LlamaIndex's own (recognised by its code) directly inside the span;
+    * the LLM's callback manager is a ``CallbackManager`` without handlers;
+    * the LLM has no rate limiter (the wrapper applies it);
+    * no handler is reachable from the dispatcher the events go to.
+
+    The LLM class's own method, and any decorator of its author's, runs as ever.
+    """
+    inner = _inside_span(llm, name)
+    if inner is None:
+        return getattr(llm, name)
+    events_inner = _closure(inner, "f") if inner.__code__ in _COMPLETION_CODES else None
     if (
-        inner is None
+        events_inner is None
         or type(llm.callback_manager) is not CallbackManager
         or llm.callback_manager.handlers
         or getattr(llm, "rate_limiter", None) is not None
         or _listening(_COMPLETION_EVENTS)
     ):
-        return method
-    return types.MethodType(inner, llm)
+        return _as_span(inner, obj=llm)
+    return _as_span(events_inner, obj=llm, marks_errors=True)
 
 
-def _completion_inner(wrapper: Any) -> Any:
-    """The function ``llm_completion_callback`` wrapped in ``wrapper``, or None when
-    ``wrapper`` is not its event-sending wrapper."""
-    known = _COMPLETIONS.get(id(wrapper))
-    if known is not None and known[0] is wrapper:
-        return known[1]
-    if getattr(wrapper, "__code__", None) not in _COMPLETION_CODES:
+def _inside_span(obj: Any, name: str) -> Any:
+    """The function inside ``obj``'s method ``name`` when that is a function in
+    LlamaIndex's dispatcher span (the span's own wrapper code around a plain function)
+    and no handler is reachable from the span's dispatcher; else None."""
+    method = _lookup(type(obj), name)
+    wrapper = getattr(method, "_self_wrapper", None)
+    inner = getattr(method, "__wrapped__", None)
+    if (
+        getattr(wrapper, "__code__", None) not in _SPAN_CODES
+        or type(inner) is not types.FunctionType
+        or name in getattr(obj, "__dict__", ())  # (set on the instance: called as it is)
+    ):
         return None
-    inner = inspect.getclosurevars(wrapper).nonlocals.get("f")
-    if not callable(inner):
+    dispatcher = _closure(wrapper, "self")
+    if type(dispatcher) is not instrument.Dispatcher or _listening(dispatcher):  # type: ignore[attr-defined]
         return None
-    _COMPLETIONS[id(wrapper)] = (wrapper, inner)
     return inner
+
+
+def _closure(fn: Any, name: str) -> Any:
+    """The value of the variable ``name`` that ``fn`` closes over (None if it does not)."""
+    names = fn.__code__.co_freevars
+    return fn.__closure__[names.index(name)].cell_contents if name in names else None
+
+
+def _span_id(label: str) -> str:
+    """A new span id of LlamaIndex's form, ``label-<a random version-4 UUID>`` (made from
+    16 random bytes as ``uuid4`` does, without its object: less than half the CPU)."""
+    h = os.urandom(16).hex()
+    return f"{label}-{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+def _as_span(fn: Any, obj: Any, marks_errors: bool = False) -> Any:
+    """``fn`` bound to ``obj``, run as inside its span: with LlamaIndex's current span id
+    set to a new one of the span's form. ``marks_errors``: mark an exception raised
+    through it as ``llm_completion_callback``'s callback trace does (``event_added``), so
+    an outer callback trace records it as it would."""
+    label = f"{type(obj).__name__}.{fn.__name__}"
+
+    def mark(error: Exception) -> None:
+        if marks_errors and not hasattr(error, "event_added"):
+            error.event_added = True  # type: ignore[attr-defined]
+
+    if inspect.iscoroutinefunction(fn):
+
+        async def acall(*args: Any, **kwargs: Any) -> Any:
+            token = active_span_id.set(_span_id(label))
+            try:
+                return await fn(obj, *args, **kwargs)
+            except Exception as e:
+                mark(e)
+                raise
+            finally:
+                active_span_id.reset(token)
+
+        return acall
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        token = active_span_id.set(_span_id(label))
+        try:
+            return fn(obj, *args, **kwargs)
+        except Exception as e:
+            mark(e)
+            raise
+        finally:
+            active_span_id.reset(token)
+
+    return call
 
 
 def _embedding(raw: Any) -> Any:

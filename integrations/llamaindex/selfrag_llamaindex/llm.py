@@ -71,22 +71,25 @@ class LlamaIndexLLM:
         self.structured = bool(structured)
 
     def __repr__(self) -> str:
-        return f"LlamaIndexLLM({type(self.llm).__name__}, structured={self.structured})"
+        return (
+            f"LlamaIndexLLM({type(self.llm).__name__}, structured={self.structured}, "
+            f"instrument={self.instrument!r})"
+        )
 
     # ------------------------------------------------------------------ plain completion
     def generate(self, prompt: str) -> LLMOutput:
         with _events.event(*self._start(prompt)) as ev:
-            out = llm_output(self._method("complete")(prompt))
+            out = llm_output(self._completion("complete")(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
 
     async def agenerate(self, prompt: str) -> LLMOutput:
         with _events.event(*self._start(prompt)) as ev:
-            out = llm_output(await self._method("acomplete")(prompt))
+            out = llm_output(await self._completion("acomplete")(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
 
-    def _method(self, name: str) -> Any:
+    def _completion(self, name: str) -> Any:
         if self.instrument == "observed":
             return _quiet.completion(self.llm, name)
         return getattr(self.llm, name)

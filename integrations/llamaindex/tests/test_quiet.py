@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import inspect
+import re
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +23,7 @@ from llama_index.core.base.llms.types import CompletionResponse
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+from llama_index.core.llms import MockLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.retrievers import VectorIndexRetriever
 from llama_index.core.schema import IndexNode, NodeWithScore, QueryBundle, TextNode
@@ -303,10 +307,10 @@ def span_handler(module: str | None = None) -> Iterator[SimpleSpanHandler]:
         dispatcher.span_handlers.remove(spans)
 
 
-def test_an_llm_call_that_nothing_observes_leaves_out_only_its_span(make_llm) -> None:
+def test_an_llm_call_leaves_out_its_span_but_not_the_events_the_llms_handler_receives(make_llm) -> None:
     llm = make_llm([("capital", "Paris")])
     inner = inspect.getattr_static(type(llm), "acomplete").__wrapped__
-    assert _quiet.unspanned(llm, "acomplete").__func__ is inner
+    assert _quiet._inside_span(llm, "acomplete") is inner
     debug = LlamaDebugHandler()
     llm.callback_manager = CallbackManager([debug])
     adapter = LlamaIndexLLM(llm)
@@ -326,13 +330,13 @@ def test_a_span_handler_sees_every_llm_call_span(make_llm, where) -> None:
     assert _span_names(spans).count("ScriptedLLM.acomplete") == 1
     assert _span_names(spans).count("ScriptedLLM.complete") == 1
     inner = inspect.getattr_static(type(llm), "acomplete").__wrapped__
-    assert _quiet.unspanned(llm, "acomplete").__func__ is inner  # (without the handler)
+    assert _quiet._inside_span(llm, "acomplete") is inner  # (without the handler)
 
 
 def test_instrument_always_calls_the_llms_public_methods(make_llm, monkeypatch) -> None:
     asked: list[str] = []
-    unspanned = _quiet.unspanned
-    monkeypatch.setattr(_quiet, "unspanned", lambda obj, name: asked.append(name) or unspanned(obj, name))
+    completion = _quiet.completion
+    monkeypatch.setattr(_quiet, "completion", lambda obj, name: asked.append(name) or completion(obj, name))
     llm = make_llm([("capital", "Paris")])
     assert LlamaIndexLLM(llm, instrument="always").generate("the capital?").text == "Paris"
     assert asked == []
@@ -349,10 +353,10 @@ def test_a_method_without_llamaindexs_span_is_called_as_it_is(make_llm, monkeypa
         return CompletionResponse(text="patched")
 
     monkeypatch.setattr(type(llm), "complete", patched)
-    assert _quiet.unspanned(llm, "complete").__func__ is patched
+    assert _quiet._inside_span(llm, "complete") is None
     assert LlamaIndexLLM(llm).generate("anything").text == "patched"
     inner = inspect.getattr_static(Letters, "_retrieve").__wrapped__  # (a user's retriever: its span)
-    assert _quiet.unspanned(Letters(), "_retrieve").__func__ is inner
+    assert _quiet._inside_span(Letters(), "_retrieve") is inner
 
 
 def test_a_query_embeddings_span_reaches_a_handler_on_its_models_module(index) -> None:
@@ -419,7 +423,7 @@ def test_an_llms_rate_limiter_is_applied_on_every_call(make_llm) -> None:
     assert limiter.acquired == 2
 
 
-def test_the_llm_authors_own_decorators_run_on_every_call() -> None:
+def test_the_llm_authors_own_decorators_run_on_every_call(monkeypatch) -> None:
     seen: list[str] = []
 
     def logged(fn: Any) -> Any:  # (no functools.wraps: LlamaIndex would then send no events at all)
@@ -436,18 +440,88 @@ def test_the_llm_authors_own_decorators_run_on_every_call() -> None:
             return CompletionResponse(text="logged")
 
     llm = Logged()
-    assert _quiet.completion(llm, "acomplete").__func__.__qualname__.endswith("logged.<locals>.inner")
+    made = _payloads(monkeypatch, llm)
     assert asyncio.run(LlamaIndexLLM(llm).agenerate("hello")).text == "logged"
-    assert seen == ["hello"]
+    assert seen == ["hello"] and made == []  # (the events were left out, the decorator was not)
 
 
-def test_an_event_handler_on_the_completion_events_dispatcher_alone_sees_them(make_llm) -> None:
+class SpanIds(BaseEventHandler):
+    seen: list[tuple[str, str | None]]
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        self.seen.append((event.class_name(), event.span_id))
+
+
+def test_a_handler_on_the_completion_events_dispatcher_alone_sees_them_in_a_span(make_llm) -> None:
+    """Its dispatcher is not the LLM span's: the span is left out, but the events name a
+    span id of its form, one per call, as LlamaIndex's would."""
     llm = make_llm([("capital", "Paris")])
-    handler = Collect(seen=[])
+    handler = SpanIds(seen=[])
     dispatcher = instrument.get_dispatcher(llm_completion_callback.__module__)
     dispatcher.add_event_handler(handler)
     try:
-        assert asyncio.run(LlamaIndexLLM(llm).agenerate("the capital?")).text == "Paris"
+        for _ in range(2):
+            assert asyncio.run(LlamaIndexLLM(llm).agenerate("the capital?")).text == "Paris"
     finally:
         dispatcher.event_handlers.remove(handler)
-    assert handler.seen == ["LLMCompletionStartEvent", "LLMCompletionEndEvent"]
+    assert [name for name, _ in handler.seen] == ["LLMCompletionStartEvent", "LLMCompletionEndEvent"] * 2
+    ids = [span_id for _, span_id in handler.seen]
+    assert all(re.fullmatch(r"ScriptedLLM\.acomplete-[0-9a-f-]{36}", str(i)) for i in ids)
+    assert ids[0] == ids[1] != ids[2] == ids[3]
+
+
+@pytest.mark.parametrize("instrument_mode", ["always", "observed"])
+def test_spans_inside_a_users_retriever_name_its_span_as_their_parent(instrument_mode) -> None:
+    llm = MockLLM(max_tokens=2)
+
+    class Rewriting(BaseRetriever):  # its _retrieve calls an LLM (a query rewrite, say)
+        def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+            text = llm.complete(query_bundle.query_str).text
+            return [NodeWithScore(node=TextNode(text=text, id_="n"), score=1.0)]
+
+    with span_handler(type(llm).__module__) as spans:  # (not the retriever span's dispatcher)
+        assert as_backend(Rewriting(), instrument=instrument_mode).retrieve("a query", 1)
+    [span] = spans.completed_spans
+    assert span.id_.startswith("MockLLM.complete-")
+    assert re.fullmatch(r"Rewriting\._retrieve-[0-9a-f-]{36}", str(span.parent_id))
+
+
+class Failing(ScriptedLLM):
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        raise RuntimeError("quota exceeded")
+
+
+@pytest.mark.parametrize("instrument_mode", ["always", "observed"])
+def test_a_failed_call_reaches_an_outer_callback_trace_as_llamaindexs_own_does(instrument_mode) -> None:
+    """``llm_completion_callback``'s trace marks the exception as recorded, so an outer
+    trace of the caller's records no EXCEPTION event of its own."""
+    debug = LlamaDebugHandler()
+    with pytest.raises(RuntimeError) as raised, CallbackManager([debug]).as_trace("app"):
+        LlamaIndexLLM(Failing(), instrument=instrument_mode).generate("hi")
+    assert getattr(raised.value, "event_added", False) is True
+    assert debug.get_events(CBEventType.EXCEPTION) == []
+
+
+def test_llm_classes_made_at_run_time_are_not_kept_alive() -> None:
+    made = []
+    for i in range(3):
+
+        class Made(ScriptedLLM):
+            @llm_completion_callback()
+            def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+                return super().complete(prompt, formatted, **kwargs)
+
+        assert LlamaIndexLLM(Made(default=f"made {i}")).generate("hi").text == f"made {i}"
+        made.append(weakref.ref(Made))
+        del Made
+    gc.collect()
+    assert [ref() for ref in made] == [None, None, None]
+
+
+def test_only_the_wrappers_of_the_llamaindex_version_read_are_left_out(monkeypatch) -> None:
+    """The pinned llama-index-core's wrappers are the ones read: a test run against another
+    version says so here (read what they do, then update ``_quiet._READ``)."""
+    assert _quiet._SPAN_CODES and _quiet._COMPLETION_CODES
+    monkeypatch.setitem(_quiet._READ, "llm_completion_callback", "another")
+    assert _quiet._completion_codes() == frozenset()
