@@ -24,10 +24,11 @@ none of them). Three retrievers:
   scores each stored vector in a Python loop, 3-5 ms of CPU per retrieval, so the 128
   retrievals of 32 decompositions put 0.4-0.7 s of CPU between the rounds. Our backend
   (``as_backend(index)``, the defaults) scores the same store with one matrix product,
-  and skips the retriever's events and spans while no handler would receive them;
-* ``index-loop``: the same, with our backend keeping LlamaIndex's loop and its
-  instrumentation (``as_backend(index, vectorized=False, instrument="always")``): the
-  orchestration alone, on equal retrieval;
+  and, like our LLM adapter (``LlamaIndexLLM(llm)``), skips the events and spans no
+  handler would receive;
+* ``index-loop``: the same, with our backend keeping LlamaIndex's loop and all of its
+  instrumentation (``as_backend(index, vectorized=False, instrument="always")``,
+  ``LlamaIndexLLM(llm, instrument="always")``): the orchestration alone, on equal calls;
 * ``numpy``: a numpy ``BaseRetriever`` over the same hash embeddings (same rankings,
   ~0.1 ms), which shows the orchestration with retrieval nearly free.
 
@@ -35,8 +36,8 @@ Beside the x32 decompositions, "by hand" runs the peer harness's hand-written
 reference (``example_ours.py``: asyncio.gather and minimal prompts) over the same
 LlamaIndex LLM and retriever objects, through their public ``acomplete`` and
 ``aretrieve``: the floor those calls set for any orchestration on top of them (our
-backend goes under it by skipping the retrieval instrumentation nobody receives;
-with ``index-loop`` it makes the same calls). A last row runs the same x32 decompositions
+backend and LLM adapter go under it by skipping the instrumentation nobody receives;
+with ``index-loop`` they make the same calls). A last row runs the same x32 decompositions
 with no LlamaIndex object at all (``SimulatedLLM`` and a plain numpy backend given to
 ``RecursiveRAG``): the difference is what LlamaIndex's LLM and retriever wrappers cost.
 ``ideal = rounds x latency``; ``cpu`` is the process CPU time of the run, which does not
@@ -195,7 +196,8 @@ def peer_engines(llm: Any, retriever: BaseRetriever) -> dict[str, Any]:
 
 
 def our_engines(llm: Any, retriever: Any, **backend_options: Any) -> dict[str, SelfRAGQueryEngine]:
-    backend, ours = as_backend(retriever, **backend_options), LlamaIndexLLM(llm)
+    backend = as_backend(retriever, **backend_options)
+    ours = LlamaIndexLLM(llm, instrument=backend_options.get("instrument", "observed"))
     k = corpus.TOP_K
     strategies = {
         "decompose": RecursiveRAG(
@@ -358,7 +360,7 @@ def main() -> None:
     for rname in args.retrievers.split(","):
         retriever, options = retrievers[rname]
         peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, **options)
-        how = ", our backend with LlamaIndex's loop and instrumentation" if options else ""
+        how = ", our backend and LLM with LlamaIndex's loop and all its instrumentation" if options else ""
         print(f"== retriever: {rname} ({type(retriever).__name__}{how})")
         for name in args.only.split(","):
             queries = QUERIES[name]
