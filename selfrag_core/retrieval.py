@@ -44,13 +44,13 @@ _TEXT_KEYS = ("text", "content", "page_content", "document", "chunk", "passage")
 # ------------------------------------------------------------------ normalisation
 
 
+_KINDS = {kind.value: kind for kind in ScoreKind}
+
+
 def _kind_of(value: Any) -> ScoreKind:
     if isinstance(value, ScoreKind):
         return value
-    try:
-        return ScoreKind(str(value).lower())
-    except ValueError:
-        return ScoreKind.UNKNOWN
+    return _KINDS.get(str(value).lower(), ScoreKind.UNKNOWN)
 
 
 def _as_score(value: Any) -> float | None:
