@@ -36,9 +36,11 @@ an embedding model's or a retriever's own method (``_aget_query_embedding``,
 ``_aretrieve``) when no handler is reachable from that span's dispatcher, and
 :func:`completion` does the same for :class:`~selfrag_llamaindex.LlamaIndexLLM`'s
 ``complete`` and ``acomplete``, with ``llm_completion_callback``'s events too when
-nothing would receive them. Such a method still runs under a span id of the span's
-form, so events and spans inside it name the same kind of parent. Only the wrappers of
-the llama-index-core version read (``_READ``, by a hash of their source) are left out.
+nothing would receive them. Whatever runs where a span was left out (a retrieval's
+steps, such a method) runs under a new span id of that span's form (``Class.method-``
+and a UUID), so events and spans inside it, sent to other dispatchers, name a parent as
+they would. Only the wrappers of the llama-index-core version read (``_READ``, by a hash
+of their source) are left out.
 
 "Their own" is checked by identity on every retrieval, against the methods recorded at
 import; if any of them was not llama-index-core's function (or its dispatcher span) even
@@ -48,10 +50,12 @@ Either way the steps, and so the nodes and scores, are the retriever's own.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +181,7 @@ def _read(fn: Any) -> str | None:
     """A short hash of ``fn``'s source, None when it cannot be read."""
     try:
         return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
+    except Exception:  # (no source, or source that does not parse: not the version read)
         return None
 
 
@@ -187,27 +191,36 @@ _READ = {
     "Dispatcher.span": "3c3b853010a96221",
     "llm_completion_callback": "6f74c71a71524bf7",
 }
-#: the code of the wrappers ``Dispatcher.span`` puts around a function (sync and async)
-_SPAN_CODES = (
-    frozenset(_lookup(BaseRetriever, name)._self_wrapper.__code__ for name in ("retrieve", "aretrieve"))
-    if _read(instrument.Dispatcher.span) == _READ["Dispatcher.span"]  # type: ignore[attr-defined]
-    else frozenset()
-)
 
 
-def _completion_codes() -> frozenset[Any]:
-    """The code of the event-sending wrappers ``llm_completion_callback`` puts around a
-    sync and an async ``complete`` (found by decorating two stand-ins)."""
-    if _read(llm_callbacks.llm_completion_callback) != _READ["llm_completion_callback"]:
-        return frozenset()
+def _stand_ins() -> tuple[Any, Any]:
+    """A sync and an async function, to decorate with the wrappers to recognise."""
 
     def complete(self: Any, prompt: str) -> None: ...
 
     async def acomplete(self: Any, prompt: str) -> None: ...
 
-    return frozenset(llm_callbacks.llm_completion_callback()(fn).__code__ for fn in (complete, acomplete))
+    return complete, acomplete
 
 
+def _span_codes() -> frozenset[Any]:
+    """The code of the wrappers ``Dispatcher.span`` puts around a sync and an async function."""
+    if _read(instrument.Dispatcher.span) != _READ["Dispatcher.span"]:  # type: ignore[attr-defined]
+        return frozenset()
+    probe = instrument.Dispatcher(name="selfrag-probe")  # type: ignore[attr-defined]
+    spanned: list[Any] = [probe.span(fn) for fn in _stand_ins()]
+    return frozenset(wrapper._self_wrapper.__code__ for wrapper in spanned)
+
+
+def _completion_codes() -> frozenset[Any]:
+    """The code of the event-sending wrappers ``llm_completion_callback`` puts around a
+    sync and an async ``complete``."""
+    if _read(llm_callbacks.llm_completion_callback) != _READ["llm_completion_callback"]:
+        return frozenset()
+    return frozenset(llm_callbacks.llm_completion_callback()(fn).__code__ for fn in _stand_ins())
+
+
+_SPAN_CODES = _span_codes()
 _COMPLETION_CODES = _completion_codes()
 #: where those wrappers send their instrumentation events
 _COMPLETION_EVENTS = llm_callbacks.dispatcher
@@ -241,7 +254,10 @@ def completion(llm: Any, name: str) -> Any:
     * the LLM has no rate limiter (the wrapper applies it);
     * no handler is reachable from the dispatcher the events go to.
 
-    The LLM class's own method, and any decorator of its author's, runs as ever.
+    The LLM class's own method, and any decorator of its author's, runs as ever, inside
+    the LLM's callback trace as the wrapper runs it (with no handler, the trace only
+    keeps LlamaIndex's bookkeeping of the trace stack, and marks an exception as recorded
+    so that an outer trace does not record it again).
     """
     inner = _inside_span(llm, name)
     if inner is None:
@@ -254,8 +270,8 @@ def completion(llm: Any, name: str) -> Any:
         or getattr(llm, "rate_limiter", None) is not None
         or _listening(_COMPLETION_EVENTS)
     ):
-        return _as_span(inner, obj=llm)
-    return _as_span(events_inner, obj=llm, marks_errors=True)
+        return _as_span(inner, llm)
+    return _as_span(events_inner, llm, trace=llm.callback_manager)
 
 
 def _inside_span(obj: Any, name: str) -> Any:
@@ -290,40 +306,36 @@ def _span_id(label: str) -> str:
     return f"{label}-{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
-def _as_span(fn: Any, obj: Any, marks_errors: bool = False) -> Any:
-    """``fn`` bound to ``obj``, run as inside its span: with LlamaIndex's current span id
-    set to a new one of the span's form. ``marks_errors``: mark an exception raised
-    through it as ``llm_completion_callback``'s callback trace does (``event_added``), so
-    an outer callback trace records it as it would."""
+@contextlib.contextmanager
+def _span(label: str) -> Iterator[None]:
+    """LlamaIndex's current span id set, for the block, to a new one of a span's form."""
+    token = active_span_id.set(_span_id(label))
+    try:
+        yield
+    finally:
+        active_span_id.reset(token)
+
+
+def _as_span(fn: Any, obj: Any, trace: CallbackManager | None = None) -> Any:
+    """``fn`` bound to ``obj``, run as inside its span (under a new span id of the span's
+    form) and, with ``trace``, inside that manager's callback trace "completion", as
+    ``llm_completion_callback`` runs it."""
     label = f"{type(obj).__name__}.{fn.__name__}"
 
-    def mark(error: Exception) -> None:
-        if marks_errors and not hasattr(error, "event_added"):
-            error.event_added = True  # type: ignore[attr-defined]
+    def traced() -> Any:
+        return trace.as_trace("completion") if trace is not None else contextlib.nullcontext()
 
     if inspect.iscoroutinefunction(fn):
 
         async def acall(*args: Any, **kwargs: Any) -> Any:
-            token = active_span_id.set(_span_id(label))
-            try:
+            with _span(label), traced():
                 return await fn(obj, *args, **kwargs)
-            except Exception as e:
-                mark(e)
-                raise
-            finally:
-                active_span_id.reset(token)
 
         return acall
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        token = active_span_id.set(_span_id(label))
-        try:
+        with _span(label), traced():
             return fn(obj, *args, **kwargs)
-        except Exception as e:
-            mark(e)
-            raise
-        finally:
-            active_span_id.reset(token)
 
     return call
 
@@ -339,12 +351,17 @@ def _embedding(raw: Any) -> Any:
 
 def retrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
     """``retriever.retrieve(query)`` without what :func:`unobserved` found (``depth``)
-    nothing observes."""
-    bundle = QueryBundle(query)
-    with retriever.callback_manager.as_trace("query"):  # (a trace per retrieval, as LlamaIndex's)
+    nothing observes. The steps run under span ids of the spans left out (``retrieve``'s,
+    and ``_retrieve``'s around a DEEP retrieval's own steps), so spans and events inside
+    them (a recursive retrieval's query engine, a vector store's) name a parent as they
+    would."""
+    bundle, name = QueryBundle(query), type(retriever).__name__
+    with _span(f"{name}.retrieve"), retriever.callback_manager.as_trace("query"):
         if depth == DEEP and bundle.embedding_strs:
-            bundle.embedding = _embedding(unspanned(retriever._embed_model, "_get_query_embedding")(query))
-            nodes = retriever._get_nodes_with_embeddings(bundle)
+            with _span(f"{name}._retrieve"):
+                embed = unspanned(retriever._embed_model, "_get_query_embedding")
+                bundle.embedding = _embedding(embed(query))
+                nodes = retriever._get_nodes_with_embeddings(bundle)
         else:
             nodes = unspanned(retriever, "_retrieve")(bundle)
         return retriever._handle_recursive_retrieval(bundle, nodes)  # type: ignore[no-any-return]
@@ -352,13 +369,14 @@ def retrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
 
 async def aretrieve(retriever: Any, query: str, depth: str) -> list[NodeWithScore]:
     """``await retriever.aretrieve(query)`` without what :func:`unobserved` found
-    (``depth``) nothing observes."""
-    bundle = QueryBundle(query)
-    with retriever.callback_manager.as_trace("query"):
+    (``depth``) nothing observes, as :func:`retrieve`."""
+    bundle, name = QueryBundle(query), type(retriever).__name__
+    with _span(f"{name}.aretrieve"), retriever.callback_manager.as_trace("query"):
         if depth == DEEP and bundle.embedding_strs:
-            embed = unspanned(retriever._embed_model, "_aget_query_embedding")
-            embedding = _embedding(await embed(query))
-            nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
+            with _span(f"{name}._aretrieve"):
+                embed = unspanned(retriever._embed_model, "_aget_query_embedding")
+                embedding = _embedding(await embed(query))
+                nodes = await retriever._aget_nodes_with_embeddings(QueryBundle(query, embedding=embedding))
         else:
             nodes = await unspanned(retriever, "_aretrieve")(query_bundle=bundle)
         return await retriever._ahandle_recursive_retrieval(query_bundle=bundle, nodes=nodes)  # type: ignore[no-any-return]

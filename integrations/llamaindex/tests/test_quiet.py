@@ -17,10 +17,13 @@ import llama_index.core.instrumentation as instrument
 import numpy as np
 import pytest
 from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import CompletionResponse
+from llama_index.core.base.response.schema import Response
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+from llama_index.core.callbacks.base import global_stack_trace
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
 from llama_index.core.llms import MockLLM
@@ -525,3 +528,51 @@ def test_only_the_wrappers_of_the_llamaindex_version_read_are_left_out(monkeypat
     assert _quiet._SPAN_CODES and _quiet._COMPLETION_CODES
     monkeypatch.setitem(_quiet._READ, "llm_completion_callback", "another")
     assert _quiet._completion_codes() == frozenset()
+
+
+class SubEngine(BaseQueryEngine):
+    def __init__(self) -> None:
+        super().__init__(callback_manager=None)
+
+    def _get_prompt_modules(self) -> dict[str, Any]:
+        return {}
+
+    def _query(self, query_bundle: QueryBundle) -> Response:
+        return Response("sub answer")
+
+    async def _aquery(self, query_bundle: QueryBundle) -> Response:
+        return Response("sub answer")
+
+
+class PointsToAnEngine(BaseRetriever):
+    """One ``IndexNode`` whose object is a query engine (followed by the recursive retrieval)."""
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        node = IndexNode(text="see the engine", id_="i", index_id="sub", obj=SubEngine())
+        return [NodeWithScore(node=node, score=1.0)]
+
+
+@pytest.mark.parametrize("instrument_mode", ["always", "observed"])
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_recursive_retrievals_spans_name_the_retrieval_as_their_parent(instrument_mode, use_async) -> None:
+    backend = as_backend(PointsToAnEngine(), instrument=instrument_mode)
+    with span_handler(BaseQueryEngine.__module__) as spans:  # (not the retrieval span's dispatcher)
+        found = asyncio.run(backend.aretrieve("a query", 1)) if use_async else backend.retrieve("a query", 1)
+    assert [d.text for d in found] == ["sub answer"]
+    [span] = spans.completed_spans
+    method = "aretrieve" if use_async else "retrieve"
+    assert span.id_.startswith("SubEngine.aquery-" if use_async else "SubEngine.query-")
+    assert re.fullmatch(rf"PointsToAnEngine\.{method}-[0-9a-f-]{{36}}", str(span.parent_id))
+
+
+def test_the_span_wrappers_are_recognised_whatever_has_been_patched(monkeypatch) -> None:
+    monkeypatch.setattr(BaseRetriever, "retrieve", lambda self, query: [])  # (before import, it broke it)
+    assert _quiet._span_codes() == _quiet._SPAN_CODES != frozenset()
+
+
+@pytest.mark.parametrize("instrument_mode", ["always", "observed"])
+def test_a_failed_call_leaves_the_callback_trace_stack_as_llamaindexs_own_does(instrument_mode) -> None:
+    with CallbackManager([LlamaDebugHandler()]).as_trace("app"):
+        with pytest.raises(RuntimeError):
+            LlamaIndexLLM(Failing(), instrument=instrument_mode).generate("hi")
+        assert len(global_stack_trace.get()) == 2  # (LlamaIndex's EXCEPTION event stays on it)
