@@ -12,7 +12,11 @@ complete), then replaces ``manifest.json`` with ``os.replace``: the manifest swi
 the single atomic step, so a crash at any point leaves the previous index loadable.
 Older data directories are removed afterwards. Loading only reads; a missing,
 corrupt or foreign directory raises :class:`IndexFormatError` and touches nothing.
-Arrays are loaded with ``allow_pickle=False``; nothing is ever unpickled.
+Every manifest field is checked (type, range, file names plain and inside the index)
+before any data file is opened, then the checksums, the chunk records and the array's
+header, shape and size; no exception from ``json``, ``numpy`` or the file system gets
+out as anything but an :class:`IndexFormatError`. Arrays are read from the ``.npy``
+header without pickle; nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -20,15 +24,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import reprlib
 import shutil
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
-from selfrag_core.errors import RAGSystemError
+from selfrag_core.errors import ConfigurationError, RAGSystemError
+from selfrag_core.store.chunking import CHUNKERS, Chunker
+from selfrag_core.store.rerank import make_reranker
 
 FORMAT = "selfrag-store"
 FORMAT_VERSION = 1
@@ -88,22 +97,30 @@ def _write_vectors(path: Path, vectors: np.ndarray) -> None:
         os.fsync(f.fileno())
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise IndexFormatError(f"{path} is unreadable or not JSON ({e}); restore it or re-index") from e
+
+
 def _read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest, checked only as far as "ours, and a version we read" (what save needs)."""
     path = root / MANIFEST
     if not path.is_file():
         raise IndexFormatError(
             f"{root} is not a selfrag index (no {MANIFEST}); index documents and save() there first, "
             "or point to the directory a RAG was saved to"
         )
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise IndexFormatError(f"{path} is unreadable or not JSON ({e}); restore it or re-index") from e
+    manifest = _read_json(path)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise IndexFormatError(f"{path} belongs to something else (format is not {FORMAT!r})")
+        raise IndexFormatError(
+            f"{path} belongs to something else (not a JSON object with format {FORMAT!r}); "
+            "point to a directory a selfrag RAG was saved to"
+        )
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise IndexFormatError(f"{path} has no valid format_version; re-index the documents")
+    if not _is_int(version) or version < 1:
+        raise _invalid(path, "format_version", version, f"an integer from 1 to {FORMAT_VERSION}")
     if version > FORMAT_VERSION:
         raise IndexFormatError(
             f"{root} was written by a newer selfrag (format {version}, this one reads up to "
@@ -112,58 +129,198 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_chunks(raw: Any, where: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    ok = (
-        isinstance(raw, dict) and isinstance(raw.get("chunks"), list) and isinstance(raw.get("sources"), dict)
-    )
-    if ok:
-        for c in raw["chunks"]:
-            fields_ok = isinstance(c, dict) and all(
-                isinstance(c.get(k), str) for k in ("id", "text", "source")
-            )
-            if not fields_ok or not isinstance(c.get("metadata"), dict):
-                ok = False
-                break
-    if not ok:
-        raise IndexFormatError(f"{where} does not hold selfrag chunks; re-index the documents")
-    return raw["chunks"], {str(k): str(v) for k, v in raw["sources"].items()}
+# ----------------------------------------------------------------------------- validation
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_FIX = "the index is damaged or was not written by selfrag: re-index the documents"
+
+
+def _invalid(where: Path, field: str, value: Any, expected: str) -> IndexFormatError:
+    return IndexFormatError(f"{where}: {field} is {reprlib.repr(value)}, expected {expected}; {_FIX}")
+
+
+def _plain_name(where: Path, field: str, name: Any) -> str:
+    """A file name that can only mean a file directly inside its directory."""
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\:\x00"):
+        raise _invalid(where, field, name, "a plain file name (no path separators, '..', ':' or NUL)")
+    return name
+
+
+def _inside(root: Path, name: str) -> Path:
+    """``root/name``, refused when it resolves outside ``root`` (through a link)."""
+    path = root / name
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        inside = False
+    if not inside:
+        raise IndexFormatError(f"{path} points outside the index {root}; re-index the documents")
+    return path
+
+
+#: the saved RAG settings: key -> (test, what is expected)
+_SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "bm25_alpha": (
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1,
+        "a number in [0, 1]",
+    ),
+    "bm25_autorebuild": (lambda v: isinstance(v, bool), "true or false"),
+    "stemmer": (lambda v: v in ("auto", "pystemmer", None), '"auto", "pystemmer" or null'),
+    "chunker": (lambda v: isinstance(v, str) and v in CHUNKERS, f"one of {list(CHUNKERS)}"),
+    "chunk_size": (lambda v: _is_int(v) and v > 0, "a positive integer"),
+    "chunk_overlap": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "reranker": (lambda v: isinstance(v, str), "a reranker name"),
+}
+_OPTIONAL_SETTINGS = ("reranker",)
+_MANIFEST_KEYS = ("format", "format_version", "data", "files", "chunks", "embedder", "tokenizer", "settings")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_keys(
+    where: Path, field: str, obj: Any, required: Iterable[str], optional: Iterable[str] = ()
+) -> None:
+    """``obj`` is a JSON object with every ``required`` field and no unknown one."""
+    required = set(required)
+    if not isinstance(obj, dict):
+        raise _invalid(where, field, obj, f"an object with the fields {sorted(required)}")
+    missing, unknown = sorted(required - obj.keys()), sorted(obj.keys() - required - set(optional))
+    if missing or unknown:
+        problem = f"lacks the fields {missing}" if missing else f"has unknown fields {unknown}"
+        raise IndexFormatError(f"{where}: {field} {problem}; {_FIX}")
+
+
+def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
+    """Every field of a manifest :func:`_read_manifest` accepted: types, ranges, file names."""
+    _check_keys(where, "the manifest", manifest, _MANIFEST_KEYS)
+    data = _plain_name(where, "data", manifest["data"])
+    if not data.startswith("data-"):
+        raise _invalid(where, "data", data, "a data directory name (data-...)")
+    files = manifest["files"]
+    if not isinstance(files, dict) or STORE_FILE not in files:
+        raise _invalid(
+            where, "files", files, f"an object mapping {STORE_FILE} (and {VECTORS_FILE}) to checksums"
+        )
+    for name, digest in files.items():
+        _plain_name(where, "a name in files", name)
+        if name not in (STORE_FILE, VECTORS_FILE):
+            raise _invalid(where, "a name in files", name, f"{STORE_FILE} or {VECTORS_FILE}")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise _invalid(where, f"files[{name!r}]", digest, "a SHA-256 hex digest")
+    if not _is_int(manifest["chunks"]) or manifest["chunks"] < 0:
+        raise _invalid(where, "chunks", manifest["chunks"], "an integer >= 0")
+    embedder = manifest["embedder"]
+    if embedder is not None:
+        _check_keys(where, "embedder", embedder, ("name", "dim"))
+        if not isinstance(embedder["name"], str) or not embedder["name"]:
+            raise _invalid(where, "embedder.name", embedder["name"], "a non-empty string")
+        if embedder["dim"] is not None and not (_is_int(embedder["dim"]) and embedder["dim"] > 0):
+            raise _invalid(where, "embedder.dim", embedder["dim"], "a positive integer or null")
+    has_vectors = embedder is not None and (embedder["dim"] is not None or manifest["chunks"] > 0)
+    if (VECTORS_FILE in files) != has_vectors:
+        raise _invalid(
+            where, "files", sorted(files), f"{VECTORS_FILE} listed exactly when an embedder was used"
+        )
+    if manifest["tokenizer"] is not None and not isinstance(manifest["tokenizer"], str):
+        raise _invalid(where, "tokenizer", manifest["tokenizer"], "a string or null")
+    settings = manifest["settings"]
+    _check_keys(where, "settings", settings, set(_SETTINGS) - set(_OPTIONAL_SETTINGS), _OPTIONAL_SETTINGS)
+    for key, value in settings.items():
+        test, expected = _SETTINGS[key]
+        if not test(value):
+            raise _invalid(where, f"settings.{key}", value, expected)
+    try:  # the values the RAG would refuse (chunk_size < 20, an unknown reranker...)
+        Chunker(settings["chunker"], settings["chunk_size"], settings["chunk_overlap"])
+        make_reranker(settings.get("reranker"))
+    except ConfigurationError as e:
+        raise IndexFormatError(f"{where}: settings are invalid ({e}); {_FIX}") from e
+    if embedder is None and settings["bm25_alpha"] > 0:
+        raise _invalid(
+            where, "settings.bm25_alpha", settings["bm25_alpha"], "0 in an index without an embedder"
+        )
+
+
+def _check_store(
+    raw: Any, where: Path, manifest: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    _check_keys(where, "the store", raw, ("chunks", "sources"))
+    chunks, sources = raw["chunks"], raw["sources"]
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise _invalid(where, "sources", sources, "an object mapping each source to its checksum string")
+    if not isinstance(chunks, list):
+        raise _invalid(where, "chunks", chunks, "a list of chunks")
+    if len(chunks) != manifest["chunks"]:
+        raise IndexFormatError(
+            f"{where} holds {len(chunks)} chunks but the manifest counts {manifest['chunks']}; {_FIX}"
+        )
+    for i, chunk in enumerate(chunks):
+        _check_keys(where, f"chunks[{i}]", chunk, ("id", "text", "source", "metadata"))
+        for key, kind in (("id", str), ("text", str), ("source", str), ("metadata", dict)):
+            if not isinstance(chunk[key], kind):
+                raise _invalid(
+                    where, f"chunks[{i}].{key}", chunk[key], "a string" if kind is str else "an object"
+                )
+        if chunk["source"] not in sources:
+            raise _invalid(where, f"chunks[{i}].source", chunk["source"], "a source listed in sources")
+    return chunks, sources
+
+
+def _read_vectors(path: Path, rows: int, dim: int | None) -> np.ndarray:
+    """A float32 ``(rows, dim)`` ``.npy`` array, read without pickle and only after its
+    header promised exactly the bytes the file holds."""
+    try:
+        with path.open("rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+            if dtype.kind != "f" or dtype.itemsize != 4:
+                raise ValueError(f"dtype {dtype}, not float32")
+            if len(shape) != 2 or shape[0] != rows or shape[1] == 0 or dim not in (None, shape[1]):
+                raise ValueError(f"shape {shape}, not ({rows}, {dim or 'dim'}) for {rows} chunks")
+            size = shape[0] * shape[1]
+            if os.fstat(f.fileno()).st_size - f.tell() != size * 4:
+                raise ValueError(f"the data is not the {size * 4} bytes its header announces (truncated?)")
+            flat = np.fromfile(f, dtype=dtype, count=size)
+    except (OSError, ValueError, EOFError) as e:
+        raise IndexFormatError(f"{path} is not a numeric array as selfrag saves them ({e}); {_FIX}") from e
+    vectors = flat.reshape(shape, order="F" if fortran else "C").astype(np.float32, order="C", copy=False)
+    if not np.isfinite(vectors).all():
+        raise IndexFormatError(f"{path} holds NaN or infinite values; {_FIX}")
+    return vectors
 
 
 def load_index(path: str | os.PathLike[str]) -> StoredIndex:
-    """Read an index directory written by :func:`save_index` (read-only)."""
+    """Read an index directory written by :func:`save_index` (read-only). Every field of
+    the manifest is checked before any data file is opened; every problem, down to a
+    truncated array, is an :class:`IndexFormatError` naming the file and the field."""
     root = Path(path)
     if not root.is_dir():
         raise IndexFormatError(f"no index directory at {root}; check the path or build the index first")
     manifest = _read_manifest(root)
-    data = manifest.get("data")
-    files = manifest.get("files")
-    if not isinstance(data, str) or "/" in data or "\\" in data or not data.startswith("data-"):
-        raise IndexFormatError(f"{root / MANIFEST} names no valid data directory; re-index the documents")
-    if not isinstance(files, dict) or STORE_FILE not in files:
-        raise IndexFormatError(f"{root / MANIFEST} lists no data files; re-index the documents")
-    for name, digest in files.items():
-        file = root / data / str(name)
+    _check_manifest(manifest, root / MANIFEST)
+    data = _inside(root, manifest["data"])  # names are plain (checked): this guards against links
+    files = {name: _inside(data, name) for name in manifest["files"]}
+    for name, file in files.items():
         if not file.is_file():
             raise IndexFormatError(f"{file} is missing: the index is incomplete; re-index the documents")
-        if _sha256(file) != digest:
+        try:
+            digest = _sha256(file)
+        except OSError as e:
+            raise IndexFormatError(f"{file} cannot be read ({e}); check its permissions or re-index") from e
+        if digest != manifest["files"][name]:
             raise IndexFormatError(f"{file} is corrupt (checksum mismatch); re-index the documents")
-    store_path = root / data / STORE_FILE
-    try:
-        raw = json.loads(store_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise IndexFormatError(f"{store_path} is not valid JSON ({e}); re-index the documents") from e
-    chunks, sources = _check_chunks(raw, store_path)
+    chunks, sources = _check_store(_read_json(files[STORE_FILE]), files[STORE_FILE], manifest)
     vectors = None
     if VECTORS_FILE in files:
-        try:
-            vectors = np.load(root / data / VECTORS_FILE, allow_pickle=False)
-        except ValueError as e:
-            raise IndexFormatError(f"{root / data / VECTORS_FILE} is not a numeric array ({e})") from e
-        if vectors.ndim != 2 or vectors.shape[0] != len(chunks) or vectors.dtype != np.float32:
-            raise IndexFormatError(
-                f"{root / data / VECTORS_FILE} has shape {vectors.shape} ({vectors.dtype}) for "
-                f"{len(chunks)} chunks; re-index the documents"
-            )
+        embedder = manifest["embedder"]
+        vectors = _read_vectors(files[VECTORS_FILE], len(chunks), embedder["dim"])
     return StoredIndex(manifest, chunks, sources, vectors)
 
 
