@@ -1,9 +1,10 @@
 """The ASGI app: the strategies, ingestion and stats over HTTP.
 
-``create_app(rag=..., llm=..., strategies=None, settings=ServeSettings())`` builds a
-FastAPI app holding everything it uses in ``app.state`` (no globals), so tests and
-replicas each build their own. Queries run on the event loop with the strategies'
-async path; a query's events reach a streaming client as server-sent events.
+``create_app(rag=..., llm=..., strategies=None, settings=None)`` builds a FastAPI app
+(settings from the environment, as ``selfrag serve`` reads them, unless given) holding
+everything it uses in ``app.state`` (no globals), so tests and replicas each build their
+own. Queries run on the event loop with the strategies' async path; a query's events
+reach a streaming client as server-sent events.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
-from selfrag_core.serve.errors import INTERNAL_ERROR, error_body, error_response
+from selfrag_core.serve.errors import CONFIGURATION_ERROR, INTERNAL_ERROR, error_body, error_response
 from selfrag_core.serve.execution import Outcome, execute, prepare
 from selfrag_core.serve.middleware import GuardMiddleware
 from selfrag_core.serve.models import (
@@ -45,7 +46,7 @@ from selfrag_core.serve.models import (
     StatsResponse,
 )
 from selfrag_core.serve.responses import FastJSONResponse, dumps
-from selfrag_core.serve.settings import ServeSettings
+from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
 from selfrag_core.strategies.base import validate_query
 
 logger = logging.getLogger("selfrag.serve")
@@ -53,7 +54,7 @@ logger = logging.getLogger("selfrag.serve")
 T = TypeVar("T")
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 503, 504)
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 500, 502, 503, 504)
 }
 
 
@@ -109,8 +110,19 @@ def create_app(
 
     ``strategies`` maps URL names to strategy instances (default: every strategy this
     library has, built over ``rag`` and ``llm``; see ``default_strategies``).
+    ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``: with
+    ``SELFRAG_API_TOKEN`` set, every endpoint but /healthz needs the bearer token. Settings
+    passed explicitly are used as given (``ServeSettings.from_env(...)`` keeps the token);
+    without a token the app is open, and says so in the log.
     """
-    settings = settings or ServeSettings()
+    if settings is None:
+        settings = ServeSettings.from_env()
+    elif settings.api_token is None and os.environ.get(TOKEN_ENV, "").strip():
+        logger.warning(
+            "%s is set but the settings given to create_app have no api_token, so the app is open; "
+            "build them with ServeSettings.from_env(...) to require the token",
+            TOKEN_ENV,
+        )
     if strategies is None:
         from selfrag_core.serve.factory import default_strategies
 
@@ -258,11 +270,28 @@ async def _guarded(query: Any) -> Outcome | ApiError:
     try:
         outcome: Outcome = await query
         return outcome
+    except ConfigurationError as e:
+        return _misconfigured(e)
     except RAGSystemError as e:
         logger.warning("query failed: %s: %s", type(e).__name__, e)
         report = getattr(e, "report", None)
         extra = {"trace": report.trace.to_dict()} if report is not None else {}
         return ApiError(502, f"{type(e).__name__}: {e}", extra=extra)
+
+
+def _misconfigured(e: ConfigurationError) -> ApiError:
+    """A ConfigurationError of the backend or the LLM escaping a request: the server's
+    setup is at fault, not the request, and no retry mends it. Its message names the
+    component and the fix and is written for the operator (no secrets), so the client
+    gets it, with its own error type; the log gets it once, with the traceback."""
+    logger.error("the server is misconfigured: %s", e, exc_info=e)
+    component = getattr(e, "component", "")
+    return ApiError(
+        500,
+        f"{type(e).__name__}: {e}",
+        CONFIGURATION_ERROR,
+        extra={"component": component} if component else {},
+    )
 
 
 def _reply(state: ServiceState, outcome: Outcome | ApiError, execution: Any) -> tuple[int, dict[str, Any]]:
@@ -332,6 +361,8 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             for doc in docs:
                 check_text(doc, settings.max_document_chars)
             added = await state.store.add(docs)
+        except ConfigurationError:
+            raise  # the backend's setup, not the request (answered by the handler, as a 500)
         except (DocumentError, TypeError, ValueError) as e:
             status = 501 if isinstance(e, UnsupportedError) else 400
             raise ApiError(status, str(e)) from e
@@ -369,6 +400,10 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, exc.message, exc.type, headers=exc.headers, **exc.extra)
+
+    @app.exception_handler(ConfigurationError)
+    async def configuration_error(request: Request, exc: ConfigurationError) -> JSONResponse:
+        return await api_error(request, _misconfigured(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -26,6 +26,9 @@ ERROR_TYPES = {
 
 #: the only message an unexpected error shows a client (the details go to the log)
 INTERNAL_ERROR = "internal error; the server log has the details"
+#: the error type of a 500 caused by the server's setup (a ConfigurationError of the
+#: backend or the LLM), whose message names the component and the fix
+CONFIGURATION_ERROR = "configuration_error"
 
 
 def error_body(status: int, message: str, type_: str | None = None, **extra: Any) -> dict[str, Any]:

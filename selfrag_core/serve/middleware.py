@@ -13,17 +13,23 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from selfrag_core.serve.errors import INTERNAL_ERROR, error_response
+from selfrag_core.serve.settings import TOKEN_ENV, is_loopback
 
 logger = logging.getLogger("selfrag.serve")
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def _raw_header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
-            return bytes(value).decode("latin-1")
+            return bytes(value)
     return None
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    value = _raw_header(scope, name)
+    return None if value is None else value.decode("latin-1")
 
 
 class GuardMiddleware:
@@ -31,7 +37,9 @@ class GuardMiddleware:
         self, app: ASGIApp, *, token: str | None, max_body_bytes: int, public_paths: frozenset[str]
     ) -> None:
         self.app = app
-        self.token = token
+        # compared as bytes, as the header arrives (settings refuse non-ASCII tokens)
+        self.token = None if token is None else token.encode()
+        self.warned_open = False
         self.max_body_bytes = max_body_bytes
         self.public_paths = public_paths
 
@@ -67,16 +75,32 @@ class GuardMiddleware:
                 await error_response(500, INTERNAL_ERROR)(scope, receive, send)
 
     def _check_token(self, scope: Scope) -> ASGIApp | None:
-        if self.token is None or scope["path"] in self.public_paths or scope["method"] == "OPTIONS":
+        if self.token is None:
+            self._warn_open(scope)
             return None
-        auth = _header(scope, b"authorization") or ""
-        scheme, _, given = auth.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode()):
+        if scope["path"] in self.public_paths or scope["method"] == "OPTIONS":
+            return None
+        auth = _raw_header(scope, b"authorization") or b""
+        scheme, _, given = auth.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
             return None
         message = "missing bearer token" if not auth else "invalid bearer token"
         return error_response(
             401, f"{message}: send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"}
         )
+
+    def _warn_open(self, scope: Scope) -> None:
+        """Once per app, when a request from another host reaches it without a token, say
+        that the app is open, so an open service is never silent (loopback stays quiet)."""
+        client = scope.get("client")
+        if self.warned_open or not client or is_loopback(str(client[0])):
+            return
+        self.warned_open = True
+        logger.warning(
+            "no bearer token: a request from %s was let in, as is any request from anyone who can reach "
+            "this server (queries, ingestion, deletion); set %s or ServeSettings(api_token=...)",
+            client[0], TOKEN_ENV,
+        )  # fmt: skip
 
     def _check_length(self, scope: Scope) -> ASGIApp | None:
         declared = _header(scope, b"content-length")

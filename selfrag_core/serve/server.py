@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
+from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings, is_loopback
+
+logger = logging.getLogger("selfrag.serve")
 
 #: how a worker process learns which app to build (set by :func:`serve_workers`)
 WORKER_ENV = "SELFRAG_SERVE_WORKER"
@@ -99,9 +101,22 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def warn_if_open(host: str, token: str | None) -> None:
+    """A warning at start when the server listens beyond loopback without a token."""
+    if token is None and not is_loopback(host):
+        logger.warning(
+            "listening on %s without a bearer token: anyone who can reach it can query, add and delete "
+            "documents; set %s to require 'Authorization: Bearer <token>'",
+            host, TOKEN_ENV,
+        )  # fmt: skip
+
+
 def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> None:
     """Serve a built app in this process until interrupted."""
     uvicorn = _uvicorn()
+    service = getattr(getattr(app, "state", None), "service", None)  # None: not create_app's
+    if service is not None:
+        warn_if_open(host, service.settings.api_token)
     freeze_startup_objects()
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
 
@@ -116,6 +131,7 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
         raise ConfigurationError(
             "--workers above 1 needs --index DIR: the workers share their documents through it"
         )
+    warn_if_open(args.host, ServeSettings.from_env().api_token)  # as every worker reads it
     plain = (str, int, float, bool, list, type(None))
     options = {k: v for k, v in vars(args).items() if isinstance(v, plain)}
     os.environ[WORKER_ENV] = json.dumps({"builder": builder, "args": options})

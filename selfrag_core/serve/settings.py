@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,10 @@ class ServeSettings:
         outright (the engine normally stops it at ``query_timeout`` itself).
     max_top_k: the largest ``top_k`` a request may ask for.
     max_batch_documents / max_document_chars: ingestion limits (400 beyond them).
-    api_token: when set, every endpoint but /healthz needs ``Authorization: Bearer <token>``.
+    api_token: when set, every endpoint but /healthz needs ``Authorization: Bearer <token>``;
+        printable ASCII without spaces (RFC 6750), else ConfigurationError at start.
+        ``create_app`` and ``selfrag serve`` read it from ``SELFRAG_API_TOKEN`` when given
+        no settings (:meth:`from_env`); settings passed explicitly are used as given.
     cors_origins: allowed CORS origins; empty (the default) means no CORS headers.
     index_dir: when set and the backend has ``save``, the index is saved there after
         every ingestion or deletion.
@@ -58,15 +62,47 @@ class ServeSettings:
         _check_positive_or_none("query_timeout", self.query_timeout)
         if self.timeout_grace < 0:
             raise ConfigurationError("timeout_grace must be >= 0")
-        if self.api_token is not None and not self.api_token.strip():
-            raise ConfigurationError(f"api_token is empty; unset {TOKEN_ENV} or give it a value")
+        if self.api_token is not None:
+            _check_token(self.api_token)
         if isinstance(self.cors_origins, str):
             raise ConfigurationError("cors_origins must be a list of origins, not a string")
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServeSettings:
-        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` (unless overridden)."""
+        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` (unless overridden);
+        the value is stripped, and an empty one counts as unset."""
         env = os.environ if environ is None else environ
         token = env.get(TOKEN_ENV, "").strip() or None
         return cls(**{"api_token": token, **overrides})  # type: ignore[arg-type]
+
+
+def _check_token(token: object) -> None:
+    """Refuse a token no client can be sure to send as it is.
+
+    A header carries bytes: curl sends a non-ASCII token as UTF-8, a browser's fetch as
+    latin-1, httpx refuses it, so such a token would match some clients and lock out
+    others. RFC 6750 bearer tokens are printable ASCII, so anything else (non-ASCII,
+    spaces, control characters) is refused at start rather than accepted half-way.
+    The message gives the position, never the token."""
+    if not isinstance(token, str):
+        raise ConfigurationError(f"api_token must be a str, got {type(token).__name__}")
+    if not token.strip():
+        raise ConfigurationError(f"api_token is empty; unset {TOKEN_ENV} or give it a value")
+    for i, char in enumerate(token):
+        if not "!" <= char <= "~":
+            kind = "a non-ASCII character" if char > "\x7f" else "a space or control character"
+            raise ConfigurationError(
+                f"api_token ({TOKEN_ENV}) has {kind} at position {i}: use printable ASCII without "
+                "spaces, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address to bind or a client's address) is this machine only."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return bool((mapped or address).is_loopback)
