@@ -6,9 +6,20 @@
   ``.page_content`` / ``get_content()``; ``[(score, text)]`` too;
 * ``[dict]`` with ``text`` / ``content`` / ``page_content``, ``score``, ``id``,
   ``metadata`` (or Haystack's ``meta``); ``{"results": [...]}``, ``{"documents": [...]}``;
-* plain strings; LangChain ``Document`` and ``(Document, score)``; LlamaIndex
-  ``NodeWithScore`` (score may be None); Haystack ``Document`` (``content``, ``meta``,
-  ``score``); ``RetrievedDoc`` itself.
+* ``(text_or_obj, score, metadata)`` and ``(score, text, metadata)``: the metadata dict
+  is merged over the object's own;
+* plain strings, and bytes (decoded as UTF-8); LangChain ``Document`` and
+  ``(Document, score)``; LlamaIndex ``NodeWithScore`` (score may be None); Haystack
+  ``Document`` (``content``, ``meta``, ``score``); ``RetrievedDoc`` itself.
+
+Nothing is dropped silently. A score that is not a finite number (``NaN``, ``inf``)
+is no score (None, kind unknown), whatever the format. An item that cannot be read
+(no text, bytes that are not UTF-8, a tuple of another shape, empty text) is left out
+and described in the result's ``unreadable`` (a :class:`Retrieved`, a list); when the
+backend returned items and none could be read, the retrieval raises
+:class:`RetrievalError` saying what came back, rather than look like an empty index.
+Copies of a document (same first 120 characters, see :func:`_deduplicate`) are merged
+before the ``top_k`` best are taken, so duplicates never crowd out other documents.
 
 Backends are called with ``retrieve(query, top_k)`` (sync or async, ``aretrieve``
 preferred from async code). LangChain retrievers (``invoke``), LangChain vector
@@ -25,16 +36,25 @@ fuse rankings by rank, never by raw score.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
+import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from selfrag_core.errors import RetrievalError
+from selfrag_core.errors import (
+    ConfigurationError,
+    RAGSystemError,
+    RetrievalError,
+    misconfiguration_hint,
+    misconfigured,
+)
 from selfrag_core.llm import _from_package, _mro_names, is_coroutine_callable, run_coroutine_sync
 from selfrag_core.types import RetrievedDoc, ScoreKind
+from selfrag_core.workers import to_thread
 
 logger = logging.getLogger("selfrag")
 
@@ -53,23 +73,43 @@ def _kind_of(value: Any) -> ScoreKind:
     return _KINDS.get(str(value).lower(), ScoreKind.UNKNOWN)
 
 
-def _as_score(value: Any) -> float | None:
+def _number(value: Any) -> float | None:
+    """``value`` as a float (NaN and infinities included), or None if it is none."""
     if value is None or isinstance(value, bool):
         return None
     try:
-        score = float(value)
-    except (TypeError, ValueError):
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
         return None
-    return score if score == score else None  # NaN -> None
+
+
+def _as_score(value: Any) -> float | None:
+    """A score as a finite float; anything else (None, NaN, inf, not a number) is None."""
+    score = _number(value)
+    return score if score is not None and math.isfinite(score) else None
+
+
+def _checked(doc: RetrievedDoc) -> RetrievedDoc:
+    """``doc`` itself, or a copy without a score if its score is not a finite number."""
+    if doc.score is None or _as_score(doc.score) is not None:
+        return doc
+    return replace(doc, score=None, score_kind=ScoreKind.UNKNOWN)
 
 
 def _text_of(obj: Any) -> str | None:
     if isinstance(obj, str):
         return obj
+    if isinstance(obj, (bytes, bytearray)):
+        try:
+            return bytes(obj).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     if isinstance(obj, dict):
         for key in _TEXT_KEYS:
-            if isinstance(obj.get(key), str):
-                return str(obj[key])
+            value = obj.get(key)
+            text = _text_of(value) if isinstance(value, (str, bytes, bytearray)) else None
+            if text is not None:
+                return text
         return None
     get_content = getattr(obj, "get_content", None)
     if callable(get_content):  # LlamaIndex nodes
@@ -107,7 +147,7 @@ def _id_of(obj: Any, meta: dict[str, Any]) -> str | None:
 
 def _doc_from(obj: Any, score: Any, default_kind: ScoreKind) -> RetrievedDoc | None:
     if isinstance(obj, RetrievedDoc):
-        return obj
+        return _checked(obj)
     if type(obj).__name__ == "NodeWithScore" and hasattr(obj, "node"):
         node = obj.node
         text = _text_of(node)
@@ -149,8 +189,8 @@ def _items_of(raw: Any) -> Iterable[Any]:
         for key in ("results", "documents", "docs", "hits", "nodes", "source_nodes"):
             if key in raw:
                 return _items_of(raw[key])
-        return [raw] if _text_of(raw) is not None else []
-    if isinstance(raw, (str, bytes)):
+        return [raw] if raw else []  # one document, or an unreadable item to report
+    if isinstance(raw, (str, bytes, bytearray)):
         return [raw]
     for attr in ("source_nodes", "documents"):  # response-like objects
         if not isinstance(raw, (list, tuple)) and isinstance(getattr(raw, attr, None), list):
@@ -161,26 +201,119 @@ def _items_of(raw: Any) -> Iterable[Any]:
         return [raw]
 
 
-def normalize_results(raw: Any, *, score_kind: ScoreKind = ScoreKind.UNKNOWN) -> list[RetrievedDoc]:
+def _why(obj: Any) -> str:
+    """Why ``obj`` gives no text, in a few words (for ``unreadable`` and error messages)."""
+    if obj is None:
+        return "None"
+    if isinstance(obj, (bytes, bytearray)):
+        return f"{type(obj).__name__} (not UTF-8)"
+    if isinstance(obj, dict):
+        keys = [str(k) for k in obj]
+        listed = ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+        return f"dict without a text field (keys: {listed})"
+    if isinstance(obj, (list, tuple)):
+        return f"{type(obj).__name__} of {len(obj)}"
+    return f"{type(obj).__name__} without text"
+
+
+def _read(item: Any, kind: ScoreKind) -> RetrievedDoc | str:
+    """One item of a backend's output as a document, or why it cannot be read."""
+    obj, score, extra = item, None, None
+    if isinstance(item, tuple):
+        if len(item) == 3 and (item[2] is None or isinstance(item[2], Mapping)):
+            extra = item[2]  # (text, score, metadata) or (score, text, metadata)
+        elif len(item) != 2:
+            return _why(item)
+        first, second = item[0], item[1]
+        if (
+            not isinstance(first, (str, bytes, bytearray))
+            and _number(first) is not None
+            and _text_of(second) is not None
+        ):
+            obj, score = second, first  # (score, text): a NaN or infinite score is still a score
+        else:
+            obj, score = first, second
+    doc = _doc_from(obj, score, kind)
+    if doc is None:
+        return _why(obj)
+    if not doc.text.strip():
+        return f"{type(obj).__name__} with empty text"
+    return replace(doc, metadata={**doc.metadata, **extra}) if extra else doc
+
+
+def normalize_results(
+    raw: Any, *, score_kind: ScoreKind = ScoreKind.UNKNOWN, unreadable: list[str] | None = None
+) -> list[RetrievedDoc]:
     """Turn any supported backend output into a list of ``RetrievedDoc``.
 
-    Items without readable text (image nodes, empty entries) are skipped.
+    Items that cannot be read (no text, empty text, undecodable bytes, tuples of
+    another shape) are left out; ``unreadable``, when given, gets one short
+    description of each appended.
     """
     if type(raw) is list and all(type(item) is RetrievedDoc for item in raw):  # normalised already
-        return [doc for doc in raw if doc.text.strip()]
-    docs: list[RetrievedDoc] = []
+        docs = [
+            doc
+            if doc.score is None or (type(doc.score) is float and math.isfinite(doc.score))
+            else _checked(doc)
+            for doc in raw
+            if doc.text.strip()
+        ]
+        if unreadable is not None and len(docs) < len(raw):
+            unreadable.extend(["RetrievedDoc with empty text"] * (len(raw) - len(docs)))
+        return docs
+    docs = []
     for item in _items_of(raw):
-        obj, score = item, None
-        if isinstance(item, tuple) and len(item) == 2:
-            first, second = item
-            if not isinstance(first, str) and _as_score(first) is not None and _text_of(second) is not None:
-                obj, score = second, first  # (score, text)
-            else:
-                obj, score = first, second
-        doc = _doc_from(obj, score, score_kind)
-        if doc is not None and doc.text.strip():
-            docs.append(doc)
+        read = _read(item, score_kind)
+        if isinstance(read, RetrievedDoc):
+            docs.append(read)
+        elif unreadable is not None:
+            unreadable.append(read)
     return docs
+
+
+class Retrieved(list[RetrievedDoc]):
+    """The documents of one retrieval, best first: a list, with ``unreadable``, a short
+    description of the items of the backend's output that could not be read (empty
+    when everything was read; repeated descriptions counted, at most
+    ``_MAX_DESCRIBED`` kinds named)."""
+
+    unreadable: tuple[str, ...] = ()
+
+    def __init__(self, docs: Iterable[RetrievedDoc] = (), unreadable: Iterable[str] = ()) -> None:
+        super().__init__(docs)
+        self.unreadable = tuple(unreadable)
+
+
+_MAX_DESCRIBED = 5
+
+
+def _summary(descriptions: list[str]) -> list[str]:
+    """``descriptions`` with repeats counted ("3 x bytes (not UTF-8)"), at most
+    ``_MAX_DESCRIBED`` kinds and a count of the rest."""
+    counts = Counter(descriptions)  # (in order of first appearance)
+    named = [f"{n} x {what}" if n > 1 else what for what, n in counts.items()]
+    if len(named) <= _MAX_DESCRIBED:
+        return named
+    rest = sum(list(counts.values())[_MAX_DESCRIBED:])
+    return [*named[:_MAX_DESCRIBED], f"{rest} more of other kinds"]
+
+
+def _collect(backend: Any, query: str, raw: Any, kind: ScoreKind, top_k: int) -> Retrieved:
+    """Normalise one query's ``raw`` output: copies merged, then the ``top_k`` best.
+    Raises :class:`RetrievalError` when items came back and none could be read."""
+    skipped: list[str] = []
+    docs = normalize_results(raw, score_kind=kind, unreadable=skipped)
+    if skipped and not docs:
+        n = len(skipped)
+        error = RetrievalError(
+            f"{type(backend).__name__} returned {n} item{'s' if n > 1 else ''} for query "
+            f"{query[:80]!r}, none readable: {', '.join(_summary(skipped))}; return (text, score) "
+            "pairs, dicts with 'text', or strings",
+            query=query,
+        )
+        error.retryable = False  # the same call gives the same output
+        raise error
+    return Retrieved(_deduplicate(docs)[:top_k], _summary(skipped))
 
 
 # ------------------------------------------------------------------ backend calls
@@ -341,9 +474,9 @@ def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> t
         found, found_kind = store_search(backend, query, top_k)
         return found, found_kind or kind
     if _is_lc_retriever(backend):
-        return list(backend.invoke(query))[:top_k], kind
+        return backend.invoke(query), kind  # (top_k is taken after copies are merged)
     if _is_li_retriever(backend):
-        return list(backend.retrieve(query))[:top_k], kind
+        return backend.retrieve(query), kind
     fn = _sync_target(backend)
     if is_coroutine_callable(fn):  # (an async function, or an object with an async __call__)
         return run_coroutine_sync(lambda: _invoke(fn, query, top_k, extra)), kind
@@ -356,18 +489,26 @@ async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any
         found, found_kind = await astore_search(backend, query, top_k)
         return found, found_kind or kind
     if _is_lc_retriever(backend):
-        return list(await backend.ainvoke(query))[:top_k], kind
+        return await backend.ainvoke(query), kind
     if _is_li_retriever(backend) and hasattr(backend, "aretrieve"):
-        return list(await backend.aretrieve(query))[:top_k], kind
+        return await backend.aretrieve(query), kind
     fn = _async_target(backend)
     if fn is backend:
         return await backend(query, **_kwargs_for(backend, top_k, extra)), kind
     if fn is not None:
         return await _invoke(fn, query, top_k, extra), kind
-    return await asyncio.to_thread(_sync_call, backend, query, top_k, extra)
+    return await to_thread(_sync_call, backend, query, top_k, extra)
 
 
-def _wrap(backend: Any, query: str, exc: Exception) -> RetrievalError:
+def _wrap(backend: Any, query: str, exc: Exception) -> RAGSystemError:
+    """The error a failed retrieval raises: a :class:`ConfigurationError` for a
+    programming or configuration error of the backend (no retry or fallback mends it),
+    else a :class:`RetrievalError`."""
+    if isinstance(exc, ConfigurationError):
+        return exc
+    hint = misconfiguration_hint(exc)
+    if hint is not None:
+        return misconfigured("backend", backend, exc, hint)
     return RetrievalError(
         f"retrieval from {type(backend).__name__} failed for query {query[:80]!r}: "
         f"{type(exc).__name__}: {exc}",
@@ -375,27 +516,28 @@ def _wrap(backend: Any, query: str, exc: Exception) -> RetrievalError:
     )
 
 
-def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> list[RetrievedDoc]:
-    """Retrieve ``top_k`` documents for ``query`` from any backend, normalised.
+def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Retrieved:
+    """Retrieve ``top_k`` documents for ``query`` from any backend, normalised, copies
+    merged (a :class:`Retrieved`: a list, with the items it could not read described).
 
     ``extra`` keyword arguments (e.g. ``metadata_filter``) are passed only to
     backends whose ``retrieve`` accepts them. Raises :class:`RetrievalError` if the
-    backend raises or returns something unreadable.
+    backend raises, or returns items of which none can be read.
     """
     try:
         raw, kind = _sync_call(backend, query, top_k, extra)
-        return normalize_results(raw, score_kind=kind)[:top_k]
+        return _collect(backend, query, raw, kind, top_k)
     except RetrievalError:
         raise
     except Exception as e:
         raise _wrap(backend, query, e) from e
 
 
-async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> list[RetrievedDoc]:
+async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Retrieved:
     """Async :func:`_retrieve_safe`: uses the backend's async API where it has one."""
     try:
         raw, kind = await _async_call(backend, query, top_k, extra)
-        return normalize_results(raw, score_kind=kind)[:top_k]
+        return _collect(backend, query, raw, kind, top_k)
     except RetrievalError:
         raise
     except Exception as e:
@@ -409,9 +551,7 @@ def supports_many(backend: Any) -> bool:
     return any(callable(getattr(backend, name, None)) for name in ("retrieve_many", "aretrieve_many"))
 
 
-def _retrieve_many_safe(
-    backend: Any, queries: list[str], top_k: int = 5, **extra: Any
-) -> list[list[RetrievedDoc]]:
+def _retrieve_many_safe(backend: Any, queries: list[str], top_k: int = 5, **extra: Any) -> list[Retrieved]:
     """:func:`_retrieve_safe` for each of ``queries``, in one call of the backend's
     ``retrieve_many`` (or ``aretrieve_many``): see :func:`supports_many`."""
     if not queries:
@@ -431,7 +571,7 @@ def _retrieve_many_safe(
 
 async def _aretrieve_many_safe(
     backend: Any, queries: list[str], top_k: int = 5, **extra: Any
-) -> list[list[RetrievedDoc]]:
+) -> list[Retrieved]:
     """Async :func:`_retrieve_many_safe`: ``aretrieve_many`` where the backend has it,
     else ``retrieve_many`` in a worker thread."""
     if not queries:
@@ -441,7 +581,7 @@ async def _aretrieve_many_safe(
         if awaited:
             raw = await _invoke(fn, queries, top_k, extra)
         else:
-            raw = await asyncio.to_thread(_invoke, fn, queries, top_k, extra)
+            raw = await to_thread(_invoke, fn, queries, top_k, extra)
         return _per_query(backend, queries, raw, top_k)
     except RetrievalError:
         raise
@@ -449,7 +589,7 @@ async def _aretrieve_many_safe(
         raise _wrap(backend, _first_of(queries), e) from e
 
 
-def _per_query(backend: Any, queries: list[str], raw: Any, top_k: int) -> list[list[RetrievedDoc]]:
+def _per_query(backend: Any, queries: list[str], raw: Any, top_k: int) -> list[Retrieved]:
     found = list(raw)
     if len(found) != len(queries):
         raise RetrievalError(
@@ -458,7 +598,7 @@ def _per_query(backend: Any, queries: list[str], raw: Any, top_k: int) -> list[l
             query=queries[0],
         )
     kind = _declared_kind(backend)
-    return [normalize_results(results, score_kind=kind)[:top_k] for results in found]
+    return [_collect(backend, q, results, kind, top_k) for q, results in zip(queries, found, strict=True)]
 
 
 def _first_of(queries: list[str]) -> str:

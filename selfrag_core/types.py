@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -40,11 +41,12 @@ class RetrievedDoc:
         return None
 
     def to_dict(self) -> dict[str, Any]:
+        known = self.score is None or math.isfinite(self.score)  # JSON has no NaN or Infinity
         return {
             "id": self.id,
             "text": self.text,
-            "score": self.score,
-            "score_kind": self.score_kind.value,
+            "score": self.score if known else None,
+            "score_kind": (self.score_kind if known else ScoreKind.UNKNOWN).value,
             "metadata": _json_safe(self.metadata),
         }
 
@@ -394,7 +396,9 @@ class SelfHealingReport:
 
 def _json_safe(value: Any) -> Any:
     """Best-effort conversion of metadata to JSON-safe values."""
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # NaN and Infinity are not JSON
+    if value is None or isinstance(value, (str, int, bool)):
         return value
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from selfrag_core import (
+    ConfigurationError,
     RetrievalError,
     RetrievedDoc,
     ScoreKind,
@@ -140,7 +141,7 @@ def test_backend_that_raises_becomes_retrieval_error() -> None:
 
 
 def test_not_a_backend() -> None:
-    with pytest.raises(RetrievalError, match="not a retrieval backend"):
+    with pytest.raises(ConfigurationError, match="not a retrieval backend"):
         _retrieve_safe(object(), "q", 5)
 
 
