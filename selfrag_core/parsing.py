@@ -3,12 +3,20 @@
 Models wrap JSON in code fences, add prose around it, use single quotes or trailing
 commas, or wrap a list in ``{"items": [...]}``. ``parse_json`` copes with all of
 these and raises :class:`ParseError` (keeping the raw text) when nothing parses.
-``parse_list`` adds a regex fallback for numbered or bulleted lists. Model output is
-never evaluated as code.
+``parse_list`` adds a line-by-line fallback for numbered or bulleted lists. Model
+output is never evaluated as code.
+
+Hostile output cannot hurt: only the first :data:`MAX_PARSE_CHARS` characters are
+read (a reply that babbles on after its JSON still parses), at most
+:data:`MAX_CANDIDATES` candidate texts are tried, every pass over the text is linear
+(no regular expression can backtrack over an unbounded run), and JSON nested deeper
+than :data:`MAX_DEPTH` is unreadable. The public functions raise nothing but
+:class:`ParseError`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -16,9 +24,17 @@ from typing import Any
 
 from selfrag_core.errors import ParseError
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+#: model output is cut to its first MAX_PARSE_CHARS characters before it is parsed
+MAX_PARSE_CHARS = 100_000
+#: parsed JSON nested deeper than this (lists and objects) is unreadable
+MAX_DEPTH = 100
+#: candidate texts (fences, the whole text, bracketed spans) tried before giving up
+MAX_CANDIDATES = 64
+
+_FENCE = re.compile(r"```(?:json|JSON)?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
-_LIST_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*•]|\(\d+\))\s+(.+?)\s*$", re.MULTILINE)
+_LIST_MARKER = re.compile(r"(?:\d+[.)]|[-*•]|\(\d+\))\s")  # matched at the start of a stripped line
+_UNREADABLE = object()
 
 
 def _balanced_spans(text: str) -> list[str]:
@@ -96,23 +112,48 @@ def _candidates(text: str) -> Iterator[str]:
         yield from _balanced_spans(source)
 
 
+def _nested_within(value: Any, limit: int) -> bool:
+    """Whether the lists and objects of ``value`` nest at most ``limit`` deep (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return False
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return True
+
+
+def _loads(text: str) -> Any:
+    """The JSON value of ``text``, or ``_UNREADABLE``: malformed (``ValueError``, also for
+    an integer past Python's digit limit), nested past the interpreter's recursion limit
+    (``RecursionError``) or past ``MAX_DEPTH``."""
+    try:
+        value = json.loads(text, strict=False)
+    except (ValueError, RecursionError):
+        return _UNREADABLE
+    return value if _nested_within(value, MAX_DEPTH) else _UNREADABLE
+
+
 def parse_json(text: str) -> Any:
-    """Parse the first JSON value found in model output. Raises ParseError."""
+    """Parse the first JSON value found in model output (in its first ``MAX_PARSE_CHARS``
+    characters). Raises ParseError, and nothing else."""
     if not isinstance(text, str):
         raise ParseError(f"expected text to parse, got {type(text).__name__}", raw=str(text))
-    whole = text.strip()
+    head = text[:MAX_PARSE_CHARS]
+    whole = head.strip()
     if whole[:1] in ("{", "["):  # a JSON-mode reply, the usual case: whole, before any search
-        try:
-            return json.loads(whole, strict=False)
-        except ValueError:
-            pass
-    for candidate in _candidates(text):
+        value = _loads(whole)
+        if value is not _UNREADABLE:
+            return value
+    for candidate in itertools.islice(_candidates(head), MAX_CANDIDATES):
         for variant in _variants(candidate):
-            try:
-                return json.loads(variant, strict=False)
-            except ValueError:
-                continue
-    raise ParseError("model output holds no parsable JSON", raw=text)
+            value = _loads(variant)
+            if value is not _UNREADABLE:
+                return value
+    cut = len(text) > MAX_PARSE_CHARS
+    read = f" in its first {MAX_PARSE_CHARS} of {len(text)} characters" if cut else ""
+    raise ParseError(f"model output holds no parsable JSON{read}", raw=text)
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -138,9 +179,22 @@ def _strings(items: list[Any]) -> list[str]:
     return [s for s in out if s]
 
 
+def _list_items(text: str) -> list[str]:
+    """The items of the lines numbered or bulleted as "1. ", "2) ", "(3) ", "- ", "* " or "• "."""
+    items = []
+    for line in text.splitlines():
+        line = line.strip()
+        marker = _LIST_MARKER.match(line)
+        item = line[marker.end() :].strip().strip('"').strip() if marker else ""
+        if item:
+            items.append(item)
+    return items
+
+
 def parse_list(text: str, *, keys: tuple[str, ...] = ("items", "questions", "sub_questions")) -> list[str]:
     """Parse a list of strings: a JSON list, an object wrapping one, or a
-    numbered / bulleted list (regex fallback). Returns [] when nothing is found."""
+    numbered / bulleted list (line by line). Returns [] when nothing is found; raises
+    nothing (``text`` that is not a str finds nothing either)."""
     try:
         value = parse_json(text)
     except ParseError:
@@ -154,4 +208,4 @@ def parse_list(text: str, *, keys: tuple[str, ...] = ("items", "questions", "sub
             return _strings(lists[0])
     if isinstance(value, list):
         return _strings(value)
-    return [m.strip().strip('"').strip() for m in _LIST_ITEM.findall(text) if m.strip()]
+    return _list_items(text[:MAX_PARSE_CHARS]) if isinstance(text, str) else []
