@@ -47,20 +47,34 @@ class ExecutionConfig:
     max_llm_calls: cap on LLM calls (attempts included) per query; None for no cap.
         Calls past the cap fail with BudgetExceededError and the strategy's fallback
         applies.
-    llm_timeout: seconds one LLM attempt may take; a timed-out attempt counts as a
-        failed attempt and is retried per policy.
+    llm_timeout: seconds one LLM attempt may take (default 60; None for no limit); a
+        timed-out attempt counts as a failed attempt and is retried per policy. A sync
+        LLM's abandoned call runs on in a daemon thread of the library's own, so it
+        never holds up the interpreter's exit nor another query's threads.
+    retrieval_timeout: seconds one retrieval may take (default 30; None for no limit);
+        a timed-out retrieval fails with ``RetrievalTimeoutError`` and the strategy's
+        retrieval fallback applies.
     query_timeout: seconds a whole query may take; past it, calls fail fast and the
-        fallbacks produce the result.
+        fallbacks produce the result. Every LLM attempt, retrieval, wait for the
+        concurrency limit and retry back-off is bounded by what is left of it.
     retry_initial_wait / retry_max_wait: exponential back-off between attempts.
+    misconfiguration: what a programming or configuration error of the LLM or the
+        backend does (a ``TypeError``/``AttributeError`` from it, rejected credentials,
+        a model that does not exist; see ``errors.misconfiguration_hint``): "raise"
+        (default) stops the query with a ``ConfigurationError`` naming the component
+        and the fix; "fallback" treats it as any other failure (fallback answer, the
+        error in the trace).
     sleep / async_sleep: injectable for tests (instant retries).
     """
 
     max_concurrency: int = 4
     max_llm_calls: int | None = None
-    llm_timeout: float | None = None
+    llm_timeout: float | None = 60.0
     query_timeout: float | None = None
     retry_initial_wait: float = 0.5
     retry_max_wait: float = 8.0
+    retrieval_timeout: float | None = 30.0
+    misconfiguration: str = "raise"
     sleep: Callable[[float], None] | None = field(default=None, compare=False)
     async_sleep: Callable[[float], Awaitable[None]] | None = field(default=None, compare=False)
 
@@ -70,6 +84,11 @@ class ExecutionConfig:
             _check_int("max_llm_calls", self.max_llm_calls, 1)
         _check_positive_or_none("llm_timeout", self.llm_timeout)
         _check_positive_or_none("query_timeout", self.query_timeout)
+        _check_positive_or_none("retrieval_timeout", self.retrieval_timeout)
+        if self.misconfiguration not in ("raise", "fallback"):
+            raise ConfigurationError(
+                f"misconfiguration must be 'raise' or 'fallback', got {self.misconfiguration!r}"
+            )
         if self.retry_initial_wait < 0 or self.retry_max_wait < 0:
             raise ConfigurationError("retry waits must be >= 0")
 

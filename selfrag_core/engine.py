@@ -19,26 +19,36 @@ event loop, so it works inside Jupyter's running loop) and :func:`run_async` wit
 ``asyncio`` (truly async: no thread per query when the LLM and backend are async).
 Both gate every LLM call and retrieval with one semaphore of
 ``ExecutionConfig.max_concurrency`` per query, count LLM calls against
-``max_llm_calls``, and apply ``llm_timeout`` / ``query_timeout``. Composed
-strategies (``yield from child._plan(...)``) share all of it.
+``max_llm_calls``, and apply ``llm_timeout`` / ``retrieval_timeout`` /
+``query_timeout`` (to each attempt, retrieval, wait for the semaphore and retry
+back-off). Composed strategies (``yield from child._plan(...)``) share all of it.
+
+A :class:`~selfrag_core.errors.ConfigurationError` from the LLM or the backend (a
+programming or configuration error: see ``ExecutionConfig.misconfiguration``) is not
+thrown into the plan: the plan is closed and the error raised to the caller, from a
+parallel task too, since no fallback can mend it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.errors import BudgetExceededError, QueryTimeoutError
-from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed
+from selfrag_core.errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    QueryTimeoutError,
+    RetrievalTimeoutError,
+)
+from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed, within
 from selfrag_core.retrieval import (
     _aretrieve_many_safe,
     _aretrieve_safe,
@@ -48,6 +58,7 @@ from selfrag_core.retrieval import (
     supports_many,
 )
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
+from selfrag_core.workers import TASKS, call_within
 
 logger = logging.getLogger("selfrag")
 
@@ -162,10 +173,74 @@ class Run:
     def check_deadline(self) -> None:
         left = self.remaining()
         if left is not None and left <= 0:
-            raise QueryTimeoutError(
-                f"query exceeded query_timeout={self.config.query_timeout}s; "
-                "raise ExecutionConfig.query_timeout or lower the work per query"
+            raise self.timed_out()
+
+    def timed_out(self, what: str = "") -> QueryTimeoutError:
+        return QueryTimeoutError(
+            f"query exceeded query_timeout={self.config.query_timeout}s{what}; "
+            "raise ExecutionConfig.query_timeout or lower the work per query"
+        )
+
+    def fatal(self, error: BaseException) -> bool:
+        """Whether ``error`` ends the query instead of going back into the plan."""
+        return isinstance(error, ConfigurationError) and self.config.misconfiguration == "raise"
+
+    def _bounded(self, limit: float | None) -> float | None:
+        left = self.remaining()
+        timeouts = [t for t in (limit, left) if t is not None]
+        return max(min(timeouts), 1e-3) if timeouts else None
+
+    def retrieval_timeout(self) -> float | None:
+        return self._bounded(self.config.retrieval_timeout)
+
+    def retrieval_timed_out(self, effect: Retrieve | RetrieveMany) -> Callable[[float], Exception]:
+        def error(seconds: float) -> Exception:
+            left = self.remaining()
+            if left is not None and left <= 0:
+                return self.timed_out(" during a retrieval")
+            query = effect.query if isinstance(effect, Retrieve) else effect.queries[0]
+            return RetrievalTimeoutError(
+                f"retrieval from {type(effect.backend).__name__} timed out after {seconds:.3g}s; "
+                "raise ExecutionConfig.retrieval_timeout or check the backend",
+                query=query,
             )
+
+        return error
+
+    def _before_back_off(self, seconds: float) -> None:
+        left = self.remaining()
+        if left is not None and seconds >= left:
+            raise self.timed_out(f": a retry would wait {seconds:.2f}s with {max(left, 0):.2f}s left")
+
+    def sleep_sync(self, seconds: float) -> None:
+        """The retry back-off, never past the deadline (it raises QueryTimeoutError instead)."""
+        self._before_back_off(seconds)
+        (self.config.sleep or time.sleep)(seconds)
+
+    async def sleep_async(self, seconds: float) -> None:
+        self._before_back_off(seconds)
+        await (self.config.async_sleep or asyncio.sleep)(seconds)
+
+    @contextlib.contextmanager
+    def slot_sync(self, sem: threading.Semaphore) -> Iterator[None]:
+        """A place under the concurrency limit, waited for no longer than the deadline."""
+        if not sem.acquire(timeout=self.remaining() if self._deadline is not None else None):
+            raise self.timed_out(" waiting for max_concurrency")
+        try:
+            yield
+        finally:
+            sem.release()
+
+    @contextlib.asynccontextmanager
+    async def slot_async(self, sem: asyncio.Semaphore) -> AsyncIterator[None]:
+        try:
+            await within(sem.acquire(), None if self._deadline is None else max(self.remaining() or 0, 0))
+        except asyncio.TimeoutError:
+            raise self.timed_out(" waiting for max_concurrency") from None
+        try:
+            yield
+        finally:
+            sem.release()
 
     def before_attempt(self) -> None:
         self.check_deadline()
@@ -179,12 +254,11 @@ class Run:
             self._calls += 1
 
     def call_timeout(self) -> float | None:
-        left = self.remaining()
-        timeouts = [t for t in (self.config.llm_timeout, left) if t is not None]
-        return max(min(timeouts), 1e-3) if timeouts else None
+        return self._bounded(self.config.llm_timeout)
 
     def call_options(self, effect: Generate, sleep: Any) -> dict[str, Any]:
-        """Keyword arguments of one LLM call under this run's policy."""
+        """Keyword arguments of one LLM call under this run's policy (``sleep``: the
+        back-off, :meth:`sleep_sync` or :meth:`sleep_async`)."""
         return {
             "schema": dict(effect.schema) if effect.schema is not None else None,
             "sink": self.on_token if effect.stream else None,
@@ -200,7 +274,8 @@ class Run:
     def record_llm(
         self, effect: Generate, start: float, reply: LLMReply | None, error: Exception | None
     ) -> None:
-        attempts = reply.attempts if reply else getattr(error, "attempts", 0) or 1
+        # what the LLM received: attempts refused by the budget or the deadline are not calls
+        attempts = reply.attempts if reply else getattr(error, "attempts", 0)
         self.trace.add(
             TraceEvent(
                 kind="llm",
@@ -216,7 +291,7 @@ class Run:
         )
 
     def record_retrieval(
-        self, effect: Retrieve, start: float, docs: list[RetrievedDoc] | None, error: Exception | None
+        self, effect: Retrieve, start: float, docs: Sequence[RetrievedDoc] | None, error: Exception | None
     ) -> None:
         self.trace.add(
             TraceEvent(
@@ -228,12 +303,22 @@ class Run:
                 detail={"query": effect.query[:200], "top_k": effect.top_k, "hits": len(docs or [])},
             )
         )
+        unreadable = getattr(docs, "unreadable", ())
+        if unreadable:
+            name = type(effect.backend).__name__
+            self.record_note(
+                Note(
+                    "retrieval_unreadable",
+                    f"{name} returned items that could not be read: {'; '.join(unreadable)}",
+                    {"backend": name, "query": effect.query[:200], "unreadable": list(unreadable)},
+                )
+            )
 
     def record_retrievals(
         self,
         effect: RetrieveMany,
         start: float,
-        found: list[list[RetrievedDoc]] | None,
+        found: Sequence[Sequence[RetrievedDoc]] | None,
         error: Exception | None,
     ) -> None:
         """One retrieval event per query of a batched ``RetrieveMany`` (as if run one by one)."""
@@ -328,6 +413,9 @@ def _drive_sync(plan: Plan[T], run: Run, sem: threading.Semaphore) -> T:
         try:
             value, error = _exec_sync(effect, run, sem), None
         except Exception as e:
+            if run.fatal(e):
+                plan.close()
+                raise
             value, error = None, e
 
 
@@ -338,11 +426,20 @@ def _task_sync(task: Any, run: Run, sem: threading.Semaphore) -> Any:
         return e
 
 
+def _outcomes(results: list[Any], run: Run) -> list[Any]:
+    """The results of parallel tasks, where a failed task's entry is its exception;
+    raises the first error that ends the query (:meth:`Run.fatal`)."""
+    for result in results:
+        if isinstance(result, Exception) and run.fatal(result):
+            raise result
+    return results
+
+
 def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
     if isinstance(effect, Generate):
-        with sem:
+        with run.slot_sync(sem):
             start = time.perf_counter()
-            common = run.call_options(effect, run.config.sleep)
+            common = run.call_options(effect, run.sleep_sync)
             try:
                 reply = call_llm_detailed(effect.llm, effect.prompt, effect.retries, **common)
             except Exception as e:
@@ -352,10 +449,14 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
             return reply
     if isinstance(effect, Retrieve):
         run.check_deadline()
-        with sem:
+        with run.slot_sync(sem):
             start = time.perf_counter()
             try:
-                docs = _retrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options)
+                docs = call_within(
+                    lambda: _retrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options),
+                    run.retrieval_timeout(),
+                    run.retrieval_timed_out(effect),
+                )
             except Exception as e:
                 run.record_retrieval(effect, start, None, e)
                 raise
@@ -368,11 +469,15 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
             return _exec_sync(effect.each(), run, sem)
         try:
             run.check_deadline()
-            with sem:
+            with run.slot_sync(sem):
                 start = time.perf_counter()
                 try:
-                    found = _retrieve_many_safe(
-                        effect.backend, list(effect.queries), effect.top_k, **effect.options
+                    found = call_within(
+                        lambda: _retrieve_many_safe(
+                            effect.backend, list(effect.queries), effect.top_k, **effect.options
+                        ),
+                        run.retrieval_timeout(),
+                        run.retrieval_timed_out(effect),
                     )
                 except Exception as e:
                     run.record_retrievals(effect, start, None, e)
@@ -382,18 +487,17 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
                     run.note_ignored(effect.backend, effect.options, use_async=False, many=True)
                 return found
         except Exception as e:
-            return [e] * len(effect.queries)
+            return _outcomes([e] * len(effect.queries), run)
     if isinstance(effect, Note):
         run.record_note(effect)
         return None
     if isinstance(effect, Parallel):
         if len(effect.tasks) <= 1:
-            return [_task_sync(t, run, sem) for t in effect.tasks]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(effect.tasks)) as pool:
-            futures = [
-                pool.submit(contextvars.copy_context().run, _task_sync, t, run, sem) for t in effect.tasks
-            ]
-            return [f.result() for f in futures]
+            return _outcomes([_task_sync(t, run, sem) for t in effect.tasks], run)
+        # on the library's daemon threads: a task stuck in a call abandoned at its
+        # timeout never holds up the interpreter's exit
+        futures = [TASKS.submit(_task_sync, t, run, sem) for t in effect.tasks]
+        return _outcomes([f.result() for f in futures], run)
     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
 
 
@@ -420,6 +524,9 @@ async def _drive_async(plan: Plan[T], run: Run, sem: asyncio.Semaphore) -> T:
         try:
             value, error = await _exec_async(effect, run, sem), None
         except Exception as e:
+            if run.fatal(e):
+                plan.close()
+                raise
             value, error = None, e
 
 
@@ -430,11 +537,19 @@ async def _task_async(task: Any, run: Run, sem: asyncio.Semaphore) -> Any:
         return e
 
 
+async def _bounded_retrieval(awaitable: Any, run: Run, effect: Retrieve | RetrieveMany) -> Any:
+    timeout = run.retrieval_timeout()
+    try:
+        return await within(awaitable, timeout)
+    except asyncio.TimeoutError as e:
+        raise run.retrieval_timed_out(effect)(timeout or 0.0) from e
+
+
 async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
     if isinstance(effect, Generate):
-        async with sem:
+        async with run.slot_async(sem):
             start = time.perf_counter()
-            common = run.call_options(effect, run.config.async_sleep)
+            common = run.call_options(effect, run.sleep_async)
             try:
                 reply = await acall_llm_detailed(effect.llm, effect.prompt, effect.retries, **common)
             except Exception as e:
@@ -444,10 +559,12 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
             return reply
     if isinstance(effect, Retrieve):
         run.check_deadline()
-        async with sem:
+        async with run.slot_async(sem):
             start = time.perf_counter()
             try:
-                docs = await _aretrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options)
+                docs = await _bounded_retrieval(
+                    _aretrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options), run, effect
+                )
             except Exception as e:
                 run.record_retrieval(effect, start, None, e)
                 raise
@@ -460,11 +577,15 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
             return await _exec_async(effect.each(), run, sem)
         try:
             run.check_deadline()
-            async with sem:
+            async with run.slot_async(sem):
                 start = time.perf_counter()
                 try:
-                    found = await _aretrieve_many_safe(
-                        effect.backend, list(effect.queries), effect.top_k, **effect.options
+                    found = await _bounded_retrieval(
+                        _aretrieve_many_safe(
+                            effect.backend, list(effect.queries), effect.top_k, **effect.options
+                        ),
+                        run,
+                        effect,
                     )
                 except Exception as e:
                     run.record_retrievals(effect, start, None, e)
@@ -474,10 +595,11 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
                     run.note_ignored(effect.backend, effect.options, use_async=True, many=True)
                 return found
         except Exception as e:
-            return [e] * len(effect.queries)
+            return _outcomes([e] * len(effect.queries), run)
     if isinstance(effect, Note):
         run.record_note(effect)
         return None
     if isinstance(effect, Parallel):
-        return list(await asyncio.gather(*(_task_async(t, run, sem) for t in effect.tasks)))
+        results = await asyncio.gather(*(_task_async(t, run, sem) for t in effect.tasks))
+        return _outcomes(list(results), run)
     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")

@@ -18,8 +18,6 @@ a worker thread, never on a loop that is already running).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
 import functools
 import inspect
 import logging
@@ -34,11 +32,16 @@ from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_att
 
 from selfrag_core.errors import (
     BudgetExceededError,
+    ConfigurationError,
     LLMCallError,
     LLMTimeoutError,
     QueryTimeoutError,
+    RAGSystemError,
+    misconfiguration_hint,
+    misconfigured,
 )
 from selfrag_core.protocols import LLMOutput
+from selfrag_core.workers import CALLS, call_within, to_thread
 
 logger = logging.getLogger("selfrag")
 
@@ -171,9 +174,9 @@ def run_coroutine_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(main())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        # the caller's context (e.g. LangChain's run config) goes along to the worker thread
-        return pool.submit(contextvars.copy_context().run, asyncio.run, main()).result()
+    # on a thread of the library's own (the caller's context, e.g. LangChain's run
+    # config, goes along)
+    return CALLS.submit(asyncio.run, main()).result()
 
 
 def _invoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
@@ -203,7 +206,7 @@ async def _ainvoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) ->
     if schema is not None and hasattr(llm, "agenerate_structured"):
         return await llm.agenerate_structured(prompt, schema)
     if schema is not None and hasattr(llm, "generate_structured"):
-        return await asyncio.to_thread(llm.generate_structured, prompt, schema)
+        return await to_thread(llm.generate_structured, prompt, schema)
     if _is_langchain(llm):
         return await llm.ainvoke(prompt)
     if _is_llamaindex(llm):
@@ -213,7 +216,7 @@ async def _ainvoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) ->
             return await getattr(llm, name)(prompt)
     if is_coroutine_callable(llm):
         return await llm(prompt)
-    return await asyncio.to_thread(_invoke_once, llm, prompt, schema)
+    return await to_thread(_invoke_once, llm, prompt, schema)
 
 
 def _check_text(reply: LLMReply) -> LLMReply:
@@ -222,22 +225,25 @@ def _check_text(reply: LLMReply) -> LLMReply:
     return reply
 
 
-def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> Any:
-    if timeout is None:
-        return fn()
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    try:
-        return pool.submit(contextvars.copy_context().run, fn).result(timeout=timeout)
-    except concurrent.futures.TimeoutError as e:
-        raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
-    finally:
-        pool.shutdown(wait=False)  # a hung call is abandoned, never waited on
+def _llm_timeout(timeout: float) -> LLMTimeoutError:
+    return LLMTimeoutError(f"LLM call timed out after {timeout:.3g}s; raise ExecutionConfig.llm_timeout")
+
+
+def _checked(llm: Any, exc: BaseException) -> BaseException:
+    """``exc`` from ``llm``'s client, or the :class:`ConfigurationError` it stands for
+    (a programming or configuration error, which no retry mends)."""
+    hint = misconfiguration_hint(exc) if isinstance(exc, Exception) else None
+    return exc if hint is None else misconfigured("LLM", llm, exc, hint)
+
+
+#: errors that end an LLM call at once (no retry): the query's budget or deadline is
+#: spent, or the call can never succeed
+_FATAL = (BudgetExceededError, QueryTimeoutError, ConfigurationError)
 
 
 def _retryable(exc: BaseException) -> bool:
     # a cancelled task (asyncio.CancelledError, a BaseException) must stop, never be retried
-    fatal = (BudgetExceededError, QueryTimeoutError, TypeError)
-    return isinstance(exc, Exception) and not isinstance(exc, fatal)
+    return isinstance(exc, Exception) and not isinstance(exc, _FATAL)
 
 
 @functools.lru_cache(maxsize=64)
@@ -267,6 +273,20 @@ def _exhausted(exc: BaseException, attempts: int, purpose: str) -> LLMCallError:
     )
 
 
+def _stopped(error: RAGSystemError, attempts: int, failed: list[Exception]) -> RAGSystemError:
+    """``error`` (the budget or the deadline refused the next attempt, or the call can
+    never succeed) with the attempts the LLM received; a refused retry names the
+    failure it would have retried."""
+    if failed and failed[-1] is not error:
+        last = f" (the last attempt failed with {type(failed[-1]).__name__}: {failed[-1]})"
+        if isinstance(error, QueryTimeoutError):
+            error = QueryTimeoutError(f"{error}{last}")
+        elif isinstance(error, BudgetExceededError):
+            error = BudgetExceededError(f"{error}{last}", limit=error.limit)
+    error.attempts = attempts  # what the LLM received before the call stopped
+    return error
+
+
 def _replaying(first: Exception, attempt: Callable[[], T]) -> Callable[[], T]:
     """``attempt``, except that its first call raises ``first`` again: tenacity then judges
     the attempt that already failed exactly as if it had run it (same retry test, waits
@@ -293,13 +313,18 @@ def _retry_sync(
     """One attempt; if it fails, tenacity's sync driver (shared by call and stream)."""
     policy = _policy(retries, initial_wait, max_wait)  # validated before any attempt
     attempts = 0
+    failed: list[Exception] = []
 
     def attempt() -> LLMReply:
         nonlocal attempts
-        attempts += 1
         if before_attempt is not None:
-            before_attempt()
-        reply = _check_text(attempt_fn())
+            before_attempt()  # raises when the budget or the deadline refuses the attempt
+        attempts += 1
+        try:
+            reply = _check_text(attempt_fn())
+        except Exception as e:
+            failed.append(e)
+            raise
         reply.attempts = attempts
         return reply
 
@@ -314,8 +339,8 @@ def _retry_sync(
         for state in retrying:
             with state:
                 return again()
-    except (BudgetExceededError, QueryTimeoutError, TypeError):
-        raise
+    except _FATAL as e:
+        raise _stopped(e, attempts, failed) from failed[-1] if failed else None
     except Exception as e:
         raise _exhausted(e, attempts, purpose) from e
     raise AssertionError("unreachable")  # pragma: no cover
@@ -334,13 +359,18 @@ async def _retry_async(
     retry state for every call was ~7% of a HyDE query's CPU under serve."""
     policy = _policy(retries, initial_wait, max_wait)
     attempts = 0
+    failed: list[Exception] = []
 
     async def attempt() -> LLMReply:
         nonlocal attempts
-        attempts += 1
         if before_attempt is not None:
             before_attempt()
-        reply = _check_text(await attempt_fn())
+        attempts += 1
+        try:
+            reply = _check_text(await attempt_fn())
+        except Exception as e:
+            failed.append(e)
+            raise
         reply.attempts = attempts
         return reply
 
@@ -355,8 +385,8 @@ async def _retry_async(
         async for state in retrying:
             with state:
                 return await again()
-    except (BudgetExceededError, QueryTimeoutError, TypeError):
-        raise
+    except _FATAL as e:
+        raise _stopped(e, attempts, failed) from failed[-1] if failed else None
     except Exception as e:
         raise _exhausted(e, attempts, purpose) from e
     raise AssertionError("unreachable")  # pragma: no cover
@@ -443,11 +473,14 @@ def call_llm_detailed(
 
     def attempt() -> LLMReply:
         try:
-            return _call_with_timeout(once, timeout)  # type: ignore[no-any-return]
-        except BaseException:
+            return call_within(once, timeout, _llm_timeout)
+        except BaseException as e:
             if resumed is not None:
                 resumed.abandon()
-            raise
+            checked = _checked(llm, e)
+            if checked is e:
+                raise
+            raise checked from e
 
     return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 
@@ -486,9 +519,12 @@ async def acall_llm_detailed(
         except BaseException as e:
             if resumed is not None:
                 resumed.abandon()
-            if isinstance(e, asyncio.TimeoutError):
-                raise LLMTimeoutError(f"LLM call timed out after {timeout}s") from e
-            raise
+            if isinstance(e, asyncio.TimeoutError) and timeout is not None:
+                raise _llm_timeout(timeout) from e
+            checked = _checked(llm, e)
+            if checked is e:
+                raise
+            raise checked from e
 
     return await _retry_async(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
 
@@ -588,7 +624,7 @@ async def _stream_async(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
         if inspect.isawaitable(chunks):
             chunks = await chunks
     else:
-        return await asyncio.to_thread(_stream_sync, llm, prompt, sink)
+        return await to_thread(_stream_sync, llm, prompt, sink)
     async for chunk in chunks:
         text = _chunk_text(chunk)
         _chunk_usage(chunk, reply)

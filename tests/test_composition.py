@@ -20,7 +20,7 @@ from selfrag_core.testing import FakeLLM, FakeRetriever
 
 def confident(prompt: str) -> str:
     """SelfIRAG's fast-mode reply: the first context passage as the answer, judged 9/10."""
-    passage = prompt.split("[1] ", 1)[1].split("\n")[0]
+    passage = prompt.split('<document id="1"', 1)[1].split("\n")[1]
     scores = dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), 9)
     return json.dumps({"answer": passage, **scores, "issues": [], "suggestions": []})
 
@@ -60,14 +60,18 @@ async def test_composed_tree_keeps_three_rounds(mode: str) -> None:
 def test_the_llm_call_budget_is_shared_down_the_tree() -> None:
     llm = FakeLLM(script)
     backend = FakeRetriever(list(DOCS))
-    budget = ExecutionConfig(max_llm_calls=3, max_concurrency=1)  # sequential: deterministic order
+    budget = ExecutionConfig(max_llm_calls=3, max_concurrency=1)
     rec = RecursiveRAG(backend, llm, leaf=SelfIRAG(backend, llm), execution=budget)
     result = rec.query(COMPLEX)
     assert llm.n_calls == 3  # decompose + two leaves; then the budget stops every call
-    assert [s.answer for s in result.sub_answers] == [*DOCS[:2], "error in generating answer"]
+    assert result.trace.llm_calls == 3  # the refused calls are in the trace, but not counted
+    # which leaf comes last under the one slot is up to the scheduler
+    answers = [s.answer for s in result.sub_answers]
+    assert answers.count("error in generating answer") == 1
+    assert all(a in (doc, "error in generating answer") for a, doc in zip(answers, DOCS, strict=True))
     names = [e.name for e in result.trace.fallbacks]
     assert "merge_failed" in names and "generation_failed" in names
-    assert result.answer == "\n\n".join([*DOCS[:2], "error in generating answer"])
+    assert result.answer == "\n\n".join(answers)
 
 
 def test_the_concurrency_limit_is_shared_down_the_tree() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from selfrag_core import LLMCallError, LLMOutput, LLMTimeoutError, _acall_llm, _call_llm
+from selfrag_core import ConfigurationError, LLMCallError, LLMOutput, LLMTimeoutError, _acall_llm, _call_llm
 from selfrag_core.llm import acall_llm_detailed, call_llm_detailed, to_reply
 from selfrag_core.testing import FakeLLM, SyncOnlyFakeLLM
 
@@ -198,7 +198,7 @@ async def test_within_limits_time_without_a_task_of_its_own() -> None:
 
 
 def test_not_an_llm() -> None:
-    with pytest.raises(TypeError, match="not an LLM"):
+    with pytest.raises(ConfigurationError, match="not an LLM"):
         _call_llm(object(), "p", **NO_SLEEP)
 
 

@@ -52,7 +52,8 @@ def test_a_hanging_backend_is_cut_off_at_timeout_plus_grace(failing: Server) -> 
         assert time.perf_counter() - start < 3
         assert response.status_code == 504
         body = response.json()
-        assert body["error"]["type"] == "query_timeout" and "trace" in body and "result" not in body
+        # the engine itself stops the hung retrieval at the deadline, so the partial result comes too
+        assert body["error"]["type"] == "query_timeout" and "trace" in body
         assert c.get("/stats").json()["queries"]["active"] == 0
 
 
