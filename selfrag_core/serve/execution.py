@@ -124,7 +124,7 @@ def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tu
     clone = configured(strategy, request.strategy_options())
     if isinstance(getattr(clone, "memory", None), ConversationMemory):
         # a stateless service: one client's conversation must never reach another's prompt
-        clone.memory = ConversationMemory()
+        clone.memory = None
     base = getattr(strategy, "execution", None)
     return clone, execution_for(
         base if isinstance(base, ExecutionConfig) else ExecutionConfig(), settings, request

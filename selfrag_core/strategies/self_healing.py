@@ -30,8 +30,14 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
 from selfrag_core.prompts import Prompts, detect_language
-from selfrag_core.strategies.base import Strategy, format_context, require_llm, validate_query
-from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
+from selfrag_core.strategies.base import (
+    GENERATION_FAILED_ANSWER,
+    Strategy,
+    checked_answer,
+    format_context,
+    require_llm,
+    validate_query,
+)
 from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -65,9 +71,15 @@ class SelfHealingRAG:
     metric=None, execution=None, prompts=None)``.
 
     ``max_retries``: strategies tried after the first (at most ``max_retries + 1``
-    attempts). ``memory``: a :class:`ConversationMemory` (one is created when
-    omitted); each returned answer is added to it and the history goes into the
-    answer prompt of backend attempts. ``tracer``: an object with
+    attempts). ``memory``: a :class:`ConversationMemory` for follow-up questions, or
+    None (the default: no conversation history). A conversation belongs to its caller,
+    not to a strategy object that many requests share, so pass one per conversation
+    to ``ask*(..., memory=...)`` (or as ``context["memory"]`` to ``plan``); one given
+    here is the default for calls that pass none, shared by every such call. Each
+    returned answer is added to the memory used, and its history goes into the answer
+    prompt of backend attempts. (The reference specification creates a memory when
+    none is given, so every caller of a shared object saw every other caller's
+    questions and answers.) ``tracer``: an object with
     ``record(attempt: HealingAttempt)`` (or a callable), told each attempt's
     strategy, score, LLM calls, tokens and latency. ``metric``: see
     ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``).
@@ -104,7 +116,7 @@ class SelfHealingRAG:
             raise TypeError("system_prompt must be a str")
         self.system_prompt = system_prompt
         self.retrieval_top_k = _count("retrieval_top_k", retrieval_top_k, 1)
-        self.memory = memory if memory is not None else ConversationMemory()
+        self.memory = memory
         if tracer is not None and not (callable(getattr(tracer, "record", None)) or callable(tracer)):
             raise TypeError("tracer must have record(attempt) or be callable")
         self.tracer = tracer
@@ -119,17 +131,13 @@ class SelfHealingRAG:
 
     # ------------------------------------------------------------------ public API
     @property
-    def memory(self) -> ConversationMemory:
-        """The conversation history used for follow-up questions. Assign a fresh
-        ``ConversationMemory`` to give a copy of the strategy its own (as ``selfrag
-        serve`` does per request, so no client sees another's conversation)."""
+    def memory(self) -> ConversationMemory | None:
+        """The default conversation memory of calls that pass none (None: no history)."""
         return self._memory
 
     @memory.setter
-    def memory(self, memory: ConversationMemory) -> None:
-        if not isinstance(memory, ConversationMemory):
-            raise TypeError("memory must be a ConversationMemory")
-        self._memory = memory
+    def memory(self, memory: ConversationMemory | None) -> None:
+        self._memory = _check_memory(memory)
 
     @property
     def last_report(self) -> SelfHealingReport | None:
@@ -140,22 +148,40 @@ class SelfHealingRAG:
         return self._last.get()
 
     async def ask(
-        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        memory: ConversationMemory | None = None,
     ) -> str:
-        report = await self.ask_with_report(query, top_k=top_k, metadata_filter=metadata_filter)
+        report = await self.ask_with_report(
+            query, top_k=top_k, metadata_filter=metadata_filter, memory=memory
+        )
         return report.answer
 
     def ask_sync(
-        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        memory: ConversationMemory | None = None,
     ) -> str:
         """Sync ``ask``; safe to call from inside a running event loop."""
-        return self.ask_with_report_sync(query, top_k=top_k, metadata_filter=metadata_filter).answer
+        report = self.ask_with_report_sync(query, top_k=top_k, metadata_filter=metadata_filter, memory=memory)
+        return report.answer
 
     async def ask_with_report(
-        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        memory: ConversationMemory | None = None,
     ) -> SelfHealingReport:
         """Like ``ask``, returning the whole :class:`SelfHealingReport`."""
-        plan, run = self._start(query, top_k, metadata_filter)
+        plan, run = self._start(query, top_k, metadata_filter, memory)
         try:
             return self._finish(await run_async(plan, run), run)
         except StrategyError as e:
@@ -163,9 +189,14 @@ class SelfHealingRAG:
             raise
 
     def ask_with_report_sync(
-        self, query: str, *, top_k: int | None = None, metadata_filter: dict[str, Any] | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        metadata_filter: dict[str, Any] | None = None,
+        memory: ConversationMemory | None = None,
     ) -> SelfHealingReport:
-        plan, run = self._start(query, top_k, metadata_filter)
+        plan, run = self._start(query, top_k, metadata_filter, memory)
         try:
             return self._finish(run_sync(plan, run), run)
         except StrategyError as e:
@@ -174,20 +205,34 @@ class SelfHealingRAG:
 
     def plan(self, query: str, context: Mapping[str, Any] | None = None) -> Plan[SelfHealingReport]:
         """The plan of one question, for composing (the report has ``answer`` and
-        ``sources``). ``context`` may carry ``top_k`` and ``metadata_filter``."""
+        ``sources``). ``context`` may carry ``top_k``, ``metadata_filter`` and ``memory``."""
         ctx = dict(context or {})
-        return self._plan(validate_query(query), self._top_k(ctx.get("top_k")), ctx.get("metadata_filter"))
+        memory = self._memory_for(ctx.get("memory"))
+        return self._plan(
+            validate_query(query), self._top_k(ctx.get("top_k")), ctx.get("metadata_filter"), memory
+        )
 
     # ------------------------------------------------------------------ internals
     def _top_k(self, top_k: int | None) -> int:
         return self.retrieval_top_k if top_k is None else _count("top_k", top_k, 1)
 
+    def _memory_for(self, memory: ConversationMemory | None) -> ConversationMemory | None:
+        """The memory of one call: its own, else the default given at construction."""
+        return _check_memory(memory) if memory is not None else self._memory
+
     def _start(
-        self, query: str, top_k: int | None, metadata_filter: dict[str, Any] | None
+        self,
+        query: str,
+        top_k: int | None,
+        metadata_filter: dict[str, Any] | None,
+        memory: ConversationMemory | None,
     ) -> tuple[Plan[SelfHealingReport], Run]:
         if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
             raise TypeError("metadata_filter must be a dict or None")
-        return self._plan(validate_query(query), self._top_k(top_k), metadata_filter), Run(self.execution)
+        plan = self._plan(
+            validate_query(query), self._top_k(top_k), metadata_filter, self._memory_for(memory)
+        )
+        return plan, Run(self.execution)
 
     def _finish(self, report: SelfHealingReport, run: Run) -> SelfHealingReport:
         run.trace.wall_s = run.trace.elapsed()
@@ -201,9 +246,13 @@ class SelfHealingRAG:
         return report
 
     def _plan(
-        self, query: str, top_k: int, metadata_filter: Mapping[str, Any] | None
+        self,
+        query: str,
+        top_k: int,
+        metadata_filter: Mapping[str, Any] | None,
+        memory: ConversationMemory | None,
     ) -> Plan[SelfHealingReport]:
-        history = self._memory.history_text()
+        history = "" if memory is None else memory.history_text()
         threshold = self.quality_threshold
         tried = self.strategies[: self.max_retries + 1]
         attempts: list[HealingAttempt] = []
@@ -229,13 +278,18 @@ class SelfHealingRAG:
             yield Note("below_threshold", why, {"reason": reason}, kind="decision")
 
         report = _report(attempts, threshold)
+        if report.strategy is not None and report.answer != GENERATION_FAILED_ANSWER:
+            checked = yield from checked_answer(report.answer, query, report.sources)
+            if checked != report.answer:  # no attempt gave a usable answer
+                report.answer, report.success = checked, False
         if report.strategy is None:
             raise StrategyError(
                 f"every attempt failed ({len(attempts)} strategies tried); the last error: {last_error}. "
                 "Check the backends and the LLM; report.attempt_details holds each error.",
                 report=report,
             ) from last_error
-        self._memory.add(query, report.answer)
+        if memory is not None:
+            memory.add(query, report.answer)
         return report
 
     def _attempt(
@@ -271,6 +325,12 @@ class SelfHealingRAG:
             yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
             return 0.0, "the metric failed"
         return scored.score, scored.reason
+
+
+def _check_memory(memory: object) -> ConversationMemory | None:
+    if memory is None or isinstance(memory, ConversationMemory):
+        return memory
+    raise TypeError("memory must be a ConversationMemory or None")
 
 
 def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingReport:
