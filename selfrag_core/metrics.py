@@ -24,7 +24,7 @@ from selfrag_core.errors import ConfigurationError, ParseError, RAGSystemError
 from selfrag_core.grounding import assess, degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply, run_coroutine_sync
 from selfrag_core.parsing import parse_json
-from selfrag_core.prompts import FAITHFULNESS_SCHEMA, Prompts, detect_language
+from selfrag_core.prompts import FAITHFULNESS_SCHEMA, Prompts, detect_language, document_block
 
 
 @dataclass
@@ -43,6 +43,10 @@ class FaithfulnessScore:
         }
 
 
+#: claims of one judge reply that are read (the prompt asks for at most eight)
+MAX_CLAIMS = 100
+
+
 def _supported(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
@@ -54,11 +58,13 @@ def _supported(value: Any) -> bool | None:
 
 
 def parse_claims(text: str) -> list[tuple[str, bool]]:
-    """Read ``{"claims": [{"claim", "supported"}, ...]}`` (or a bare list). Raises ParseError."""
+    """Read ``{"claims": [{"claim", "supported"}, ...]}`` (or a bare list): the first
+    ``MAX_CLAIMS`` items. Raises ParseError, and nothing else."""
     data = parse_json(text)
     items = data.get("claims") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ParseError("the reply holds no 'claims' list", raw=text)
+    items = items[:MAX_CLAIMS]
     claims = []
     for item in items:
         if isinstance(item, dict) and (verdict := _supported(item.get("supported"))) is not None:
@@ -98,7 +104,8 @@ class FaithfulnessMetric:
         self.execution = execution or ExecutionConfig()
 
     def plan(self, question: str, answer: str, contexts: Sequence[str]) -> Plan[FaithfulnessScore]:
-        context = "\n\n".join(c.strip() for c in contexts if c and c.strip())
+        texts = [c.strip() for c in contexts if c and c.strip()]
+        context = "\n\n".join(texts)
         degenerate = degenerate_reason(answer, question, context)
         if degenerate is not None:
             return FaithfulnessScore(0.0, reason=f"degenerate answer: {degenerate}")
@@ -106,7 +113,8 @@ class FaithfulnessMetric:
             return FaithfulnessScore(0.0, reason="the answer is a refusal")
         if not context:
             return FaithfulnessScore(0.0, reason="no context to support the answer")
-        prompt = self.prompts.render("faithfulness", detect_language(answer), context=context, answer=answer)
+        fenced = "\n".join(document_block(i, text) for i, text in enumerate(texts, 1))
+        prompt = self.prompts.render("faithfulness", detect_language(answer), context=fenced, answer=answer)
         try:
             reply: LLMReply = yield Generate(
                 self.llm, prompt, "faithfulness", self.retries, FAITHFULNESS_SCHEMA

@@ -148,7 +148,7 @@ def test_max_final_docs_and_top5_in_the_answer_prompt() -> None:
     assert result.num_ranked == 7 and len(result.sources) == 7
     assert result.num_retrieved == 10
     prompt = llm.prompts[-1]
-    assert "[5]" in prompt and "[6]" not in prompt
+    assert '<document id="5"' in prompt and '<document id="6"' not in prompt
 
 
 def test_validation() -> None:

@@ -101,7 +101,10 @@ def test_settings_are_validated_before_loading() -> None:
 
 def test_make_llm_fake_is_extractive_and_valid_for_every_json_step() -> None:
     llm = factory.make_llm("fake")
-    prompt = "Context:\n[1] The Nile flows north. It is long.\n\n[2] Other.\nQuestion: where?\nAnswer:"
+    prompt = (
+        'Context:\n<document id="1" source="nile.md">\nThe Nile flows north. It is long.\n</document>\n'
+        '<document id="2">\nOther.\n</document>\n\nQuestion: where?\nAnswer:'
+    )
     assert llm.generate(prompt) == "The Nile flows north."
     data = json.loads(llm.generate_structured(prompt + " Reply with one JSON object", EVALUATION_SCHEMA))
     assert data["answer"] == "The Nile flows north."

@@ -58,8 +58,9 @@ def test_confidence_is_geometric_mean_clamped(backend: FakeRetriever, instant: E
                         "issues": [], "suggestions": []})  # fmt: skip
     result = make(FakeLLM(reply), backend, instant, max_refinement_iterations=1).query(Q)
     ev = result.history[0].evaluation
-    assert (ev.relevance, ev.accuracy, ev.completeness, ev.clarity) == (1.0, 0.4, 0.25, 0.9)
-    assert result.confidence == pytest.approx((1.0 * 0.4 * 0.25 * 0.9) ** 0.25)
+    # one scale, 0 to 10, clamped: 25 is 1.0 (it read as a percentage before)
+    assert (ev.relevance, ev.accuracy, ev.completeness, ev.clarity) == (1.0, 0.4, 1.0, 0.9)
+    assert result.confidence == pytest.approx((1.0 * 0.4 * 1.0 * 0.9) ** 0.25)
 
 
 def test_runs_all_iterations_below_threshold(backend: FakeRetriever, instant: ExecutionConfig) -> None:
@@ -322,7 +323,7 @@ def test_to_dict_is_json_safe(backend: FakeRetriever, instant: ExecutionConfig) 
         (0, 0.0),
         (7, 0.7),
         (10, 1.0),
-        (85, 0.85),
+        (85, 1.0),
         (0.9, 0.9),
         (1.0, 1.0),
         (7.5, 0.75),

@@ -97,6 +97,25 @@ class Prompts:
         return self.get(name, lang).format(**values)
 
 
+_CLOSING_TAG = re.compile(r"<\s*/\s*document", re.IGNORECASE)
+_ATTRIBUTE_UNSAFE = re.compile(r'["<>\s]+')
+
+
+def document_block(index: int, text: str, source: Any = None, note: str = "") -> str:
+    """One retrieved document as every prompt shows it: fenced in a numbered
+    ``<document id="n" source="...">`` block, so that retrieved text is always data and
+    never reads as the prompt's own words (the templates say so). A closing tag inside
+    the text is defused, so no document can end its block early. ``note`` (e.g. a
+    relevance score) goes into the opening tag."""
+    attributes = f' id="{index}"'
+    if source:
+        attributes += f' source="{_ATTRIBUTE_UNSAFE.sub(" ", str(source)).strip()[:200]}"'
+    if note:
+        attributes += f" {note}"
+    body = _CLOSING_TAG.sub("< /document", text.strip())
+    return f"<document{attributes}>\n{body}\n</document>"
+
+
 # JSON schemas for the steps whose output is parsed (handed to structured-output LLMs)
 _SCORE = {"type": "integer", "minimum": 0, "maximum": 10}
 _STRINGS = {"type": "array", "items": {"type": "string"}, "maxItems": 3}

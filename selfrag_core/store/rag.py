@@ -34,7 +34,7 @@ import numpy as np
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.llm import LLMReply, acall_llm_detailed, call_llm_detailed
-from selfrag_core.prompts import Prompts, PromptTemplate, detect_language
+from selfrag_core.prompts import Prompts, PromptTemplate, detect_language, document_block
 from selfrag_core.store.chunking import Chunker, TextChunk
 from selfrag_core.store.dense import HashingEmbeddings, as_matrix, embedder_name
 from selfrag_core.store.lexical import LexicalIndex, Tokenizer
@@ -219,13 +219,23 @@ def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
 
 
 def format_hits(hits: list[SearchHit], max_chars: int | None = None) -> str:
-    """The context block of a prompt: one header line (source, relevance) and the text per hit."""
-    blocks = [
-        f"[{i}] {h.source} (relevance {h.score if h.score is not None else 0.0:.3f})\n{h.text}"
-        for i, h in enumerate(hits, 1)
-    ]
-    context = "\n\n".join(blocks)
-    return context if max_chars is None else context[: max(0, max_chars)]
+    """The context block of a prompt: each hit fenced with its source and relevance
+    (:func:`~selfrag_core.prompts.document_block`), within ``max_chars`` characters: the
+    hits that fit whole, then as much of the next one's text as fits in its block."""
+    blocks: list[str] = []
+    used = 0
+    for i, h in enumerate(hits, 1):
+        note = f'relevance="{h.score if h.score is not None else 0.0:.3f}"'
+        block = document_block(i, h.text, h.source, note)
+        room = None if max_chars is None else max_chars - used - (1 if blocks else 0)
+        if room is not None and len(block) > room:
+            cut = document_block(i, h.text.strip()[: max(room - len(block) + len(h.text), 0)], h.source, note)
+            if len(cut) <= room and len(cut) > len(document_block(i, "", h.source, note)):
+                blocks.append(cut)  # as much of the text as fits in its block
+            break
+        blocks.append(block)
+        used += len(block) + (1 if len(blocks) > 1 else 0)
+    return "\n".join(blocks)
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
@@ -265,7 +275,12 @@ def _embedder_from_identity(identity: Mapping[str, Any]) -> Any:
     if name.startswith("selfrag-hashing-v1-"):
         dim, grams = name.rsplit("-", 2)[1:]
         if dim.isdigit() and len(grams) == 2 and grams.isdigit():
-            return HashingEmbeddings(int(dim), (int(grams[0]), int(grams[1])))
+            try:
+                return HashingEmbeddings(int(dim), (int(grams[0]), int(grams[1])))
+            except ValueError as e:  # "selfrag-hashing-v1-0-43": not a name the class gives
+                raise IndexFormatError(
+                    f"the index names the embedder {name!r}, which cannot exist ({e}); re-index the documents"
+                ) from e
     raise EmbedderMismatchError(
         f"this index was built with the embedder {name!r} (dim {identity.get('dim')}); "
         "pass the same embedder: RAG.load(path, embed=...)"
@@ -1010,13 +1025,11 @@ class RAG:
         """Open a saved index. Its saved settings apply unless overridden; ``embed`` must be
         the embedder it was built with (the built-in hashing embedder is recreated)."""
         version = _manifest_version(Path(path))  # before loading: a later save is seen later
-        stored = load_index(path)
-        settings = stored.manifest.get("settings")
-        settings = dict(settings) if isinstance(settings, dict) else {}
-        settings = {k: v for k, v in settings.items() if k in _CONFIG_KEYS}
+        stored = load_index(path)  # the manifest is validated: settings and embedder have their types
+        settings = {k: v for k, v in stored.manifest["settings"].items() if k in _CONFIG_KEYS}
         settings.update(overrides)
-        identity = stored.manifest.get("embedder")
-        if embed is None and isinstance(identity, dict):
+        identity = stored.manifest["embedder"]
+        if embed is None and identity is not None:
             embed = _embedder_from_identity(identity)
         rag = cls(embed, **settings)
         rag._restore(stored)

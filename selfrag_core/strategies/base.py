@@ -15,7 +15,8 @@ from typing import Any, Generic, TypeVar
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Note, Plan, Retrieve, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError
-from selfrag_core.prompts import Prompts
+from selfrag_core.grounding import degenerate_reason
+from selfrag_core.prompts import Prompts, document_block
 from selfrag_core.types import RetrievedDoc
 
 R = TypeVar("R")
@@ -54,9 +55,35 @@ def require_llm(llm: Any) -> Any:
     return llm
 
 
+#: the answer when no acceptable answer could be generated (as in the reference specification)
+GENERATION_FAILED_ANSWER = "error in generating answer"
+
+
 def format_context(docs: list[RetrievedDoc], limit: int | None = None) -> str:
+    """The documents as the prompts show them: numbered, fenced blocks with their
+    source (:func:`~selfrag_core.prompts.document_block`)."""
     chosen = docs if limit is None else docs[:limit]
-    return "\n\n".join(f"[{i}] {d.text.strip()}" for i, d in enumerate(chosen, 1))
+    return "\n".join(
+        document_block(i, d.text, d.metadata.get("source") or d.id) for i, d in enumerate(chosen, 1)
+    )
+
+
+def context_text(docs: list[RetrievedDoc]) -> str:
+    """The documents' text alone, for the LLM-free checks."""
+    return "\n\n".join(d.text.strip() for d in docs)
+
+
+def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
+    """A strategy's final answer, or :data:`GENERATION_FAILED_ANSWER` when it is unusable
+    (``grounding.degenerate_reason``: empty, an echo of the prompt or the question, a
+    refusal although the context covers the question, a copy of an instruction planted
+    in a document), with the reason in the trace."""
+    reason = degenerate_reason(answer, query, context_text(docs))
+    if reason is None:
+        return answer
+    detail = {"reason": reason, "answer": answer[:200], "then": "fallback answer"}
+    yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
+    return GENERATION_FAILED_ANSWER
 
 
 def retrieve_or_empty(

@@ -43,13 +43,14 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import detect_language
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
+    GENERATION_FAILED_ANSWER,
     Strategy,
+    checked_answer,
     format_context,
     retrieval_options,
     validate_context,
     validate_query,
 )
-from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
 
 #: the answer when no document could be retrieved (as in the reference specification)
@@ -200,10 +201,11 @@ class HyDERAG(Strategy[HyDEResult]):
         )
         try:
             reply: LLMReply = yield Generate(self.llm, prompt, "answer", self.llm_retries, stream=True)
-            result.answer = reply.text.strip()
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             result.answer = GENERATION_FAILED_ANSWER
+            return result
+        result.answer = yield from checked_answer(reply.text.strip(), query, ranked[:ANSWER_DOCS])
         return result
 
     def _retrieve_fused(self, query: str, context: Mapping[str, Any]) -> Plan[_Fused]:

@@ -29,14 +29,22 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
 from selfrag_core.prompts import DECOMPOSITION_SCHEMA, detect_language
 from selfrag_core.retrieval import _deduplicate
-from selfrag_core.strategies.base import Strategy, format_context, retrieval_options, retrieve_or_empty
-from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
+from selfrag_core.strategies.base import (
+    GENERATION_FAILED_ANSWER,
+    Strategy,
+    checked_answer,
+    format_context,
+    retrieval_options,
+    retrieve_or_empty,
+)
 from selfrag_core.types import RecursiveRAGResult, SubAnswer
 
 #: the answer when retrieval finds nothing (as in the reference specification)
 NOT_ENOUGH_ANSWER = "There is not enough information."
 #: token-set overlap (Jaccard) at which a sub-question counts as a copy of the question
 NEAR_COPY = 0.85
+#: items of a decomposition read per sub-question kept (the rest is never looked at)
+READ_PER_KEPT = 3
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 #: one-letter Arabic proclitics ("and", "so", "with", "for") stripped when matching keywords
 _PROCLITICS = ("و", "ف", "ب", "ل")
@@ -75,30 +83,43 @@ def matched_keywords(query: str, keywords: Sequence[str]) -> list[str]:
     return found
 
 
-def _copies(item: set[str], question: set[str]) -> bool:
+def _copies(item: frozenset[str], question: frozenset[str]) -> bool:
     """Whether the words of an item restate the question's: it holds every word of it,
     or nearly the same words (Jaccard >= NEAR_COPY)."""
     return bool(question) and (item >= question or len(item & question) / len(item | question) >= NEAR_COPY)
 
 
-def clean_decomposition(question: str, items: list[str]) -> tuple[list[str], list[str]]:
-    """Drop empty items, copies of the question and duplicates; return (kept, what was dropped)."""
+def clean_decomposition(
+    question: str, items: list[str], limit: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Drop empty items, copies of the question and duplicates; return (kept, what was dropped).
+
+    With ``limit``, at most ``limit`` items are kept and only the first
+    ``READ_PER_KEPT * limit`` are read, so the work (and the list of what was dropped)
+    is bounded whatever the model wrote; the rest is dropped as "past max_sub_questions".
+    """
     kept: list[str] = []
-    kept_words: list[set[str]] = []
+    seen: set[frozenset[str]] = set()
     dropped: list[str] = []
-    question_words = set(_tokens(question))
-    for raw in items:
+    question_words = frozenset(_tokens(question))
+    read = 0
+    for raw in items if limit is None else items[: READ_PER_KEPT * limit]:
+        if limit is not None and len(kept) >= limit:
+            break
+        read += 1
         item = raw.strip()
-        words = set(_tokens(item))
+        words = frozenset(_tokens(item))
         if not words:
             dropped.append("an empty item")
         elif _copies(words, question_words):
             dropped.append(f"a copy of the question ({item[:60]!r})")
-        elif words in kept_words:
+        elif words in seen:
             dropped.append(f"a duplicate ({item[:60]!r})")
         else:
             kept.append(item)
-            kept_words.append(words)
+            seen.add(words)
+    if read < len(items):
+        dropped.append(f"{len(items) - read} past max_sub_questions")
     return kept, dropped
 
 
@@ -179,8 +200,10 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
                 sub_answers.append(SubAnswer(sub, "", depth + 1, error=_failure(outcome)))
             else:
                 sub_answers.append(SubAnswer(sub, outcome.answer, depth + 1, result=outcome))
-        answer = yield from self._merge(query, sub_answers)
         sources = _deduplicate(d for s in sub_answers if s.result for d in s.result.sources)
+        answer = yield from self._merge(query, sub_answers)
+        if answer != GENERATION_FAILED_ANSWER:
+            answer = yield from checked_answer(answer, query, sources)
         return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources, reason=reason)
 
     def _sub(self, question: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
@@ -217,9 +240,8 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             "grounded_answer", detect_language(query), context=format_context(docs), question=query
         )
         reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
-        return RecursiveRAGResult(
-            reply.text.strip(), depth, False, [], [], docs, reason=f"{reason}: answered"
-        )
+        answer = yield from checked_answer(reply.text.strip(), query, docs)
+        return RecursiveRAGResult(answer, depth, False, [], [], docs, reason=f"{reason}: answered")
 
     def _decompose(self, query: str) -> Plan[tuple[list[str], str]]:
         """Sub-questions to answer (fewer than two: answer directly) and why."""
@@ -234,10 +256,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         except RAGSystemError as e:
             yield Note("decomposition_failed", _failure(e), {"then": "answer directly"})
             return [], "decomposition failed"
-        subs, dropped = clean_decomposition(query, parse_list(reply.text))
-        if len(subs) > cfg.max_sub_questions:
-            dropped.append(f"{len(subs) - cfg.max_sub_questions} past max_sub_questions")
-            subs = subs[: cfg.max_sub_questions]
+        subs, dropped = clean_decomposition(query, parse_list(reply.text), cfg.max_sub_questions)
         detail = f" (dropped {', '.join(dropped)})" if dropped else ""
         if len(subs) < 2:
             why = f"junk decomposition: {len(subs)} usable sub-question(s){detail}"

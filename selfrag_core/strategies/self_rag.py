@@ -15,6 +15,7 @@ Differences from the reference implementation, on purpose:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,35 +27,48 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_json_object
 from selfrag_core.prompts import ANSWER_EVALUATION_SCHEMA, EVALUATION_SCHEMA, detect_language
 from selfrag_core.retrieval import _deduplicate
-from selfrag_core.strategies.base import Strategy, format_context, retrieval_options, retrieve_or_empty
+from selfrag_core.strategies.base import (
+    GENERATION_FAILED_ANSWER,
+    Strategy,
+    context_text,
+    format_context,
+    retrieval_options,
+    retrieve_or_empty,
+)
 from selfrag_core.types import EvaluationResult, RefinementStep, RetrievedDoc, SelfRAGResult
 
-#: the answer when generation failed altogether (as in the reference specification)
-GENERATION_FAILED_ANSWER = "error in generating answer"
 _DIMENSIONS = ("relevance", "accuracy", "completeness", "clarity")
+#: a score written as text: a number, then optionally "/10" or "out of 10" (see _unit)
+_SCORE_TEXT = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(\s*(?:/|out\s+of)\s*10)?", re.IGNORECASE)
 
 
 def _unit(value: Any) -> float | None:
-    """A judge's score as a number in [0, 1].
+    """A judge's score as a number in [0, 1], or None when it cannot be read.
 
-    The schemas ask for integers from zero to ten, so an integer is read on that scale
-    (a 1 is poor, not perfect); a fraction up to 1 is read as already in [0, 1]; other
-    numbers as 0-10, or 0-100 above ten. Numeric strings are accepted.
+    One rule: a score is on the 0-10 scale the schemas ask for, clamped to [0, 10] and
+    divided by 10 (7 -> 0.7, 11 or a 400-digit number -> 1.0, -3 -> 0.0). A float
+    (a number written with a decimal point) from 0 to 1 is the one exception: it is
+    read as already in [0, 1] (0.85 -> 0.85, 1.0 -> 1.0; the integer 1 is 0.1). A
+    string is read as the number it spells, which may be followed by "/10" or "out of
+    10" ("9/10", "9 out of 10" -> 0.9, always on the 0-10 scale). Unreadable: booleans,
+    non-finite numbers (NaN, Infinity), any other text or type. Never raises.
     """
-    if isinstance(value, bool):
-        return None
     if isinstance(value, str):
-        try:
-            value = int(value) if value.strip().isdigit() else float(value)
-        except ValueError:
+        match = _SCORE_TEXT.fullmatch(value.strip())
+        if match is None:
             return None
-    if isinstance(value, int):
-        x = value / 10.0 if value <= 10 else value / 100.0
-    elif isinstance(value, float) and value == value:
-        x = value if value <= 1.0 else value / 10.0 if value <= 10.0 else value / 100.0
+        number, out_of_ten = match.group(1), match.group(2) is not None
+        x: float = float(number)  # digits only: never raises, a huge number is inf (clamped below)
+        fraction = "." in number and not out_of_ten
+    elif (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and math.isfinite(value)
+    ):
+        x, fraction = value, isinstance(value, float)  # an int stays exact: 10**400 is never a float
     else:
         return None
-    return min(1.0, max(0.0, x))
+    if fraction and 0.0 <= x <= 1.0:
+        return float(x)
+    return min(max(x, 0), 10) / 10
 
 
 def geometric_mean(values: list[float]) -> float:
@@ -155,7 +169,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 answer, action = candidate, "evaluate_refined"
                 evaluation = yield from self._evaluate(query, ctx, answer, lang)
             evaluation.grounding = assess(
-                answer, query, ctx, min_token_support=cfg.grounding.min_token_support
+                answer, query, context_text(docs), min_token_support=cfg.grounding.min_token_support
             )
             step = RefinementStep(
                 iteration, answer, evaluation, evaluation.confidence,
@@ -168,15 +182,21 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 break
             candidate = None
             if cfg.enable_answer_refinement:
-                candidate = yield from self._refine(query, ctx, answer, evaluation, lang)
+                candidate = yield from self._refine(query, ctx, docs, answer, evaluation, lang)
             if cfg.enable_retrieval_refinement and evaluation.suggestions:
                 current_query = _expand(current_query, evaluation.suggestions[:2])
             previous_docs = docs
 
         best = self._select(history)
+        answer, confidence = best.answer, best.confidence
+        unusable = best.evaluation.grounding.degenerate if self.config.grounding.enabled else None
+        if unusable is not None and answer != GENERATION_FAILED_ANSWER:  # every step is unusable
+            detail = {"reason": unusable, "answer": answer[:200], "then": "fallback answer"}
+            yield Note("answer_rejected", f"no usable answer: the best step's is {unusable}", detail)
+            answer, confidence = GENERATION_FAILED_ANSWER, 0.0
         return SelfRAGResult(
-            answer=best.answer,
-            confidence=best.confidence,
+            answer=answer,
+            confidence=confidence,
             iterations=len(history),
             history=history,
             sources=best.sources,
@@ -275,7 +295,13 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         return unparsed_evaluation()
 
     def _refine(
-        self, query: str, ctx: str, answer: str, evaluation: EvaluationResult, lang: str
+        self,
+        query: str,
+        ctx: str,
+        docs: list[RetrievedDoc],
+        answer: str,
+        evaluation: EvaluationResult,
+        lang: str,
     ) -> Plan[str | None]:
         prompt = self.prompts.render(
             "refine", lang, context=ctx, question=query, answer=answer,
@@ -287,7 +313,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             yield Note("refinement_failed", f"{type(e).__name__}: {e}", {"then": "regenerate"})
             return None
         refined = reply.text.strip()
-        reason = degenerate_reason(refined, query, ctx)
+        reason = degenerate_reason(refined, query, context_text(docs))
         if reason is not None:
             yield Note("refinement_discarded", reason, {"refined": refined[:200], "then": "regenerate"})
             return None

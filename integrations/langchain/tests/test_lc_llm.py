@@ -11,7 +11,7 @@ from lc_fakes import ANSWER, CORPUS, keyed_model
 
 from selfrag_core import ExecutionConfig, LLMCallError, SelfIRAG, SelfRAGConfig
 from selfrag_core.prompts import EVALUATION_SCHEMA
-from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER
 from selfrag_core.testing import FakeRetriever, judge_json
 from selfrag_langchain import LangChainLLM, as_llm
 
