@@ -29,11 +29,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.errors import RAGSystemError, StrategyError
+from selfrag_core.errors import RAGSystemError, StrategyError, misconfiguration_hint
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER
+from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
+from selfrag_core.strategies.recursive import NOT_ENOUGH_ANSWER
+from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
+
+#: the strategies' answers when they found nothing to answer from
+NO_INFORMATION_ANSWERS = (INSUFFICIENT_ANSWER, NOT_ENOUGH_ANSWER, NO_CONTEXT_ANSWER)
 
 logger = logging.getLogger("selfrag")
 
 STRATEGIES = ("self", "hyde", "recursive", "healing")
+#: seconds one LLM attempt may take, and one question, unless --llm-timeout / --timeout say otherwise
+DEFAULT_LLM_TIMEOUT = 120.0
+DEFAULT_QUERY_TIMEOUT = 600.0
 EMBEDDERS = ("auto", "minilm", "hashing", "none")
 #: never read when met inside a folder (named explicitly, they are still tried); other files
 #: are read and skipped when they turn out binary, empty or not decodable
@@ -294,13 +304,24 @@ def index_paths(
 # ----------------------------------------------------------------------------- strategies
 
 
-def build_strategy(name: str, rag: Any, llm: Any, *, top_k: int = 3, max_llm_calls: int | None = 12) -> Any:
+def build_strategy(
+    name: str,
+    rag: Any,
+    llm: Any,
+    *,
+    top_k: int = 3,
+    max_llm_calls: int | None = 12,
+    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
+    query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
+) -> Any:
     """One of the four strategies, sized for a small local model (few iterations,
-    one hypothetical document, one level of decomposition)."""
+    one hypothetical document, one level of decomposition), bounded in time."""
     from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
     from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
 
-    execution = ExecutionConfig(max_llm_calls=max_llm_calls)
+    execution = ExecutionConfig(
+        max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
+    )
     if name == "self":
         # two-step (answer, then judge): tiny models answer worse inside a JSON object
         two_step = SelfRAGConfig(max_refinement_iterations=2, top_k=top_k, fast_mode=False)
@@ -404,21 +425,52 @@ def _llm(args: argparse.Namespace) -> Any:
     from selfrag_core.local.factory import make_llm
 
     options = {"n_threads": args.threads} if args.threads else {}
-    return make_llm(args.llm, **options)
+    try:
+        return make_llm(args.llm, **options)
+    except (RAGSystemError, ValueError, OSError):
+        raise
+    except Exception as e:  # a provider's client refused its settings (no API key, ...)
+        hint = misconfiguration_hint(e) or "check the provider's settings and credentials"
+        raise CLIError(f"could not create the LLM {args.llm!r}: {type(e).__name__}: {e}; {hint}") from e
+
+
+def _strategy(args: argparse.Namespace, name: str, rag: Any, llm: Any) -> Any:
+    return build_strategy(
+        name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls,
+        llm_timeout=args.llm_timeout or None, query_timeout=args.timeout or None,
+    )  # fmt: skip
+
+
+def unanswered(result: Any) -> str | None:
+    """Why no answer could be generated, or None when the result holds an answer: the
+    answer is empty, the generation-failed fallback, or a no-information fallback that
+    failures (not an index without the answer) led to. The reason is the trace's last
+    LLM or retrieval error."""
+    answer = result.answer.strip()
+    events = result.trace.events
+    errors: list[str] = [e.error for e in events if e.error and e.kind in ("llm", "retrieval")]
+    if answer not in ("", GENERATION_FAILED_ANSWER) and not (answer in NO_INFORMATION_ANSWERS and errors):
+        return None
+    notes: list[str] = [e.error for e in events if e.error]
+    return (errors or notes or ["the strategy produced no answer"])[-1]
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     rag = open_index(_index_dir(args), create=False)
     if rag.count() == 0:
         raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
-    strategy = build_strategy(
-        args.strategy, rag, _llm(args), top_k=args.top_k, max_llm_calls=args.max_llm_calls
-    )
-    result = run_strategy(strategy, args.question)
+    result = run_strategy(_strategy(args, args.strategy, rag, _llm(args)), args.question)
+    why = unanswered(result)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
-    else:
+    elif why is None:
         print_result(result)
+    if why is not None:
+        raise CLIError(
+            f"no answer could be generated: {why} (see --json for the trace; --llm-timeout and --timeout "
+            "bound the wait)",
+            code=1,
+        )
     return 0
 
 
@@ -475,7 +527,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for question in questions:
             for name in strategies:
                 advance(0, f"{name}: {question[:50]}")
-                strategy = build_strategy(name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls)
+                strategy = _strategy(args, name, rag, llm)
                 result = run_strategy(strategy, question)
                 rows.append((name, question, result))
                 progress.say(f"\n[{name}] {question}\n  -> {_one_line(result.answer)}")
@@ -543,6 +595,15 @@ def build_parser() -> argparse.ArgumentParser:
     llm_opts.add_argument(
         "--max-llm-calls", type=int, default=12, help="LLM-call budget per question (default 12)"
     )
+    timing = argparse.ArgumentParser(add_help=False)  # `serve` has its own --timeout (per request)
+    timing.add_argument(
+        "--llm-timeout", type=float, default=DEFAULT_LLM_TIMEOUT, metavar="SECONDS",
+        help=f"seconds one LLM call may take (default {DEFAULT_LLM_TIMEOUT:g}; 0 for no limit)",
+    )  # fmt: skip
+    timing.add_argument(
+        "--timeout", type=float, default=DEFAULT_QUERY_TIMEOUT, metavar="SECONDS",
+        help=f"seconds one question may take (default {DEFAULT_QUERY_TIMEOUT:g}; 0 for no limit)",
+    )  # fmt: skip
     new_index = argparse.ArgumentParser(add_help=False)
     new_index.add_argument(
         "--embedder", choices=EMBEDDERS, default="auto",
@@ -558,13 +619,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--encoding", help="encoding of files that are not UTF-8 (e.g. cp1252)")
     p.set_defaults(func=cmd_index)
-    p = sub.add_parser("ask", parents=[common, llm_opts], help="answer a question from the index")
+    p = sub.add_parser("ask", parents=[common, llm_opts, timing], help="answer a question from the index")
     p.add_argument("question")
     p.add_argument("--strategy", choices=STRATEGIES, default="self")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_ask)
     p = sub.add_parser(
-        "demo", parents=[common, llm_opts, new_index], help="index a sample corpus and run all strategies"
+        "demo",
+        parents=[common, llm_opts, timing, new_index],
+        help="index a sample corpus and run all strategies",
     )
     p.add_argument(
         "--questions", type=int, default=2, help="sample questions to run: 2 English (default), 3 adds Arabic"
