@@ -246,3 +246,25 @@ def test_a_models_own_config_callbacks_join_the_runnables_run(use_async: bool) -
     assert len(outer.of_kind("llm")) == len(own.of_kind("llm")) == 2  # the passage and the answer
     chain = [rid for rid, (kind, _, parent) in outer.runs.items() if kind == "chain" and parent is None]
     assert len(chain) == 1 and all(own.runs[rid][2] == chain[0] for rid in own.of_kind("llm"))
+
+
+async def test_one_chain_shared_by_two_users_never_mixes_their_conversations() -> None:
+    """A chain is built once and shared by every user (issue 16 §5): user B's prompts
+    never carry user A's question or answer."""
+    from langchain_core.runnables import RunnableLambda
+
+    from selfrag_core import SelfHealingRAG
+
+    prompts: list[str] = []
+
+    def model(prompt: Any) -> str:
+        prompts.append(str(prompt))
+        return ANSWER
+
+    chain = SelfRAGRunnable(strategy=SelfHealingRAG(RunnableLambda(model), [as_backend(vector_store())]))
+    chain.invoke({"question": "What is the secret project code name of Alice?"})
+    before = len(prompts)
+    await chain.abatch([{"question": QUERY}, {"question": "Where does the Seine flow?"}])
+    chain.invoke(QUERY)
+    later = prompts[before:]
+    assert later and not any("secret project" in p or "Conversation so far" in p for p in later)

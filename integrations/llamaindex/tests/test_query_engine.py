@@ -437,3 +437,16 @@ def test_sub_question_query_engine_uses_our_engine_as_a_tool(make_llm, index, us
     pair = end.payload["sub_question"]
     assert pair.answer == "Paris is the capital of France."
     assert pair.sources[0].node_id == "paris"  # our source nodes, ids kept
+
+
+async def test_one_engine_shared_by_two_users_never_mixes_their_conversations(make_llm, index) -> None:
+    """A query engine is built once and shared by every user (issue 16 §5): user B's
+    prompts never carry user A's question or answer."""
+    llm = make_llm(HEALING_RULES)
+    shared = SelfRAGQueryEngine(strategy=SelfHealingRAG(LlamaIndexLLM(llm), [as_backend(index)]))
+    secret = "What is the secret project code name of Alice?"
+    shared.query(secret)
+    before = len(llm.prompts)
+    await asyncio.gather(shared.aquery(FRANCE), asyncio.to_thread(shared.query, "Where does the Seine flow?"))
+    later = llm.prompts[before:]
+    assert later and not any("secret project" in p or "Conversation so far" in p for p in later)
