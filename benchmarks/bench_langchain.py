@@ -46,15 +46,14 @@ from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 
 from selfrag_core import SelfIRAG  # noqa: E402
-from selfrag_core.testing import judge_json  # noqa: E402
+from selfrag_core.testing import first_document, judge_json  # noqa: E402
 from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend  # noqa: E402
 
 
 def reply(prompt: str) -> str:
     """A confident fast-mode judge reply whose answer is the first context passage (so it
     is grounded and SelfIRAG stops after one call)."""
-    first = prompt.split("[1] ", 1)[-1].split("\n", 1)[0].strip()
-    return judge_json(first or "No context.", 9)
+    return judge_json(first_document(prompt, "No context."), 9)
 
 
 class InstantChatModel(BaseChatModel):

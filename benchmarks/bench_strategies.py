@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from selfrag_core import ExecutionConfig, HyDERAG, RecursiveRAG, RecursiveRAGConfig, SelfHealingRAG, SelfIRAG
-from selfrag_core.testing import FakeLLM, FakeRetriever
+from selfrag_core.testing import FakeLLM, FakeRetriever, first_document
 
 DOCS = [
     "Photosynthesis converts light energy into chemical energy stored in glucose.",
@@ -55,7 +55,7 @@ SUBS = [
 
 
 def _first_passage(prompt: str) -> str:
-    return prompt.split("[1] ", 1)[1].split("\n")[0] if "[1] " in prompt else "No context was given."
+    return first_document(prompt, "No context was given.")
 
 
 def script(prompt: str) -> str:

@@ -248,3 +248,19 @@ def judge_json(
         data = {"answer": answer, **data}
     data.update(extra)
     return json.dumps(data)
+
+
+_DOCUMENT = re.compile(r'<document id="(\d+)"[^>\n]*>\n(.*?)\n</document>', re.DOTALL)
+
+
+def prompt_documents(prompt: str) -> list[str]:
+    """The texts of the documents a prompt shows, in order (the fenced
+    ``<document id="n" ...>`` blocks every prompt uses): for scripted LLMs that answer
+    from their context."""
+    return [text for _, text in _DOCUMENT.findall(prompt)]
+
+
+def first_document(prompt: str, default: str = "") -> str:
+    """The first line of the prompt's first document, or ``default``."""
+    documents = prompt_documents(prompt)
+    return documents[0].strip().split("\n", 1)[0] if documents else default

@@ -15,12 +15,12 @@ from selfrag_core import (
     SelfHealingRAG,
     SelfIRAG,
 )
-from selfrag_core.testing import FakeLLM, FakeRetriever
+from selfrag_core.testing import FakeLLM, FakeRetriever, first_document
 
 
 def confident(prompt: str) -> str:
     """SelfIRAG's fast-mode reply: the first context passage as the answer, judged 9/10."""
-    passage = prompt.split('<document id="1"', 1)[1].split("\n")[1]
+    passage = first_document(prompt)
     scores = dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), 9)
     return json.dumps({"answer": passage, **scores, "issues": [], "suggestions": []})
 

@@ -27,7 +27,6 @@ from selfrag_core import (
     SelfRAGConfig,
     StrategyError,
 )
-from selfrag_core.errors import misconfiguration_hint
 from selfrag_core.testing import FakeLLM, FakeRetriever, SyncOnlyFakeLLM
 
 DOCS = [
@@ -332,6 +331,8 @@ async def test_misconfiguration_fallback_option(name: str, mode: str) -> None:
 
 
 def test_fault_classification() -> None:
+    from selfrag_core.errors import misconfiguration_hint
+
     assert misconfiguration_hint(TypeError("x")) is not None
     assert misconfiguration_hint(AttributeError("x")) is not None
     assert misconfiguration_hint(ModuleNotFoundError("x")) == "install the missing package"

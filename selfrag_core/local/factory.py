@@ -19,14 +19,15 @@ PROVIDERS: dict[str, Callable[[str], Any]] = {}
 
 LLM_CHOICES = ("local", "smollm2", "gemma", "fake", "<path>.gguf", "<provider>:<model>")
 
-_FIRST_PASSAGE = re.compile(r'<document id="1"[^>\n]*>\n(.*?)\n</document>', re.DOTALL)
 _SENTENCE_END = re.compile(r"(?<=[.!?؟])\s")
 
 
 def _extractive_reply(prompt: str) -> str:
     """The first sentence of the first passage of the prompt's context (or a refusal)."""
-    match = _FIRST_PASSAGE.search(prompt)
-    lines = [] if match is None else match.group(1).strip().splitlines()
+    from selfrag_core.testing import prompt_documents
+
+    documents = prompt_documents(prompt)
+    lines = documents[0].strip().splitlines() if documents else []
     # skip markdown headings and code comments
     body = " ".join(ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith(("#", "/")))
     if not body:

@@ -65,3 +65,27 @@ def test_every_strategy_over_community_backends(name: str, backend_name: str) ->
     assert out["trace"]["fallbacks"] == 0
     if backend_name == "faiss" and name in ("SelfIRAG", "RecursiveRAG"):  # sources as retrieved
         assert {d.metadata["score_kind"] for d in out["sources"]} == {"distance"}
+
+
+class QuerylessEmbedding(DeterministicFakeEmbedding):
+    """Embeds documents, but cannot embed a query (as a misconfigured embeddings object)."""
+
+    def embed_query(self, text: str) -> list[float]:
+        raise TypeError("embed_query() got an unexpected keyword argument 'input_type'")
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_store_whose_embeddings_cannot_embed_queries_is_a_configuration_error(name: str) -> None:
+    """Issue 16 §7: every retrieval raised TypeError, and the library answered "The answer
+    is not available" after seven LLM calls with no context. Now the query stops at once."""
+    from selfrag_core import ConfigurationError
+
+    store = FAISS.from_documents(DOCS, QuerylessEmbedding(size=64))
+    model = keyed_model(structured=True)
+    strategy = strategies(as_backend(store), LangChainLLM(model))[name]
+    chain = SelfRAGRunnable(strategy=strategy)
+    for run in (chain.invoke, chain.ainvoke):
+        with pytest.raises(ConfigurationError, match=r"backend .* raised TypeError: embed_query"):
+            result = run(QUESTION)
+            if hasattr(result, "__await__"):
+                await result
