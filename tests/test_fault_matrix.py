@@ -16,16 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fault_helpers import MODES, STRATEGIES, ask, build
 
 from selfrag_core import (
     ConfigurationError,
     ExecutionConfig,
-    HyDERAG,
-    RecursiveRAG,
     SelfHealingRAG,
-    SelfIRAG,
-    SelfRAGConfig,
-    StrategyError,
 )
 from selfrag_core.testing import FakeLLM, FakeRetriever, SyncOnlyFakeLLM
 
@@ -35,38 +31,12 @@ DOCS = [
     "Tides are caused by the gravity of the Moon and affect coastal ecosystems.",
 ]
 
-QUESTION = "What is the capital of France?"
-STRATEGIES = ["self", "hyde", "recursive", "healing"]
-MODES = ["sync", "async"]
 FALLBACK_ANSWERS = {
     "error in generating answer",
     "There is insufficient information.",
     "There is not enough information.",
     "The context does not contain the answer.",
 }
-
-
-def build(name: str, backend: Any, llm: Any, execution: ExecutionConfig, retries: int = 2) -> Any:
-    if name == "self":
-        config = SelfRAGConfig(max_refinement_iterations=2, llm_retries=retries)
-        return SelfIRAG(backend, llm, config, execution=execution)
-    if name == "hyde":
-        return HyDERAG(backend, llm, llm_retries=retries, execution=execution)
-    if name == "recursive":
-        return RecursiveRAG(backend, llm, execution=execution)
-    return SelfHealingRAG(llm, [backend], max_retries=0, execution=execution)
-
-
-async def ask(strategy: Any, mode: str, question: str = QUESTION) -> Any:
-    """The result (SelfHealingRAG: its report, also when every attempt failed)."""
-    if isinstance(strategy, SelfHealingRAG):
-        try:
-            if mode == "sync":
-                return strategy.ask_with_report_sync(question)
-            return await strategy.ask_with_report(question)
-        except StrategyError as e:
-            return e.report
-    return strategy.query(question) if mode == "sync" else await strategy.aquery(question)
 
 
 @pytest.fixture
