@@ -47,7 +47,7 @@ from selfrag_core.serve.models import (
 )
 from selfrag_core.serve.responses import FastJSONResponse, dumps
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
-from selfrag_core.strategies.base import validate_query
+from selfrag_core.validation import validate_query
 
 logger = logging.getLogger("selfrag.serve")
 

@@ -47,8 +47,8 @@ from selfrag_core.store.persist import (
     save_index,
 )
 from selfrag_core.store.rerank import Reranker, make_reranker
-from selfrag_core.strategies.base import validate_query
 from selfrag_core.types import RetrievedDoc, ScoreKind, _json_safe
+from selfrag_core.validation import validate_query
 
 logger = logging.getLogger("selfrag")
 

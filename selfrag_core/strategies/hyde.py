@@ -48,10 +48,9 @@ from selfrag_core.strategies.base import (
     checked_answer,
     format_context,
     retrieval_options,
-    validate_context,
-    validate_query,
 )
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
+from selfrag_core.validation import validate_context, validate_query
 
 #: the answer when no document could be retrieved (as in the reference specification)
 INSUFFICIENT_ANSWER = "There is insufficient information."

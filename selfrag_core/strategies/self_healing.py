@@ -36,9 +36,9 @@ from selfrag_core.strategies.base import (
     checked_answer,
     format_context,
     require_llm,
-    validate_query,
 )
 from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
+from selfrag_core.validation import validate_query
 
 DEFAULT_SYSTEM_PROMPT = (
     "Answer using only the provided context. If the context does not contain the answer, say so."

@@ -1,0 +1,35 @@
+"""Validation shared by the library and the application layer: questions and query
+contexts at the public boundary."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+#: queries longer than this are rejected (a prompt this long is a mistake, not a question)
+MAX_QUERY_CHARS = 20_000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def validate_query(query: Any, *, name: str = "query", max_chars: int = MAX_QUERY_CHARS) -> str:
+    """Return the query cleaned of control characters, or raise TypeError / ValueError."""
+    if not isinstance(query, str):
+        raise TypeError(f"{name} must be a str, got {type(query).__name__}")
+    cleaned = _CONTROL.sub(" ", query).strip()
+    if not cleaned:
+        raise ValueError(f"{name} is empty; pass the question as a non-empty string")
+    if len(cleaned) > max_chars:
+        raise ValueError(
+            f"{name} is {len(cleaned):,} characters; the limit is {max_chars:,}. "
+            "Send the question, not the documents (index those with add_document)."
+        )
+    return cleaned
+
+
+def validate_context(context: Any) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise TypeError(f"context must be a dict or None, got {type(context).__name__}")
+    return dict(context)
