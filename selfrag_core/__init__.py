@@ -6,7 +6,7 @@ from selfrag_core.config import (
     RecursiveRAGConfig,
     SelfRAGConfig,
 )
-from selfrag_core.engine import observe_trace
+from selfrag_core.engine import Generate, Note, Parallel, Plan, Retrieve, RetrieveMany, Run, observe_trace
 from selfrag_core.errors import (
     BudgetExceededError,
     ConfigurationError,
@@ -24,8 +24,17 @@ from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.retrieval import _aretrieve_safe, _deduplicate, _retrieve_safe
-from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
+from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+from selfrag_core.strategies.base import (
+    StreamEvent,
+    arun_query,
+    astream_query,
+    retrieve_or_empty,
+    run_query,
+    stream_query,
+)
 from selfrag_core.types import (
+    Answer,
     EvaluationResult,
     Grounding,
     HealingAttempt,
@@ -44,6 +53,7 @@ from selfrag_core.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Answer",
     "BudgetExceededError",
     "ConfigurationError",
     "ConversationMemory",
@@ -51,6 +61,7 @@ __all__ = [
     "ExecutionConfig",
     "FaithfulnessMetric",
     "FaithfulnessScore",
+    "Generate",
     "Grounding",
     "GroundingConfig",
     "HealingAttempt",
@@ -60,7 +71,10 @@ __all__ = [
     "LLMOutput",
     "LLMTimeoutError",
     "MissingDependencyError",
+    "Note",
+    "Parallel",
     "ParseError",
+    "Plan",
     "QueryTimeoutError",
     "RAGSystemError",
     "RecursiveRAG",
@@ -68,14 +82,19 @@ __all__ = [
     "RecursiveRAGResult",
     "RefinementStep",
     "RetrievalError",
+    "Retrieve",
+    "RetrieveMany",
     "RetrievedDoc",
+    "Run",
     "ScoreKind",
     "SelfHealingRAG",
     "SelfHealingReport",
     "SelfIRAG",
     "SelfRAGConfig",
     "SelfRAGResult",
+    "Strategy",
     "StrategyError",
+    "StreamEvent",
     "SubAnswer",
     "Trace",
     "TraceEvent",
@@ -84,5 +103,10 @@ __all__ = [
     "_call_llm",
     "_deduplicate",
     "_retrieve_safe",
+    "arun_query",
+    "astream_query",
     "observe_trace",
+    "retrieve_or_empty",
+    "run_query",
+    "stream_query",
 ]

@@ -295,6 +295,30 @@ class HyDEResult:
         }
 
 
+# ----------------------------------------------------------------- your own strategy
+
+
+@dataclass
+class Answer:
+    """The result of a strategy of your own (see ``Strategy``): the answer, the documents
+    it came from, anything else worth reporting in ``details`` (JSON-safe values), and
+    the trace the engine fills in. Every runner, the CLI, the HTTP service and both
+    adapters read a result through ``answer``, ``sources``, ``trace`` and ``to_dict()``."""
+
+    answer: str
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    trace: Trace = field(default_factory=Trace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            **_json_safe(self.details),
+            "sources": [d.to_dict() for d in self.sources],
+            "trace": self.trace.to_dict(),
+        }
+
+
 # --------------------------------------------------------------------- RecursiveRAG
 
 

@@ -344,14 +344,19 @@ async def test_concurrent_callers_of_one_object_never_see_each_others_questions(
     llm = FakeLLM(reply, latency=0.005)
     strategy = build(name, FakeRetriever(docs), llm, ExecutionConfig(max_concurrency=8))
     questions = [f"What is {_topic(i)} about, and how did its history start?" for i in range(16)]
+
+    async def staggered(i: int) -> None:  # later callers start while earlier ones finish
+        await asyncio.sleep(0.01 * i)
+        await ask(strategy, mode, questions[i])
+
     if mode == "sync":
-        threads = [threading.Thread(target=asyncio.run, args=(ask(strategy, "sync", q),)) for q in questions]
+        threads = [threading.Thread(target=asyncio.run, args=(staggered(i),)) for i in range(16)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(30)
     else:
-        await asyncio.gather(*(ask(strategy, "async", q) for q in questions))
+        await asyncio.gather(*(staggered(i) for i in range(16)))
     assert llm.n_calls >= 16
     for prompt in llm.prompts:
         assert "Conversation so far" not in prompt

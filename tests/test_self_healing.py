@@ -342,3 +342,38 @@ async def test_concurrent_asks_get_their_own_reports() -> None:
         assert report.answer == f"Service {i} uptime from context."
         assert report.sources[0].text == docs[i]
         assert last is report
+
+
+# ---------------------------------------------------------------------- one contract
+
+
+def test_self_healing_is_a_strategy_and_streams() -> None:
+    from selfrag_core import SelfHealingReport, Strategy
+
+    healer = SelfHealingRAG(judge_llm({GOOD_DOC: claims(True)}), [FakeRetriever([GOOD_DOC])])
+    assert isinstance(healer, Strategy)
+    events = list(healer.stream(QUESTION, {"top_k": 1}))
+    assert [e.kind for e in events] == ["token", "result"]  # chosen after judging: one piece
+    report = events[-1].result
+    assert isinstance(report, SelfHealingReport) and report.success
+    assert events[0].text == report.answer and report.trace.llm_calls == 2
+    assert report.attempt_details[0].llm_calls == 2  # filled by its finish step, streamed too
+
+
+async def test_self_healing_streams_async_and_its_aliases_are_query() -> None:
+    healer = SelfHealingRAG(judge_llm({GOOD_DOC: claims(True)}), [FakeRetriever([GOOD_DOC])])
+    events = [e async for e in healer.astream(QUESTION)]
+    assert events[-1].kind == "result" and events[-1].result.success
+    assert (await healer.aquery(QUESTION)).answer == await healer.ask(QUESTION) == healer.ask_sync(QUESTION)
+    with pytest.raises(TypeError, match="metadata_filter"):
+        healer.query(QUESTION, {"metadata_filter": "not a dict"})
+
+
+def test_every_attempt_failing_raises_with_the_report_finished_from_every_entry_point() -> None:
+    healer = SelfHealingRAG(FakeLLM([ConnectionError("down")]), [FakeRetriever([GOOD_DOC])], max_retries=0,
+                            execution=ExecutionConfig(sleep=lambda _: None))  # fmt: skip
+    for call in (healer.query, healer.ask_with_report_sync, lambda q: list(healer.stream(q))):
+        with pytest.raises(StrategyError) as caught:
+            call(QUESTION)
+        report = caught.value.report
+        assert report.trace.wall_s > 0 and report.attempt_details[0].llm_calls == 3

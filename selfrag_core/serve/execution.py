@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Run, run_async
+from selfrag_core.engine import Run
 from selfrag_core.errors import ConfigurationError, StrategyError
 from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.models import QueryRequest
 from selfrag_core.serve.settings import ServeSettings
-from selfrag_core.strategies.base import Strategy, closing_events
+from selfrag_core.strategies.base import arun_query, closing_events
 from selfrag_core.types import Trace
 
 #: where each request option lives, in order: a field of ``strategy.config`` or an attribute
@@ -146,7 +146,6 @@ async def execute(
     report finished, unless the budget or the timeout caused it.
     """
     context = {"metadata_filter": dict(request.metadata_filter)} if request.metadata_filter else None
-    plan = strategy.plan(question, context)
     streamed: list[str] = []
 
     def on_token(text: str) -> None:  # the final answer's text, where the strategy streams it
@@ -160,26 +159,16 @@ async def execute(
     trace = run.trace
     hard_limit = None if execution.query_timeout is None else execution.query_timeout + settings.timeout_grace
     try:
-        result = await within(run_async(plan, run), hard_limit)
+        result = await within(arun_query(strategy, question, context, run=run), hard_limit)
     except asyncio.TimeoutError:
         trace.wall_s = trace.elapsed()
         return Outcome(None, trace, "query_timeout")
-    except StrategyError as e:
-        if e.report is None:
-            raise
-        _finish(strategy, e.report, run)
+    except StrategyError as e:  # its report is finished
         exceeded = _exceeded(trace, run)
-        if exceeded is None:
+        if e.report is None or exceeded is None:
             raise
         return Outcome(e.report, trace, exceeded)
-    result = _finish(strategy, result, run)
     if listener is not None:  # the answer when it was chosen at the end, or a reset and the answer
         for event in closing_events("".join(streamed), result):
             listener(event.kind, {"text": event.text} if event.kind == "token" else {})
     return Outcome(result, trace, _exceeded(trace, run))
-
-
-def _finish(strategy: Any, result: Any, run: Run) -> Any:
-    """The strategy's own finishing step (trace, wall time, per-attempt usage)."""
-    finish = getattr(strategy, "_finish", None)
-    return finish(result, run) if callable(finish) else Strategy._finish(result, run)

@@ -4,6 +4,7 @@ small plan helpers (retrieval with fallback, context formatting)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import queue
 import threading
@@ -13,13 +14,14 @@ from typing import Any, Generic, TypeVar
 
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Note, Plan, Retrieve, Run, run_async, run_sync
-from selfrag_core.errors import RAGSystemError
+from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.grounding import degenerate_reason
 from selfrag_core.prompts import Prompts, document_block
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def require_llm(llm: Any) -> Any:
@@ -110,19 +112,77 @@ def closing_events(streamed: str, result: Any) -> list[StreamEvent[Any]]:
     return [*events, StreamEvent("token", answer)] if answer else events
 
 
-def stream_plan(
-    plan: Plan[R], execution: ExecutionConfig, finish: Callable[[R, Run], R]
-) -> Iterator[StreamEvent[R]]:
-    """Run ``plan`` on a worker thread, yielding the final answer's tokens as the
-    LLM produces them (for LLMs that stream), then the result. When nothing was
-    streamed (the strategy picks its answer only at the end, or the LLM cannot
-    stream), the whole answer comes as one token before the result."""
+def _finish_of(strategy: Any) -> Callable[[Any, Run], Any]:
+    finish: Callable[[Any, Run], Any] = getattr(strategy, "finish", None) or Strategy.finish_trace
+    return finish
+
+
+@contextlib.contextmanager
+def _reports_finished(strategy: Any, run: Run) -> Iterator[None]:
+    """A StrategyError leaving the block carries its report finished (trace, usage)."""
+    try:
+        yield
+    except StrategyError as e:
+        if e.report is not None:
+            _finish_of(strategy)(e.report, run)
+        raise
+
+
+def run_query(
+    strategy: Any, query: str, context: Mapping[str, Any] | None = None, *, run: Run | None = None
+) -> Any:
+    """Answer ``query`` with ``strategy`` (anything with ``plan(query, context)``: every
+    strategy of the library, and yours), carried out with blocking calls: safe inside a
+    running event loop. ``run``: the per-query state (:class:`~selfrag_core.engine.Run`:
+    the ``ExecutionConfig`` whose budget and timeouts apply, a token sink, a trace
+    listener); default ``Run(strategy.execution)``. Returns the finished result (its
+    trace and wall time set); a StrategyError keeps its finished report. This is how
+    ``Strategy.query``, the CLI, the HTTP service and both adapters run a strategy."""
+    plan = strategy.plan(query, context)
+    run = run if run is not None else Run(_execution_of(strategy))
+    with _reports_finished(strategy, run):
+        result = run_sync(plan, run)
+    return _finish_of(strategy)(result, run)
+
+
+async def arun_query(
+    strategy: Any, query: str, context: Mapping[str, Any] | None = None, *, run: Run | None = None
+) -> Any:
+    """Async :func:`run_query`, on the running event loop (no thread when the LLM and the
+    backend are async)."""
+    plan = strategy.plan(query, context)
+    run = run if run is not None else Run(_execution_of(strategy))
+    with _reports_finished(strategy, run):
+        result = await run_async(plan, run)
+    return _finish_of(strategy)(result, run)
+
+
+def _execution_of(strategy: Any) -> ExecutionConfig:
+    execution = getattr(strategy, "execution", None)
+    return execution if isinstance(execution, ExecutionConfig) else ExecutionConfig()
+
+
+def stream_query(
+    strategy: Any, query: str, context: Mapping[str, Any] | None = None
+) -> Iterator[StreamEvent[Any]]:
+    """Answer ``query`` with ``strategy`` on a worker thread, yielding the final answer's
+    tokens as the LLM produces them (where the strategy streams its answer and the LLM
+    can stream), then the result (see :class:`StreamEvent`). When nothing was streamed
+    (the strategy picks its answer only at the end, or the LLM cannot stream), the whole
+    answer comes as one token before the result. Bad input raises here, before anything
+    runs."""
+    return _stream(strategy, strategy.plan(query, context))
+
+
+def _stream(strategy: Any, plan: Plan[Any]) -> Iterator[StreamEvent[Any]]:
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
-    run = Run(execution, on_token=lambda text: events.put(("token", text)))
+    run = Run(_execution_of(strategy), on_token=lambda text: events.put(("token", text)))
 
     def work() -> None:
         try:
-            events.put(("result", finish(run_sync(plan, run), run)))
+            with _reports_finished(strategy, run):
+                result = run_sync(plan, run)
+            events.put(("result", _finish_of(strategy)(result, run)))
         except BaseException as e:  # re-raised in the consumer's thread
             events.put(("error", e))
 
@@ -141,17 +201,21 @@ def stream_plan(
             return
 
 
-async def astream_plan(
-    plan: Plan[R], execution: ExecutionConfig, finish: Callable[[R, Run], R]
-) -> AsyncIterator[StreamEvent[R]]:
-    """Async :func:`stream_plan`, on the running event loop."""
+def astream_query(
+    strategy: Any, query: str, context: Mapping[str, Any] | None = None
+) -> AsyncIterator[StreamEvent[Any]]:
+    """Async :func:`stream_query`, on the running event loop."""
+    return _astream(strategy, strategy.plan(query, context))
+
+
+async def _astream(strategy: Any, plan: Plan[Any]) -> AsyncIterator[StreamEvent[Any]]:
     loop = asyncio.get_running_loop()
     tokens: asyncio.Queue[str] = asyncio.Queue()
 
     def sink(text: str) -> None:  # called on the loop, or from a worker thread for sync LLMs
         loop.call_soon_threadsafe(tokens.put_nowait, text)
 
-    run = Run(execution, on_token=sink)
+    run = Run(_execution_of(strategy), on_token=sink)
     task = asyncio.ensure_future(run_async(plan, run))
     streamed: list[str] = []
     try:
@@ -166,7 +230,9 @@ async def astream_plan(
         while not tokens.empty():
             streamed.append(tokens.get_nowait())
             yield StreamEvent("token", streamed[-1])
-        result = finish(task.result(), run)
+        with _reports_finished(strategy, run):
+            outcome = task.result()
+        result = _finish_of(strategy)(outcome, run)
         for event in closing_events("".join(streamed), result):
             yield event
         yield StreamEvent("result", result=result)
@@ -176,7 +242,17 @@ async def astream_plan(
 
 
 class Strategy(Generic[R]):
-    """Base of the four strategies: one plan, two entry points."""
+    """Base of every strategy: one plan, run by the engine sync, async or streamed.
+
+    A strategy implements one method, ``_plan(query, context)``: a generator that
+    yields effects (``Generate``, ``Retrieve``, ``RetrieveMany``, ``Parallel``, ``Note``
+    from :mod:`selfrag_core.engine`), receives their results, and returns its result (a
+    dataclass with ``answer``, ``sources`` and ``trace``, or any object with an
+    ``answer``). A failed effect is raised at its ``yield``, so fallbacks are ordinary
+    ``try``/``except``; another strategy composes by ``yield from other.plan(q, ctx)``.
+    ``query``/``aquery``/``stream``/``astream`` then come for free, and the strategy runs
+    under the CLI, the HTTP service and both adapters like the built-in ones.
+    """
 
     def __init__(
         self,
@@ -189,6 +265,12 @@ class Strategy(Generic[R]):
         if rag_system is None:
             raise ValueError("rag_system is required: pass a retrieval backend (retrieve(query, top_k))")
         self.rag_system = rag_system
+        self._configure(llm, execution, prompts)
+
+    def _configure(
+        self, llm: Any, execution: ExecutionConfig | None, prompts: Mapping[str, str] | None
+    ) -> None:
+        """What every strategy has: its LLM, its ``ExecutionConfig`` and its prompts."""
         self.llm = require_llm(llm)
         if execution is not None and not isinstance(execution, ExecutionConfig):
             raise TypeError("execution must be an ExecutionConfig")
@@ -203,29 +285,32 @@ class Strategy(Generic[R]):
         """The validated plan of one query, for composing strategies (``yield from``)."""
         return self._plan(validate_query(query), validate_context(context))
 
-    def query(self, query: str, context: dict[str, Any] | None = None) -> R:
+    def query(self, query: str, context: Mapping[str, Any] | None = None) -> R:
         """Answer ``query``. Safe to call from inside a running event loop."""
-        plan = self.plan(query, context)
-        run = Run(self.execution)
-        return self._finish(run_sync(plan, run), run)
+        result: R = run_query(self, query, context)
+        return result
 
-    async def aquery(self, query: str, context: dict[str, Any] | None = None) -> R:
+    async def aquery(self, query: str, context: Mapping[str, Any] | None = None) -> R:
         """Answer ``query`` on the running event loop (no thread when the LLM is async)."""
-        plan = self.plan(query, context)
-        run = Run(self.execution)
-        return self._finish(await run_async(plan, run), run)
+        result: R = await arun_query(self, query, context)
+        return result
 
-    def stream(self, query: str, context: dict[str, Any] | None = None) -> Iterator[StreamEvent[R]]:
+    def stream(self, query: str, context: Mapping[str, Any] | None = None) -> Iterator[StreamEvent[R]]:
         """Answer ``query``, yielding the final answer's text as it is generated, then
-        the result (see :func:`stream_plan`)."""
-        return stream_plan(self.plan(query, context), self.execution, self._finish)
+        the result (see :func:`stream_query`)."""
+        return stream_query(self, query, context)
 
-    def astream(self, query: str, context: dict[str, Any] | None = None) -> AsyncIterator[StreamEvent[R]]:
+    def astream(self, query: str, context: Mapping[str, Any] | None = None) -> AsyncIterator[StreamEvent[R]]:
         """Async :meth:`stream`."""
-        return astream_plan(self.plan(query, context), self.execution, self._finish)
+        return astream_query(self, query, context)
+
+    def finish(self, result: R, run: Run) -> R:
+        """The last step of every run: the result gets the run's trace and wall time.
+        Subclasses extend it (SelfHealingRAG fills each attempt's usage)."""
+        return Strategy.finish_trace(result, run)
 
     @staticmethod
-    def _finish(result: R, run: Run) -> R:
+    def finish_trace(result: T, run: Run) -> T:
         run.trace.wall_s = run.trace.elapsed()
         if hasattr(result, "trace"):
             result.trace = run.trace
@@ -235,7 +320,8 @@ class Strategy(Generic[R]):
         """Pass-through to the backend's ``add_document`` (metadata defaults to {})."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text must be a non-empty string")
-        adder = getattr(self.rag_system, "add_document", None)
+        adder = getattr(getattr(self, "rag_system", None), "add_document", None)
         if adder is None:
-            raise TypeError(f"{type(self.rag_system).__name__} has no add_document(text, metadata)")
+            name = type(getattr(self, "rag_system", None)).__name__
+            raise TypeError(f"{name} has no add_document(text, metadata); add documents to the backend")
         return adder(text, metadata if metadata is not None else {})

@@ -24,21 +24,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync, without_streaming
+from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, without_streaming
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
-from selfrag_core.prompts import Prompts, detect_language
+from selfrag_core.prompts import detect_language
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
     checked_answer,
     format_context,
-    require_llm,
 )
 from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
-from selfrag_core.validation import validate_query
 
 DEFAULT_SYSTEM_PROMPT = (
     "Answer using only the provided context. If the context does not contain the answer, say so."
@@ -62,29 +60,33 @@ def _count(name: str, value: Any, minimum: int) -> int:
 
 def _is_strategy(obj: Any) -> bool:
     """A library strategy, composed through its plan rather than called as a backend."""
-    return isinstance(obj, (Strategy, SelfHealingRAG))
+    return isinstance(obj, Strategy)
 
 
-class SelfHealingRAG:
+class SelfHealingRAG(Strategy[SelfHealingReport]):
     """``SelfHealingRAG(llm, strategies, *, quality_threshold=0.75, max_retries=2,
     system_prompt=DEFAULT_SYSTEM_PROMPT, retrieval_top_k=5, memory=None, tracer=None,
     metric=None, execution=None, prompts=None)``.
+
+    A :class:`Strategy` like the others: ``query``/``aquery``/``stream``/``astream``
+    answer with a :class:`SelfHealingReport`; ``context`` may carry ``top_k``,
+    ``metadata_filter`` and ``memory``. The specification's ``ask`` (async),
+    ``ask_sync``, ``ask_with_report`` and ``ask_with_report_sync`` are thin aliases.
 
     ``max_retries``: strategies tried after the first (at most ``max_retries + 1``
     attempts). ``memory``: a :class:`ConversationMemory` for follow-up questions, or
     None (the default: no conversation history). A conversation belongs to its caller,
     not to a strategy object that many requests share, so pass one per conversation
-    to ``ask*(..., memory=...)`` (or as ``context["memory"]`` to ``plan``); one given
-    here is the default for calls that pass none, shared by every such call. Each
-    returned answer is added to the memory used, and its history goes into the answer
-    prompt of backend attempts. (The reference specification creates a memory when
-    none is given, so every caller of a shared object saw every other caller's
-    questions and answers.) ``tracer``: an object with
-    ``record(attempt: HealingAttempt)`` (or a callable), told each attempt's
-    strategy, score, LLM calls, tokens and latency. ``metric``: see
+    (``ask*(..., memory=...)``, or ``context["memory"]``); one given here is the default
+    for calls that pass none, shared by every such call. Each returned answer is added
+    to the memory used, and its history goes into the answer prompt of backend
+    attempts. (The reference specification creates a memory when none is given, so
+    every caller of a shared object saw every other caller's questions and answers.)
+    ``tracer``: an object with ``record(attempt: HealingAttempt)`` (or a callable),
+    told each attempt's strategy, score, LLM calls, tokens and latency. ``metric``: see
     ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``).
 
-    ``ask`` never raises for a failure one attempt can absorb; when every attempt
+    A query never raises for a failure one attempt can absorb; when every attempt
     raises it raises :class:`StrategyError` (``.report`` holds the report) from the
     last error.
     """
@@ -104,12 +106,13 @@ class SelfHealingRAG:
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | None = None,
     ) -> None:
-        self.llm = require_llm(llm)
+        self._configure(llm, execution, prompts)
         if isinstance(strategies, (str, bytes)) or not isinstance(strategies, Sequence):
             raise TypeError("strategies must be a list of retrieval backends or selfrag strategies")
         if not strategies or any(s is None for s in strategies):
             raise ValueError("strategies is empty (or holds None): pass at least one retrieval strategy")
         self.strategies = list(strategies)
+        self.rag_system = None  # several backends: documents are added to each directly
         self.quality_threshold = _unit("quality_threshold", quality_threshold)
         self.max_retries = _count("max_retries", max_retries, 0)
         if not isinstance(system_prompt, str):
@@ -120,10 +123,6 @@ class SelfHealingRAG:
         if tracer is not None and not (callable(getattr(tracer, "record", None)) or callable(tracer)):
             raise TypeError("tracer must have record(attempt) or be callable")
         self.tracer = tracer
-        if execution is not None and not isinstance(execution, ExecutionConfig):
-            raise TypeError("execution must be an ExecutionConfig")
-        self.execution = execution or ExecutionConfig()
-        self.prompts = Prompts(prompts)
         self.metric = check_metric(metric) if metric is not None else FaithfulnessMetric(llm, prompts=prompts)
         self._last: contextvars.ContextVar[SelfHealingReport | None] = contextvars.ContextVar(
             f"selfhealing_last_report_{id(self)}", default=None
@@ -141,10 +140,10 @@ class SelfHealingRAG:
 
     @property
     def last_report(self) -> SelfHealingReport | None:
-        """The report of the last ``ask`` made *in this context* (thread or asyncio
-        task), or None. A best-effort convenience: concurrent callers never see each
-        other's report, but a report set inside ``asyncio.gather``'s tasks is not
-        visible to the caller of ``gather``. Use ``ask_with_report`` for certainty."""
+        """The report of the last query made *in this context* (thread or asyncio task),
+        or None. A best-effort convenience: concurrent callers never see each other's
+        report, but a report set inside ``asyncio.gather``'s tasks is not visible to the
+        caller of ``gather``. Use the report ``query`` returns for certainty."""
         return self._last.get()
 
     async def ask(
@@ -152,12 +151,11 @@ class SelfHealingRAG:
         query: str,
         *,
         top_k: int | None = None,
-        metadata_filter: dict[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
         memory: ConversationMemory | None = None,
     ) -> str:
-        report = await self.ask_with_report(
-            query, top_k=top_k, metadata_filter=metadata_filter, memory=memory
-        )
+        """The specification's entry point: ``(await aquery(...)).answer``."""
+        report = await self.aquery(query, _context(top_k, metadata_filter, memory))
         return report.answer
 
     def ask_sync(
@@ -165,78 +163,37 @@ class SelfHealingRAG:
         query: str,
         *,
         top_k: int | None = None,
-        metadata_filter: dict[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
         memory: ConversationMemory | None = None,
     ) -> str:
-        """Sync ``ask``; safe to call from inside a running event loop."""
-        report = self.ask_with_report_sync(query, top_k=top_k, metadata_filter=metadata_filter, memory=memory)
-        return report.answer
+        """Sync ``ask``: ``query(...).answer``; safe inside a running event loop."""
+        return self.query(query, _context(top_k, metadata_filter, memory)).answer
 
     async def ask_with_report(
         self,
         query: str,
         *,
         top_k: int | None = None,
-        metadata_filter: dict[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
         memory: ConversationMemory | None = None,
     ) -> SelfHealingReport:
-        """Like ``ask``, returning the whole :class:`SelfHealingReport`."""
-        plan, run = self._start(query, top_k, metadata_filter, memory)
-        try:
-            return self._finish(await run_async(plan, run), run)
-        except StrategyError as e:
-            self._finish(e.report, run)
-            raise
+        """Like ``ask``, returning the whole :class:`SelfHealingReport` (``aquery``)."""
+        return await self.aquery(query, _context(top_k, metadata_filter, memory))
 
     def ask_with_report_sync(
         self,
         query: str,
         *,
         top_k: int | None = None,
-        metadata_filter: dict[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
         memory: ConversationMemory | None = None,
     ) -> SelfHealingReport:
-        plan, run = self._start(query, top_k, metadata_filter, memory)
-        try:
-            return self._finish(run_sync(plan, run), run)
-        except StrategyError as e:
-            self._finish(e.report, run)
-            raise
+        """Sync ``ask_with_report`` (``query``)."""
+        return self.query(query, _context(top_k, metadata_filter, memory))
 
-    def plan(self, query: str, context: Mapping[str, Any] | None = None) -> Plan[SelfHealingReport]:
-        """The plan of one question, for composing (the report has ``answer`` and
-        ``sources``). ``context`` may carry ``top_k``, ``metadata_filter`` and ``memory``."""
-        ctx = dict(context or {})
-        memory = self._memory_for(ctx.get("memory"))
-        return self._plan(
-            validate_query(query), self._top_k(ctx.get("top_k")), ctx.get("metadata_filter"), memory
-        )
-
-    # ------------------------------------------------------------------ internals
-    def _top_k(self, top_k: int | None) -> int:
-        return self.retrieval_top_k if top_k is None else _count("top_k", top_k, 1)
-
-    def _memory_for(self, memory: ConversationMemory | None) -> ConversationMemory | None:
-        """The memory of one call: its own, else the default given at construction."""
-        return _check_memory(memory) if memory is not None else self._memory
-
-    def _start(
-        self,
-        query: str,
-        top_k: int | None,
-        metadata_filter: dict[str, Any] | None,
-        memory: ConversationMemory | None,
-    ) -> tuple[Plan[SelfHealingReport], Run]:
-        if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
-            raise TypeError("metadata_filter must be a dict or None")
-        plan = self._plan(
-            validate_query(query), self._top_k(top_k), metadata_filter, self._memory_for(memory)
-        )
-        return plan, Run(self.execution)
-
-    def _finish(self, report: SelfHealingReport, run: Run) -> SelfHealingReport:
-        run.trace.wall_s = run.trace.elapsed()
-        report.trace = run.trace
+    def finish(self, result: SelfHealingReport, run: Run) -> SelfHealingReport:
+        """The trace, each attempt's calls, tokens and latency, the tracer, ``last_report``."""
+        report = Strategy.finish_trace(result, run)
         _attempt_usage(report.attempt_details, run.trace)
         if self.tracer is not None:
             record = getattr(self.tracer, "record", None) or self.tracer
@@ -245,7 +202,18 @@ class SelfHealingRAG:
         self._last.set(report)
         return report
 
-    def _plan(
+    # ------------------------------------------------------------------ the plan
+    def _plan(self, query: str, context: dict[str, Any]) -> Plan[SelfHealingReport]:
+        top_k = context.get("top_k")
+        top_k = self.retrieval_top_k if top_k is None else _count("top_k", top_k, 1)
+        metadata_filter = context.get("metadata_filter")
+        if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
+            raise TypeError("metadata_filter must be a dict or None")
+        memory = context.get("memory")
+        memory = _check_memory(memory) if memory is not None else self._memory
+        return (yield from self._attempts(query, top_k, metadata_filter, memory))
+
+    def _attempts(
         self,
         query: str,
         top_k: int,
@@ -325,6 +293,13 @@ class SelfHealingRAG:
             yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
             return 0.0, "the metric failed"
         return scored.score, scored.reason
+
+
+def _context(
+    top_k: int | None, metadata_filter: Mapping[str, Any] | None, memory: ConversationMemory | None
+) -> dict[str, Any]:
+    options = {"top_k": top_k, "metadata_filter": metadata_filter, "memory": memory}
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def _check_memory(memory: object) -> ConversationMemory | None:

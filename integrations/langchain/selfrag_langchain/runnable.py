@@ -16,6 +16,7 @@ from langchain_core.runnables.config import set_config_context
 from langchain_core.runnables.utils import AddableDict, coro_with_context
 from pydantic import ConfigDict, field_validator
 
+from selfrag_core import arun_query, run_query
 from selfrag_langchain._convert import question_of, result_output
 
 T = TypeVar("T")
@@ -25,15 +26,11 @@ RunManager = Union[CallbackManagerForChainRun, CallbackManagerForRetrieverRun]
 AsyncRunManager = Union[AsyncCallbackManagerForChainRun, AsyncCallbackManagerForRetrieverRun]
 
 
-def _is_healing(strategy: Any) -> bool:
-    return callable(getattr(strategy, "ask_with_report_sync", None))
-
-
 def check_strategy(strategy: Any) -> Any:
-    """Accept a library strategy: ``query``/``aquery`` (``Strategy``) or ``SelfHealingRAG``'s
-    ``ask_with_report_sync``/``ask_with_report``."""
-    has = [callable(getattr(strategy, name, None)) for name in ("query", "aquery")]
-    if not (all(has) or _is_healing(strategy)):
+    """Accept a selfrag strategy: anything with ``plan(query, context)`` and
+    ``query``/``aquery``/``stream``/``astream`` (every ``Strategy``, built-in or yours)."""
+    needed = ("plan", "query", "aquery", "stream", "astream")
+    if not all(callable(getattr(strategy, name, None)) for name in needed):
         raise TypeError(
             f"strategy must be a selfrag strategy (query/aquery), got {type(strategy).__name__}; "
             "e.g. SelfIRAG(as_backend(retriever), LangChainLLM(model))"
@@ -42,22 +39,13 @@ def check_strategy(strategy: Any) -> Any:
 
 
 def run_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:
-    """The strategy's result (or ``SelfHealingReport``) for ``question``."""
-    if _is_healing(strategy):
-        return strategy.ask_with_report_sync(question, **_healing_options(context))
-    return strategy.query(question, context)
+    """The strategy's result for ``question``, through the core's one runner."""
+    return run_query(strategy, question, context)
 
 
 async def arun_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:
     """Async :func:`run_strategy`."""
-    if _is_healing(strategy):
-        return await strategy.ask_with_report(question, **_healing_options(context))
-    return await strategy.aquery(question, context)
-
-
-def _healing_options(context: dict[str, Any] | None) -> dict[str, Any]:
-    ctx = context or {}
-    return {k: ctx[k] for k in ("top_k", "metadata_filter") if k in ctx}
+    return await arun_query(strategy, question, context)
 
 
 def in_child_run(run_manager: RunManager, fn: Callable[..., T], *args: Any) -> T:
@@ -112,9 +100,6 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
     def _chunks(self, inputs: Iterator[Input], run_manager: CallbackManagerForChainRun) -> Iterator[Output]:
         for value in inputs:
             question, context = question_of(value)
-            if _is_healing(self.strategy):
-                yield AddableDict(in_child_run(run_manager, self._run, value))
-                continue
             with set_config_context(RunnableConfig(callbacks=run_manager.get_child())):
                 for event in self.strategy.stream(question, context):
                     yield _chunk(event, question)
@@ -124,9 +109,6 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
     ) -> AsyncIterator[Output]:
         async for value in inputs:
             question, context = question_of(value)
-            if _is_healing(self.strategy):
-                yield AddableDict(await ain_child_run(run_manager, self._arun, value))
-                continue
             with set_config_context(RunnableConfig(callbacks=run_manager.get_child())):
                 async for event in self.strategy.astream(question, context):
                     yield _chunk(event, question)
