@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.validation import check_int, check_positive_or_none, check_unit
 
 DEFAULT_COMPLEXITY_KEYWORDS: tuple[str, ...] = (
     # Arabic
@@ -15,27 +16,6 @@ DEFAULT_COMPLEXITY_KEYWORDS: tuple[str, ...] = (
     "and", "or", "causes", "effects", "compare", "difference", "relationship", "impact",
     "how", "why", "when",
 )  # fmt: skip
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _check_unit(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number in [0, 1], got {value!r}")
-    if not 0.0 <= float(value) <= 1.0:
-        raise ConfigurationError(f"{name} must be in [0, 1], got {value}")
-
-
-def _check_positive_or_none(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigurationError(f"{name} must be a positive number or None, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -79,12 +59,12 @@ class ExecutionConfig:
     async_sleep: Callable[[float], Awaitable[None]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        _check_int("max_concurrency", self.max_concurrency, 1)
+        check_int("max_concurrency", self.max_concurrency, 1)
         if self.max_llm_calls is not None:
-            _check_int("max_llm_calls", self.max_llm_calls, 1)
-        _check_positive_or_none("llm_timeout", self.llm_timeout)
-        _check_positive_or_none("query_timeout", self.query_timeout)
-        _check_positive_or_none("retrieval_timeout", self.retrieval_timeout)
+            check_int("max_llm_calls", self.max_llm_calls, 1)
+        check_positive_or_none("llm_timeout", self.llm_timeout)
+        check_positive_or_none("query_timeout", self.query_timeout)
+        check_positive_or_none("retrieval_timeout", self.retrieval_timeout)
         if self.misconfiguration not in ("raise", "fallback"):
             raise ConfigurationError(
                 f"misconfiguration must be 'raise' or 'fallback', got {self.misconfiguration!r}"
@@ -107,7 +87,7 @@ class GroundingConfig:
     min_token_support: float = 0.5
 
     def __post_init__(self) -> None:
-        _check_unit("min_token_support", self.min_token_support)
+        check_unit("min_token_support", self.min_token_support)
 
 
 @dataclass(frozen=True)
@@ -123,10 +103,10 @@ class SelfRAGConfig:
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
 
     def __post_init__(self) -> None:
-        _check_int("max_refinement_iterations", self.max_refinement_iterations, 1)
-        _check_unit("confidence_threshold", self.confidence_threshold)
-        _check_int("llm_retries", self.llm_retries, 0)
-        _check_int("top_k", self.top_k, 1)
+        check_int("max_refinement_iterations", self.max_refinement_iterations, 1)
+        check_unit("confidence_threshold", self.confidence_threshold)
+        check_int("llm_retries", self.llm_retries, 0)
+        check_int("top_k", self.top_k, 1)
 
 
 @dataclass(frozen=True)
@@ -139,11 +119,11 @@ class RecursiveRAGConfig:
     top_k: int = 5
 
     def __post_init__(self) -> None:
-        _check_int("max_depth", self.max_depth, 0)
-        _check_int("max_sub_questions", self.max_sub_questions, 1)
-        _check_int("min_query_length", self.min_query_length, 0)
-        _check_int("llm_retries", self.llm_retries, 0)
-        _check_int("top_k", self.top_k, 1)
+        check_int("max_depth", self.max_depth, 0)
+        check_int("max_sub_questions", self.max_sub_questions, 1)
+        check_int("min_query_length", self.min_query_length, 0)
+        check_int("llm_retries", self.llm_retries, 0)
+        check_int("top_k", self.top_k, 1)
         if isinstance(self.complexity_keywords, str):
             raise ConfigurationError("complexity_keywords must be a list of words, not a string")
         object.__setattr__(self, "complexity_keywords", tuple(self.complexity_keywords))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from selfrag_core.errors import ConfigurationError
+from selfrag_core.validation import check_int
 
 
 class ConversationMemory:
@@ -16,9 +16,7 @@ class ConversationMemory:
     """
 
     def __init__(self, max_turns: int = 5, *, max_answer_chars: int = 500) -> None:
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise ConfigurationError(f"max_turns must be an int >= 1, got {max_turns!r}")
-        self.max_turns = max_turns
+        self.max_turns = check_int("max_turns", max_turns, 1)
         self.max_answer_chars = max_answer_chars
         self._turns: deque[tuple[str, str]] = deque(maxlen=max_turns)
         self._lock = threading.Lock()

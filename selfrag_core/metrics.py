@@ -20,11 +20,12 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Plan, Run, run_async, run_sync
-from selfrag_core.errors import ConfigurationError, ParseError, RAGSystemError
+from selfrag_core.errors import ParseError, RAGSystemError
 from selfrag_core.grounding import assess, degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply, run_coroutine_sync
 from selfrag_core.parsing import parse_json
 from selfrag_core.prompts import FAITHFULNESS_SCHEMA, Prompts, detect_language, document_block
+from selfrag_core.validation import check_int
 
 
 @dataclass
@@ -97,9 +98,7 @@ class FaithfulnessMetric:
         if not llm:
             raise ValueError("llm is required: FaithfulnessMetric judges claims with an LLM")
         self.llm = llm
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ConfigurationError(f"retries must be an int >= 0, got {retries!r}")
-        self.retries = retries
+        self.retries = check_int("retries", retries, 0)
         self.prompts = Prompts(prompts)
         self.execution = execution or ExecutionConfig()
 

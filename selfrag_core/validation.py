@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from selfrag_core.errors import ConfigurationError
+
 #: queries longer than this are rejected (a prompt this long is a mistake, not a question)
 MAX_QUERY_CHARS = 20_000
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -33,3 +35,31 @@ def validate_context(context: Any) -> dict[str, Any]:
     if not isinstance(context, Mapping):
         raise TypeError(f"context must be a dict or None, got {type(context).__name__}")
     return dict(context)
+
+
+def check_int(name: str, value: object, minimum: int = 0) -> int:
+    """``value`` when it is an int (not a bool) of at least ``minimum``, else a
+    :class:`~selfrag_core.errors.ConfigurationError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_unit(name: str, value: object) -> float:
+    """``value`` as a float when it is a number in [0, 1], else a ConfigurationError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number in [0, 1], got {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ConfigurationError(f"{name} must be in [0, 1], got {value}")
+    return float(value)
+
+
+def check_positive_or_none(name: str, value: object) -> float | None:
+    """``value`` when it is None or a positive number, else a ConfigurationError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive number or None, got {value!r}")
+    return float(value)

@@ -355,3 +355,18 @@ def test_refusals_are_recognised_in_any_case(answer: str, refusal: bool) -> None
     context = "Paris is the capital of France."
     reason = degenerate_reason(answer, "What is the capital of France?", context)
     assert (reason == "refusal_with_evidence") is refusal
+
+
+def test_skip_refinement_on_high_confidence_false_runs_every_iteration(
+    backend: FakeRetriever, instant: ExecutionConfig
+) -> None:
+    """The specification's flag (it reserved it; True, the default, stops at the threshold)."""
+    llm = FakeLLM(
+        script([judged(GOOD, 9)], evaluate=[judged(None, 9)], refine=[GOOD + " It lies on the Seine."])
+    )
+    eager = make(llm, backend, instant, max_refinement_iterations=3, skip_refinement_on_high_confidence=False)
+    result = eager.query(Q)
+    assert result.iterations == 3 and "refining anyway" in result.history[0].reason
+    assert (
+        make(FakeLLM(judged(GOOD, 9)), backend, instant, max_refinement_iterations=3).query(Q).iterations == 1
+    )

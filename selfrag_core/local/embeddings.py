@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from selfrag_core.errors import MissingDependencyError
+from selfrag_core.validation import check_int
 
 logger = logging.getLogger("selfrag")
 
@@ -45,8 +46,7 @@ class LocalEmbeddings:
     dimension = 384
 
     def __init__(self, *, batch_size: int = 32, device: str = "cpu") -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_int("batch_size", batch_size, 1)
         missing = [name for name in _REQUIRED if importlib.util.find_spec(name) is None]
         if missing:
             raise MissingDependencyError(f"the local embedder needs {', '.join(missing)}: {EMBEDDINGS_HINT}")

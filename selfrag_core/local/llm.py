@@ -21,6 +21,7 @@ from typing import Any
 
 from selfrag_core.local.models import check_model_name, require_llama, resolve_model
 from selfrag_core.protocols import LLMOutput
+from selfrag_core.validation import check_int
 
 logger = logging.getLogger("selfrag")
 
@@ -75,8 +76,7 @@ class LocalLLM:
             "structured_max_tokens": structured_max_tokens, "item_max_chars": item_max_chars,
             "string_max_chars": string_max_chars,
         }.items():  # fmt: skip
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value, 1)
         if n_ctx < 2 * max(max_tokens, structured_max_tokens):
             raise ValueError(f"n_ctx={n_ctx} leaves no room for prompts; use at least twice max_tokens")
         if temperature < 0:

@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from selfrag_core.config import _check_int, _check_positive_or_none
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.validation import check_int, check_positive_or_none
 
 #: the environment variable holding the optional bearer token
 TOKEN_ENV = "SELFRAG_API_TOKEN"
@@ -53,13 +53,13 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_question_chars", "max_concurrent_queries", "max_top_k"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         for name in ("max_batch_documents", "max_document_chars"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("retry_after_s", self.retry_after_s, 0)
+            check_int(name, getattr(self, name), 1)
+        check_int("retry_after_s", self.retry_after_s, 0)
         if self.max_llm_calls is not None:
-            _check_int("max_llm_calls", self.max_llm_calls, 1)
-        _check_positive_or_none("query_timeout", self.query_timeout)
+            check_int("max_llm_calls", self.max_llm_calls, 1)
+        check_positive_or_none("query_timeout", self.query_timeout)
         if self.timeout_grace < 0:
             raise ConfigurationError("timeout_grace must be >= 0")
         if self.api_token is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.validation import check_int
 
 CHUNKERS = ("recursive", "character", "markdown", "code", "hierarchical")
 
@@ -98,10 +99,8 @@ class Chunker:
     def __init__(self, strategy: str = "recursive", chunk_size: int = 1000, chunk_overlap: int = 200) -> None:
         if strategy not in CHUNKERS:
             raise ConfigurationError(f"unknown chunker {strategy!r}; choose one of {list(CHUNKERS)}")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 20:
-            raise ConfigurationError(f"chunk_size must be an int >= 20, got {chunk_size!r}")
-        if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or chunk_overlap < 0:
-            raise ConfigurationError(f"chunk_overlap must be an int >= 0, got {chunk_overlap!r}")
+        check_int("chunk_size", chunk_size, 20)
+        check_int("chunk_overlap", chunk_overlap, 0)
         if chunk_overlap >= chunk_size:
             raise ConfigurationError(
                 f"chunk_overlap ({chunk_overlap}) must be smaller than chunk_size ({chunk_size})"

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from selfrag_core.validation import check_int
+
 _WORD = re.compile(r"(?u)\w+")
 
 
@@ -70,8 +72,7 @@ class HashingEmbeddings:
     """
 
     def __init__(self, dim: int = 256, ngram_range: tuple[int, int] = (3, 4)) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 8:
-            raise ValueError(f"dim must be an int >= 8, got {dim!r}")
+        check_int("dim", dim, 8)
         low, high = ngram_range
         if not 1 <= low <= high:
             raise ValueError(f"ngram_range must be (low, high) with 1 <= low <= high, got {ngram_range!r}")

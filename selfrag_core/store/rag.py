@@ -48,7 +48,7 @@ from selfrag_core.store.persist import (
 )
 from selfrag_core.store.rerank import Reranker, make_reranker
 from selfrag_core.types import RetrievedDoc, ScoreKind, _json_safe
-from selfrag_core.validation import validate_query
+from selfrag_core.validation import check_int, validate_query
 
 logger = logging.getLogger("selfrag")
 
@@ -347,8 +347,7 @@ class RAG:
             )
         if query_expander is not None and not callable(query_expander):
             raise TypeError("query_expander must be a callable f(query) -> list[str]")
-        if isinstance(llm_retries, bool) or not isinstance(llm_retries, int) or llm_retries < 0:
-            raise ConfigurationError(f"llm_retries must be an int >= 0, got {llm_retries!r}")
+        check_int("llm_retries", llm_retries, 0)
         self.bm25_alpha = float(bm25_alpha)
         self.bm25_autorebuild = bool(bm25_autorebuild)
         self.reranker: Reranker | None = make_reranker(reranker)
@@ -728,8 +727,7 @@ class RAG:
         one matrix product for their dense scores. HyDE searches its question and its
         passages this way."""
         queries = [validate_query(q) for q in _query_list(queries)]
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+        check_int("top_k", top_k, 1)
         groups = [self._queries(q) for q in queries]  # each query with its expansions
         qvecs = self._query_vectors([q for group in groups for q in group]) if queries else None
         reranking = self.reranker is not None

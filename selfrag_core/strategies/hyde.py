@@ -38,7 +38,7 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Run, run_async, run_sync
-from selfrag_core.errors import ConfigurationError, RAGSystemError
+from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import detect_language
 from selfrag_core.retrieval import _deduplicate, _doc_key
@@ -50,7 +50,7 @@ from selfrag_core.strategies.base import (
     retrieval_options,
 )
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
-from selfrag_core.validation import validate_context, validate_query
+from selfrag_core.validation import check_int, validate_context, validate_query
 
 #: the answer when no document could be retrieved (as in the reference specification)
 INSUFFICIENT_ANSWER = "There is insufficient information."
@@ -62,12 +62,6 @@ ANSWER_DOCS = 5
 RRF_K = 60
 #: how deep a passage's ranking is compared with the question's (see :func:`agreement`)
 AGREEMENT_DEPTH = 10
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def reciprocal_rank_fusion(
@@ -145,15 +139,15 @@ class HyDERAG(Strategy[HyDEResult]):
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | None = None,
     ) -> None:
-        _positive_int("max_workers", max_workers)
+        check_int("max_workers", max_workers, 1)
         if execution is None:
             execution = ExecutionConfig(max_concurrency=max_workers)
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
-        self.num_hypothetical_docs = _positive_int("num_hypothetical_docs", num_hypothetical_docs)
+        self.num_hypothetical_docs = check_int("num_hypothetical_docs", num_hypothetical_docs, 1)
         self.use_original_query = bool(use_original_query)
-        self.top_k = _positive_int("top_k", top_k)
-        self.max_final_docs = _positive_int("max_final_docs", max_final_docs)
-        self.llm_retries = _positive_int("llm_retries", llm_retries, 0)
+        self.top_k = check_int("top_k", top_k, 1)
+        self.max_final_docs = check_int("max_final_docs", max_final_docs, 1)
+        self.llm_retries = check_int("llm_retries", llm_retries, 0)
         self.max_workers = max_workers
 
     # ------------------------------------------------------------------ retriever API
@@ -161,7 +155,7 @@ class HyDERAG(Strategy[HyDEResult]):
         self, query: str, context: Mapping[str, Any] | None = None, top_k: int | None = None
     ) -> Plan[list[RetrievedDoc]]:
         """The plan of :meth:`retrieve_documents`, for composing (``yield from``)."""
-        limit = _positive_int("top_k", self.max_final_docs if top_k is None else top_k)
+        limit = check_int("top_k", self.max_final_docs if top_k is None else top_k, 1)
         fused = yield from self._retrieve_fused(validate_query(query), validate_context(context))
         return fused.documents[:limit]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, without_streaming
-from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
+from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
@@ -37,6 +37,7 @@ from selfrag_core.strategies.base import (
     format_context,
 )
 from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
+from selfrag_core.validation import check_int, check_unit
 
 DEFAULT_SYSTEM_PROMPT = (
     "Answer using only the provided context. If the context does not contain the answer, say so."
@@ -44,18 +45,6 @@ DEFAULT_SYSTEM_PROMPT = (
 #: the answer of an attempt whose retrieval found nothing (no LLM call is made)
 NO_CONTEXT_ANSWER = "The context does not contain the answer."
 _ATTEMPT = "attempt"  # trace marker kind that opens each attempt
-
-
-def _unit(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ConfigurationError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def _is_strategy(obj: Any) -> bool:
@@ -113,12 +102,12 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             raise ValueError("strategies is empty (or holds None): pass at least one retrieval strategy")
         self.strategies = list(strategies)
         self.rag_system = None  # several backends: documents are added to each directly
-        self.quality_threshold = _unit("quality_threshold", quality_threshold)
-        self.max_retries = _count("max_retries", max_retries, 0)
+        self.quality_threshold = check_unit("quality_threshold", quality_threshold)
+        self.max_retries = check_int("max_retries", max_retries, 0)
         if not isinstance(system_prompt, str):
             raise TypeError("system_prompt must be a str")
         self.system_prompt = system_prompt
-        self.retrieval_top_k = _count("retrieval_top_k", retrieval_top_k, 1)
+        self.retrieval_top_k = check_int("retrieval_top_k", retrieval_top_k, 1)
         self.memory = memory
         if tracer is not None and not (callable(getattr(tracer, "record", None)) or callable(tracer)):
             raise TypeError("tracer must have record(attempt) or be callable")
@@ -205,7 +194,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[SelfHealingReport]:
         top_k = context.get("top_k")
-        top_k = self.retrieval_top_k if top_k is None else _count("top_k", top_k, 1)
+        top_k = self.retrieval_top_k if top_k is None else check_int("top_k", top_k, 1)
         metadata_filter = context.get("metadata_filter")
         if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
             raise TypeError("metadata_filter must be a dict or None")

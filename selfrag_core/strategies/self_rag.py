@@ -212,8 +212,13 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         cfg, g = self.config, step.evaluation.grounding
         conf = f"confidence {step.confidence:.2f}"
         if step.confidence >= cfg.confidence_threshold:
-            if self._acceptable(step):
+            if self._acceptable(step) and cfg.skip_refinement_on_high_confidence:
                 return True, f"{conf} >= threshold {cfg.confidence_threshold:.2f}: stop"
+            if self._acceptable(step):  # the user asked for every iteration
+                verdict = f"{conf} >= threshold, refining anyway (skip_refinement_on_high_confidence=False)"
+                if last:
+                    return True, f"{verdict}; iteration cap reached"
+                return False, verdict
             why = g.degenerate or f"token support {g.token_support:.2f}"
             verdict = f"judge confident ({conf}) but the answer is not grounded ({why})"
         else:
