@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from selfrag_core.errors import RAGSystemError, StrategyError, misconfiguration_hint
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER
+from selfrag_core.presets import (  # build_strategy and open_index re-exported: they lived here
+    DEFAULT_LLM_TIMEOUT,
+    DEFAULT_QUERY_TIMEOUT,
+    EMBEDDERS,
+    STRATEGIES,
+    build_strategy,
+    open_index,
+)
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, run_query
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
 from selfrag_core.strategies.recursive import NOT_ENOUGH_ANSWER
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
@@ -40,11 +48,6 @@ NO_INFORMATION_ANSWERS = (INSUFFICIENT_ANSWER, NOT_ENOUGH_ANSWER, NO_CONTEXT_ANS
 
 logger = logging.getLogger("selfrag")
 
-STRATEGIES = ("self", "hyde", "recursive", "healing")
-#: seconds one LLM attempt may take, and one question, unless --llm-timeout / --timeout say otherwise
-DEFAULT_LLM_TIMEOUT = 120.0
-DEFAULT_QUERY_TIMEOUT = 600.0
-EMBEDDERS = ("auto", "minilm", "hashing", "none")
 #: never read when met inside a folder (named explicitly, they are still tried); other files
 #: are read and skipped when they turn out binary, empty or not decodable
 BINARY_SUFFIXES = frozenset({
@@ -212,62 +215,6 @@ class Progress:
 # ----------------------------------------------------------------------------- the index
 
 
-def _stored_embedder(directory: Path) -> str | None:
-    """The embedder name recorded in an index's manifest (None when lexical or unreadable:
-    loading then reports the problem)."""
-    try:
-        identity = json.loads((directory / "manifest.json").read_text(encoding="utf-8")).get("embedder")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return identity.get("name") if isinstance(identity, dict) else None
-
-
-def _new_embedder(choice: str) -> Any:
-    from selfrag_core.local.embeddings import LocalEmbeddings, default_embeddings
-
-    if choice == "auto":
-        return default_embeddings()
-    if choice == "minilm":
-        return LocalEmbeddings()
-    return "hashing" if choice == "hashing" else None
-
-
-@dataclass(frozen=True)
-class _UnloadedEmbedder:
-    """Stands for an index's embedder where nothing is embedded (``stats``): the model
-    is not loaded."""
-
-    name: str
-
-    def embed_documents(self, texts: list[str]) -> Any:
-        raise RuntimeError(f"{self.name} is not loaded")
-
-    embed_query = embed_documents
-
-
-def open_index(
-    directory: Path, *, create: bool, embed: str = "auto", chunk_size: int = 600, read_only: bool = False
-) -> Any:
-    """Load the index in ``directory`` with the embedder it was built with (not loaded
-    with ``read_only``: for counting, not searching); with ``create``, start a new one
-    there when it holds none."""
-    from selfrag_core.local.embeddings import LocalEmbeddings
-    from selfrag_core.store import RAG
-
-    if directory.exists() and not directory.is_dir():
-        raise CLIError(f"{directory} is a file, not an index directory; pass --index DIR")
-    if not (directory / "manifest.json").exists():
-        if not create:
-            raise CLIError(
-                f"no index at {directory}; run `selfrag index PATH...` first (or pass --index DIR)"
-            )
-        return RAG(_new_embedder(embed), path=directory, chunk_size=chunk_size, chunk_overlap=chunk_size // 6)
-    stored = _stored_embedder(directory)
-    if stored != LocalEmbeddings.name:
-        return RAG.load(directory)  # lexical, or an embedder the store recreates itself
-    return RAG.load(directory, embed=_UnloadedEmbedder(stored) if read_only else LocalEmbeddings())
-
-
 def index_paths(
     rag: Any, gathered: Gathered, progress: Progress, *, encoding: str | None = None, verbose: bool = False
 ) -> tuple[int, int, int, list[str]]:
@@ -304,49 +251,14 @@ def index_paths(
 # ----------------------------------------------------------------------------- strategies
 
 
-def build_strategy(
-    name: str,
-    rag: Any,
-    llm: Any,
-    *,
-    top_k: int = 3,
-    max_llm_calls: int | None = 12,
-    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
-    query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
-) -> Any:
-    """One of the four strategies, sized for a small local model (few iterations,
-    one hypothetical document, one level of decomposition), bounded in time."""
-    from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
-    from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
-
-    execution = ExecutionConfig(
-        max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
-    )
-    if name == "self":
-        # two-step (answer, then judge): tiny models answer worse inside a JSON object
-        two_step = SelfRAGConfig(max_refinement_iterations=2, top_k=top_k, fast_mode=False)
-        return SelfIRAG(rag, llm, two_step, execution=execution)
-    hyde = HyDERAG(rag, llm, num_hypothetical_docs=1, top_k=top_k, max_final_docs=top_k, execution=execution)
-    if name == "hyde":
-        return hyde
-    if name == "recursive":
-        config = RecursiveRAGConfig(max_depth=1, max_sub_questions=3, top_k=top_k)
-        return RecursiveRAG(rag, llm, config, execution=execution)
-    if name == "healing":
-        return SelfHealingRAG(llm, [rag, hyde], max_retries=1, retrieval_top_k=top_k, execution=execution)
-    raise CLIError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
-
-
 def run_strategy(strategy: Any, question: str) -> Any:
     """The strategy's result object (SelfHealingRAG's report when every attempt failed)."""
-    if hasattr(strategy, "ask_with_report_sync"):
-        try:
-            return strategy.ask_with_report_sync(question)
-        except StrategyError as e:
-            if e.report is None:
-                raise
-            return e.report
-    return strategy.query(question)
+    try:
+        return run_query(strategy, question)
+    except StrategyError as e:
+        if e.report is None:
+            raise
+        return e.report
 
 
 def describe(result: Any) -> str:
@@ -567,7 +479,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     args.index = str(_index_dir(args))  # every worker opens the same directory
     if args.workers > 1:
-        serve_workers("cli", args, args.workers)
+        serve_workers("selfrag_core.cli:serve_app", args, args.workers)
     else:
         serve_forever(serve_app(args), args.host, args.port, log_level=args.log_level)
     return 0

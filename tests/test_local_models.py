@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib import metadata
 from typing import Any
 
 import pytest
@@ -112,22 +113,64 @@ def test_make_llm_fake_is_extractive_and_valid_for_every_json_step() -> None:
     assert "not available" in llm.generate("Question: anything?")
 
 
+def _entry_point(name: str, value: str) -> metadata.EntryPoint:
+    return metadata.EntryPoint(name=name, value=value, group=factory.PROVIDER_GROUP)
+
+
+def _refuse(spec: str) -> Any:
+    raise ConfigurationError(f"not mine: {spec}")
+
+
 def test_make_llm_providers_hook(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_adapter(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("selfrag_langchain"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    with monkeypatch.context() as m:  # without the LangChain adapter: a clear configuration error
-        m.setattr(builtins, "__import__", no_adapter)
-        with pytest.raises(ConfigurationError, match=r"unknown LLM provider 'openai'.*langchain"):
-            factory.make_llm("openai:gpt-4o-mini")
+    # nothing registered (the LangChain adapter not installed): a clear configuration error
+    monkeypatch.setattr(factory, "provider_entry_points", list)
+    missing = r"unknown LLM provider 'openai' \(registered: none\).*langchain"
+    with pytest.raises(ConfigurationError, match=missing):
+        factory.make_llm("openai:gpt-4o-mini")
+    # PROVIDERS first: the factory gets the model name
     monkeypatch.setitem(factory.PROVIDERS, "echo", lambda model: f"llm<{model}>")
     assert factory.make_llm("echo:tiny") == "llm<tiny>"
+
+
+def test_make_llm_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entry points of the group, loaded through importlib.metadata: the one named after the
+    provider, else the "*" ones; each gets the whole spec (json.dumps shows it)."""
+    named = [_entry_point("echo", "json:dumps"), _entry_point("other", "json:loads")]
+    monkeypatch.setattr(factory, "provider_entry_points", lambda: named)
+    assert factory.make_llm("Echo:tiny:q4") == '"Echo:tiny:q4"'
+    with pytest.raises(ConfigurationError, match=r"provider 'nosuch' \(registered: echo, other\)"):
+        factory.make_llm("nosuch:model")
+
+    anything = [*named, _entry_point("*", "json:dumps")]
+    monkeypatch.setattr(factory, "provider_entry_points", lambda: anything)
+    assert factory.make_llm("nosuch:model") == '"nosuch:model"'
+
+    refusing = [_entry_point("*", f"{__name__}:_refuse"), _entry_point("*", "json:dumps")]
+    monkeypatch.setattr(factory, "provider_entry_points", lambda: refusing)
+    assert factory.make_llm("nosuch:model") == '"nosuch:model"'  # the first refused, the second took it
+    monkeypatch.setattr(factory, "provider_entry_points", lambda: refusing[:1])
+    with pytest.raises(ConfigurationError, match="not mine: nosuch:model"):
+        factory.make_llm("nosuch:model")
+
+
+def test_make_llm_entry_point_that_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = [_entry_point("broken", "selfrag_no_such_module.llms:make")]
+    monkeypatch.setattr(factory, "provider_entry_points", lambda: broken)
+    with pytest.raises(MissingDependencyError, match=r"'broken'.*cannot be loaded.*reinstall"):
+        factory.make_llm("broken:model")
+
+
+def test_provider_entry_points_reads_the_installed_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    found = [_entry_point(name, "json:dumps") for name in ("b", "a", "a")]
+
+    def entry_points(*, group: str) -> list[metadata.EntryPoint]:
+        calls.append(group)
+        return found
+
+    monkeypatch.setattr(factory.metadata, "entry_points", entry_points)
+    assert [ep.name for ep in factory.provider_entry_points()] == ["a", "b"]  # deduplicated, sorted
+    assert calls == ["selfrag.llm_providers"]
 
 
 def test_make_llm_unknown_name() -> None:

@@ -1,8 +1,29 @@
 """``make_llm(spec)``: the LLM named on the command line.
 
 ``local`` / ``smollm2`` (default), ``gemma``, a path to a ``.gguf`` file, ``fake`` (a
-deterministic extractive stand-in for tests and dry runs), or ``provider:model`` for
-providers registered in ``PROVIDERS`` (integrations add theirs there).
+deterministic extractive stand-in for tests and dry runs), or ``provider:model``.
+
+Providers. ``provider:model`` is resolved by the first of:
+
+1. ``PROVIDERS[provider]``: a factory taking the model name, added in-process
+   (``PROVIDERS["echo"] = lambda model: ...``);
+2. the entry point named ``provider`` in the group ``selfrag.llm_providers``;
+3. the entry points named ``*`` in that group: resolvers for any provider not named
+   (the LangChain adapter registers one, reaching every chat model its
+   ``init_chat_model`` knows), tried in the order of their distributions' names.
+
+An entry point refers to a callable that takes the whole spec, ``"provider:model"``
+(one resolver may serve many providers, and a model name may itself hold colons), and
+returns an LLM (anything the strategies can call), or raises ``ConfigurationError``
+(malformed spec, unknown provider or model: a ``*`` resolver's refusal passes the spec
+to the next one) or ``MissingDependencyError`` naming the package to install. Entry
+points are listed only for a spec that ``PROVIDERS`` lacks, and only the chosen one is
+imported, so the core never imports an adapter it does not use. A distribution
+registers one in its ``pyproject.toml``::
+
+    [project.entry-points."selfrag.llm_providers"]
+    "*" = "selfrag_langchain.providers:make_llm"   # any provider
+    myvendor = "my_package.llms:from_spec"         # "myvendor:<model>" only
 """
 
 from __future__ import annotations
@@ -10,12 +31,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
-from selfrag_core.errors import ConfigurationError
+from selfrag_core.errors import ConfigurationError, MissingDependencyError
 
 #: ``provider`` -> factory taking the model name (the part after ``provider:``)
 PROVIDERS: dict[str, Callable[[str], Any]] = {}
+#: the entry-point group of LLM providers (see the module docstring)
+PROVIDER_GROUP = "selfrag.llm_providers"
+#: the name of an entry point that resolves any provider not registered by name
+ANY_PROVIDER = "*"
 
 LLM_CHOICES = ("local", "smollm2", "gemma", "fake", "<path>.gguf", "<provider>:<model>")
 
@@ -65,16 +91,55 @@ def make_llm(spec: str = "local", **options: Any) -> Any:
         factory = PROVIDERS.get(provider.lower())
         if factory is not None:
             return factory(model)
-        try:  # LangChain chat models, through the adapter package
-            from selfrag_langchain.providers import make_llm as langchain_llm  # type: ignore[import-not-found]
-        except ImportError:
-            known = ", ".join(sorted(PROVIDERS)) or "none registered"
-            raise ConfigurationError(
-                f"unknown LLM provider {provider!r} (registered: {known}); for LangChain chat models "
-                "install the adapter (pip install -e integrations/langchain) and the provider's package "
-                "(e.g. langchain-ollama)"
-            ) from None
-        return langchain_llm(name)  # MissingDependencyError names the provider package
+        return _from_entry_points(name, provider.lower())
     from selfrag_core.local.llm import LocalLLM
 
     return LocalLLM(name, **options)
+
+
+def provider_entry_points() -> list[metadata.EntryPoint]:
+    """The installed entry points of ``PROVIDER_GROUP`` (not loaded), one per name and
+    target, sorted by distribution and name."""
+    unique = {(ep.name, ep.value): ep for ep in metadata.entry_points(group=PROVIDER_GROUP)}
+    return sorted(unique.values(), key=lambda ep: (_distribution(ep), ep.name))
+
+
+def _distribution(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(getattr(dist, "name", "") or "")
+
+
+def _load(ep: metadata.EntryPoint) -> Callable[[str], Any]:
+    try:
+        resolver: Callable[[str], Any] = ep.load()
+    except (ImportError, AttributeError) as e:
+        dist = _distribution(ep) or ep.value.partition(".")[0]
+        raise MissingDependencyError(
+            f"the LLM provider entry point {ep.name!r} ({ep.value}) cannot be loaded: {e}; "
+            f"reinstall its package (pip install {dist}) or uninstall it"
+        ) from e
+    return resolver
+
+
+def _from_entry_points(spec: str, provider: str) -> Any:
+    """The LLM of ``spec`` from the entry point named ``provider``, else from the ``*`` ones."""
+    entry_points = provider_entry_points()
+    for ep in entry_points:
+        if ep.name.lower() == provider:
+            return _load(ep)(spec)
+    refusals: list[ConfigurationError] = []
+    for ep in (ep for ep in entry_points if ep.name == ANY_PROVIDER):
+        try:
+            return _load(ep)(spec)
+        except ConfigurationError as e:
+            refusals.append(e)
+    if len(refusals) == 1:
+        raise refusals[0]
+    if refusals:
+        raise ConfigurationError(f"no LLM provider accepts {spec!r}: " + "; ".join(map(str, refusals)))
+    named = sorted({*PROVIDERS, *(ep.name for ep in entry_points)})
+    raise ConfigurationError(
+        f"unknown LLM provider {provider!r} (registered: {', '.join(named) or 'none'}); for LangChain "
+        "chat models install the adapter (pip install -e integrations/langchain) and the provider's "
+        "package (e.g. langchain-ollama)"
+    )

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from selfrag_core.serve.settings import ServeSettings
 
 if TYPE_CHECKING:
+    from selfrag_core.presets import default_strategies, open_backend
     from selfrag_core.serve.app import create_app
-    from selfrag_core.serve.factory import default_strategies, open_backend
     from selfrag_core.serve.server import add_arguments, run, run_from_args, settings_from_args
 
 _LAZY = {
     "create_app": "selfrag_core.serve.app",
-    "default_strategies": "selfrag_core.serve.factory",
-    "open_backend": "selfrag_core.serve.factory",
+    "default_strategies": "selfrag_core.presets",  # below both the server and the CLI
+    "open_backend": "selfrag_core.presets",
     "add_arguments": "selfrag_core.serve.server",
     "run": "selfrag_core.serve.server",
     "run_from_args": "selfrag_core.serve.server",

@@ -124,7 +124,7 @@ def create_app(
             TOKEN_ENV,
         )
     if strategies is None:
-        from selfrag_core.serve.factory import default_strategies
+        from selfrag_core.presets import default_strategies
 
         strategies = default_strategies(rag, llm)
     if not strategies:

@@ -5,8 +5,9 @@ Importing this module needs neither FastAPI nor uvicorn (``run`` imports them), 
 CLI can add the arguments to its parser unconditionally.
 
 With ``--workers N`` uvicorn runs N processes on one socket, each building its own app
-from the parsed options (:func:`serve_workers`); they share the index directory, which
-the document store keeps consistent across them (``serve/documents.py``).
+from the parsed options (:func:`serve_workers`, given the builder's import path: the
+CLI passes its own); they share the index directory, which the document store keeps
+consistent across them (``serve/documents.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,6 @@ logger = logging.getLogger("selfrag.serve")
 
 #: how a worker process learns which app to build (set by :func:`serve_workers`)
 WORKER_ENV = "SELFRAG_SERVE_WORKER"
-#: the functions that build an app from parsed options, by the name passed in WORKER_ENV
-APP_BUILDERS = {
-    "serve": "selfrag_core.serve.server:app_from_args",
-    "cli": "selfrag_core.cli:serve_app",
-}
 
 
 def _uvicorn() -> Any:
@@ -80,8 +76,8 @@ def build_app(
 ) -> Any:
     """The app :func:`run` serves (same arguments, without the server's)."""
     from selfrag_core.local import make_llm
+    from selfrag_core.presets import open_backend
     from selfrag_core.serve.app import create_app
-    from selfrag_core.serve.factory import open_backend
 
     settings = settings or ServeSettings.from_env()
     if index_dir is not None and settings.index_dir is None:
@@ -122,11 +118,18 @@ def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> No
 
 
 def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
-    """Serve with ``workers`` processes, each building its app with ``APP_BUILDERS[builder]``
-    from ``args`` (the parsed options, passed as JSON through ``WORKER_ENV``). They
-    share the index directory, so one is required."""
-    if builder not in APP_BUILDERS:
-        raise ConfigurationError(f"unknown app builder {builder!r}; known: {sorted(APP_BUILDERS)}")
+    """Serve with ``workers`` processes, each building its app with ``builder``, the
+    import path ``"module:function"`` of a function taking ``args`` (the parsed options,
+    passed as JSON through ``WORKER_ENV``): this module's :func:`app_from_args`, or the
+    CLI's ``serve_app`` (the server names no caller). They share the index directory,
+    so one is required."""
+    module, sep, name = builder.partition(":")
+    if not (module and sep and name):
+        raise ConfigurationError(f"the app builder must be 'module:function', got {builder!r}")
+    try:  # fail here, not in every worker
+        getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigurationError(f"cannot import the app builder {builder!r}: {e}") from e
     if not getattr(args, "index", None):
         raise ConfigurationError(
             "--workers above 1 needs --index DIR: the workers share their documents through it"
@@ -144,7 +147,7 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn's factory; see :func:`serve_workers`)."""
     spec = json.loads(os.environ[WORKER_ENV])
-    module, _, name = APP_BUILDERS[spec["builder"]].partition(":")
+    module, _, name = spec["builder"].partition(":")
     build = getattr(importlib.import_module(module), name)
     app = build(argparse.Namespace(**spec["args"]))
     freeze_startup_objects()
@@ -214,7 +217,7 @@ def run_from_args(args: argparse.Namespace) -> None:
     """Run the service as parsed by :func:`add_arguments`."""
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if args.workers > 1:
-        serve_workers("serve", args, args.workers)
+        serve_workers(f"{__name__}:app_from_args", args, args.workers)
     else:
         _uvicorn()  # the install hint before any model loads
         serve_forever(app_from_args(args), args.host, args.port, args.log_level)

@@ -154,3 +154,28 @@ def test_the_server_freezes_its_start_up_objects_before_serving(monkeypatch: pyt
         assert seen["app"] is app and seen["frozen"] > 1000  # modules, app and index are exempt
     finally:
         gc.unfreeze()
+
+
+def test_workers_build_their_app_with_the_callers_builder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server names no caller: ``selfrag serve --workers N`` passes the CLI's own builder."""
+    import argparse
+    import json
+    from types import SimpleNamespace
+
+    from selfrag_core import cli
+    from selfrag_core.errors import ConfigurationError
+    from selfrag_core.serve import server
+
+    args = argparse.Namespace(index="idx", host="127.0.0.1", port=1, log_level="warning")
+    for bad in ("selfrag_core.cli", "selfrag_core.cli:no_such_builder", "no_such_module_xyz:build"):
+        with pytest.raises(ConfigurationError, match="app builder"):
+            server.serve_workers(bad, args, 2)
+    started: dict[str, Any] = {}
+    monkeypatch.setenv(server.WORKER_ENV, "")  # restored afterwards
+    monkeypatch.setattr(server, "_uvicorn", lambda: SimpleNamespace(run=lambda app, **kw: started.update(kw)))
+    server.serve_workers("selfrag_core.cli:serve_app", args, 2)
+    assert started["workers"] == 2 and started["factory"] is True
+    assert json.loads(os.environ[server.WORKER_ENV])["builder"] == "selfrag_core.cli:serve_app"
+    monkeypatch.setattr(cli, "serve_app", lambda parsed: ("app", parsed.index))
+    monkeypatch.setattr(server, "freeze_startup_objects", lambda: None)
+    assert server.worker_app() == ("app", "idx")

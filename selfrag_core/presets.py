@@ -1,0 +1,196 @@
+"""What the ``selfrag`` command and the HTTP service build: the four strategies by
+name, and the embedded index in a directory.
+
+One factory and one index opener, below both the CLI (``selfrag_core.cli``) and the
+server (``selfrag_core.serve``), so that neither imports the other to get them. This is
+an application module: it may use the library (the strategies, the configs) and the
+store and local models, and the library never imports it (pyproject's import-linter
+contracts).
+
+    build_strategy(name, rag, llm, *, preset="small", top_k=3, ...)   # one strategy
+    default_strategies(rag, llm)                                      # create_app's four
+    open_index(directory, *, create, embed="auto", ...)               # the embedded index
+    open_backend(index_dir)                                           # ... or one in memory
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
+from selfrag_core.errors import ConfigurationError, MissingDependencyError
+from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+
+logger = logging.getLogger("selfrag")
+
+#: the strategies by name (the CLI's ``--strategy``, the server's URL names)
+STRATEGIES = ("self", "hyde", "recursive", "healing")
+#: how the strategies are sized: "small" for a small local model (two-step Self-RAG with
+#: at most two iterations, one hypothetical document, one level of decomposition, one
+#: healing retry: the CLI's and ``selfrag serve``'s), "standard" for each strategy's own
+#: defaults (``create_app``'s and ``python -m selfrag_core.serve``'s)
+PRESETS = ("small", "standard")
+#: seconds one LLM attempt may take, and one question, unless --llm-timeout / --timeout say otherwise
+DEFAULT_LLM_TIMEOUT = 120.0
+DEFAULT_QUERY_TIMEOUT = 600.0
+#: the embedder of a new index: MiniLM when installed (else lexical), MiniLM, hashing, none (lexical)
+EMBEDDERS = ("auto", "minilm", "hashing", "none")
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def build_strategy(
+    name: str,
+    rag: Any,
+    llm: Any,
+    *,
+    top_k: int | None = 3,
+    max_llm_calls: int | None = 12,
+    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
+    query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
+    preset: str = "small",
+) -> Strategy[Any]:
+    """The strategy ``name`` (one of ``STRATEGIES``) over ``rag`` and ``llm``, bounded in time.
+
+    ``preset`` sizes it (see ``PRESETS``; default "small", for a small local model).
+    Either way ``top_k`` passages are retrieved per search (None: the strategy's own
+    default) and the query runs under ``ExecutionConfig(max_llm_calls, llm_timeout,
+    query_timeout)`` (None: no limit). Raises ConfigurationError for an unknown name or
+    preset.
+    """
+    if preset not in PRESETS:
+        raise ConfigurationError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    small = preset == "small"
+    execution = ExecutionConfig(
+        max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
+    )
+    k: dict[str, Any] = {} if top_k is None else {"top_k": top_k}
+    if name == "self":
+        # two-step (answer, then judge): tiny models answer worse inside a JSON object
+        sizes: dict[str, Any] = {"max_refinement_iterations": 2, "fast_mode": False} if small else {}
+        return SelfIRAG(rag, llm, SelfRAGConfig(**sizes, **k), execution=execution)
+    hyde_sizes: dict[str, Any] = {"num_hypothetical_docs": 1} if small else {}
+    if small and top_k is not None:
+        hyde_sizes["max_final_docs"] = top_k
+    hyde = HyDERAG(rag, llm, **hyde_sizes, **k, execution=execution)
+    if name == "hyde":
+        return hyde
+    if name == "recursive":
+        sizes = {"max_depth": 1, "max_sub_questions": 3} if small else {}
+        return RecursiveRAG(rag, llm, RecursiveRAGConfig(**sizes, **k), execution=execution)
+    if name == "healing":
+        healing: dict[str, Any] = {"max_retries": 1} if small else {}
+        if top_k is not None:
+            healing["retrieval_top_k"] = top_k
+        return SelfHealingRAG(llm, [rag, hyde], **healing, execution=execution)
+    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def default_strategies(rag: Any, llm: Any) -> dict[str, Strategy[Any]]:
+    """The four strategies over one backend and LLM, by their URL names, each with its
+    own defaults (the "standard" preset and ``ExecutionConfig()``'s limits): what
+    ``create_app`` serves when given no strategies.
+
+    ``healing`` tries plain retrieval first, then HyDE, keeping the first answer
+    whose faithfulness clears its threshold.
+    """
+    limits = ExecutionConfig()
+    own: dict[str, Any] = {
+        "top_k": None,
+        "max_llm_calls": limits.max_llm_calls,
+        "llm_timeout": limits.llm_timeout,
+        "query_timeout": limits.query_timeout,
+    }
+    return {name: build_strategy(name, rag, llm, preset="standard", **own) for name in STRATEGIES}
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+def _stored_embedder(directory: Path) -> str | None:
+    """The embedder name recorded in an index's manifest (None when lexical or unreadable:
+    loading then reports the problem)."""
+    try:
+        identity = json.loads((directory / "manifest.json").read_text(encoding="utf-8")).get("embedder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return identity.get("name") if isinstance(identity, dict) else None
+
+
+def _new_embedder(choice: str) -> Any:
+    from selfrag_core.local.embeddings import LocalEmbeddings, default_embeddings
+
+    if choice not in EMBEDDERS:
+        raise ConfigurationError(f"unknown embedder {choice!r}; choose one of {', '.join(EMBEDDERS)}")
+    if choice == "auto":
+        return default_embeddings()
+    if choice == "minilm":
+        return LocalEmbeddings()
+    return "hashing" if choice == "hashing" else None
+
+
+@dataclass(frozen=True)
+class _UnloadedEmbedder:
+    """Stands for an index's embedder where nothing is embedded (``stats``): the model
+    is not loaded."""
+
+    name: str
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        raise RuntimeError(f"{self.name} is not loaded")
+
+    embed_query = embed_documents
+
+
+def _store() -> Any:
+    try:
+        from selfrag_core.store import RAG
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the embedded backend needs bm25s ({e}): pip install 'selfrag[store]'"
+        ) from e
+    return RAG
+
+
+def open_index(
+    directory: Path, *, create: bool, embed: str = "auto", chunk_size: int = 600, read_only: bool = False
+) -> Any:
+    """Load the index in ``directory`` with the embedder it was built with (not loaded
+    with ``read_only``: for counting, not searching); with ``create``, start a new one
+    there when it holds none (``embed``, one of ``EMBEDDERS``, and ``chunk_size`` size it).
+
+    Raises ConfigurationError when ``directory`` is a file, or holds no index and
+    ``create`` is false.
+    """
+    from selfrag_core.local.embeddings import LocalEmbeddings
+
+    rag_class = _store()
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigurationError(f"{directory} is a file, not an index directory; pass --index DIR")
+    if not (directory / "manifest.json").exists():
+        if not create:
+            raise ConfigurationError(
+                f"no index at {directory}; run `selfrag index PATH...` first (or pass --index DIR)"
+            )
+        return rag_class(
+            _new_embedder(embed), path=directory, chunk_size=chunk_size, chunk_overlap=chunk_size // 6
+        )
+    stored = _stored_embedder(directory)
+    if stored != LocalEmbeddings.name:
+        return rag_class.load(directory)  # lexical, or an embedder the store recreates itself
+    return rag_class.load(directory, embed=_UnloadedEmbedder(stored) if read_only else LocalEmbeddings())
+
+
+def open_backend(index_dir: str | Path | None) -> Any:
+    """The embedded backend over ``index_dir`` (``open_index(index_dir, create=True)``),
+    or in memory when None."""
+    if index_dir is None:
+        logger.info("no --index: the documents live in memory only")
+        return _store()()
+    return open_index(Path(index_dir), create=True)

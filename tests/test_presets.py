@@ -1,0 +1,118 @@
+"""selfrag_core.presets: the one strategy factory and index opener of the CLI and the server."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selfrag_core import cli, presets
+from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
+from selfrag_core.errors import ConfigurationError
+from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+from selfrag_core.testing import FakeLLM, FakeRetriever
+
+
+@pytest.fixture
+def parts() -> tuple[FakeRetriever, FakeLLM]:
+    return FakeRetriever([]), FakeLLM([])
+
+
+def settings(value: Any) -> Any:
+    """What a strategy is configured with: its plain and dataclass attributes, its
+    sub-strategies' settings, the type of anything else (the LLM and the backend are
+    the same objects in both)."""
+    if isinstance(value, list):
+        return [settings(v) for v in value]
+    if isinstance(value, Strategy):
+        return (type(value).__name__, {k: settings(v) for k, v in vars(value).items()})
+    if value is None or isinstance(value, (int, float, str)) or dataclasses.is_dataclass(value):
+        return value
+    return type(value).__name__
+
+
+def test_the_cli_and_the_server_share_the_factory_and_the_opener() -> None:
+    from selfrag_core import serve
+
+    assert cli.build_strategy is presets.build_strategy
+    assert cli.open_index is presets.open_index
+    assert cli.STRATEGIES == presets.STRATEGIES
+    assert serve.default_strategies is presets.default_strategies
+    assert serve.open_backend is presets.open_backend
+
+
+def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, FakeLLM]) -> None:
+    rag, llm = parts
+    execution = ExecutionConfig(max_llm_calls=12, llm_timeout=120.0, query_timeout=600.0)
+    built = {name: presets.build_strategy(name, rag, llm) for name in presets.STRATEGIES}
+
+    assert isinstance(built["self"], SelfIRAG)
+    assert built["self"].config == SelfRAGConfig(max_refinement_iterations=2, top_k=3, fast_mode=False)
+    hyde = built["hyde"]
+    assert isinstance(hyde, HyDERAG)
+    assert (hyde.num_hypothetical_docs, hyde.top_k, hyde.max_final_docs) == (1, 3, 3)
+    assert isinstance(built["recursive"], RecursiveRAG)
+    assert built["recursive"].config == RecursiveRAGConfig(max_depth=1, max_sub_questions=3, top_k=3)
+    healing = built["healing"]
+    assert isinstance(healing, SelfHealingRAG)
+    assert (healing.max_retries, healing.retrieval_top_k) == (1, 3)
+    assert healing.strategies[0] is rag and isinstance(healing.strategies[1], HyDERAG)
+    assert all(strategy.execution == execution for strategy in built.values())
+
+
+def test_default_strategies_keep_each_strategys_own_defaults(parts: tuple[FakeRetriever, FakeLLM]) -> None:
+    rag, llm = parts
+    built = presets.default_strategies(rag, llm)
+    assert list(built) == ["self", "hyde", "recursive", "healing"]
+    own = {
+        "self": SelfIRAG(rag, llm),
+        "hyde": HyDERAG(rag, llm),
+        "recursive": RecursiveRAG(rag, llm),
+        "healing": SelfHealingRAG(llm, [rag, HyDERAG(rag, llm)]),
+    }
+    for name, strategy in built.items():
+        assert settings(strategy) == settings(own[name]), name
+        assert strategy.execution == ExecutionConfig(), name
+
+
+def test_top_k_and_limits_apply_to_either_preset(parts: tuple[FakeRetriever, FakeLLM]) -> None:
+    rag, llm = parts
+    hyde = presets.build_strategy("hyde", rag, llm, preset="standard", top_k=7, max_llm_calls=None)
+    assert isinstance(hyde, HyDERAG)
+    assert (hyde.num_hypothetical_docs, hyde.top_k, hyde.max_final_docs) == (3, 7, 10)
+    assert hyde.execution.max_llm_calls is None and hyde.execution.llm_timeout == presets.DEFAULT_LLM_TIMEOUT
+
+
+@pytest.mark.parametrize(
+    ("name", "preset", "message"),
+    [("nope", "small", "unknown strategy 'nope'"), ("self", "huge", "unknown preset 'huge'")],
+)
+def test_unknown_names_are_configuration_errors(
+    parts: tuple[FakeRetriever, FakeLLM], name: str, preset: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        presets.build_strategy(name, *parts, preset=preset)
+
+
+def test_open_index_refuses_a_file_and_a_missing_index(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    with pytest.raises(ConfigurationError, match="is a file, not an index directory"):
+        presets.open_index(a_file, create=True)
+    with pytest.raises(ConfigurationError, match=r"no index at .*selfrag index PATH"):
+        presets.open_index(tmp_path / "none", create=False)
+    with pytest.raises(ConfigurationError, match="unknown embedder 'bert'"):
+        presets.open_index(tmp_path / "new", create=True, embed="bert")
+
+
+def test_open_index_creates_saves_and_reopens(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s")
+    rag = presets.open_index(tmp_path / "index", create=True, embed="hashing", chunk_size=300)
+    rag.index_many([{"text": "Honeybees dance to show where flowers are.", "source": "bees.md"}])
+    rag.save()
+    again = presets.open_backend(tmp_path / "index")
+    assert again.sources() == rag.sources() and again.count() == rag.count() > 0
+    assert presets.open_backend(None).count() == 0  # in memory
