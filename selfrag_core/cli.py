@@ -533,7 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
     p = sub.add_parser("ask", parents=[common, llm_opts, timing], help="answer a question from the index")
     p.add_argument("question")
-    p.add_argument("--strategy", choices=STRATEGIES, default="self")
+    p.add_argument(
+        "--strategy", default="self", metavar="NAME",
+        help="self (default), hyde, recursive, healing, or your own: package.module:Name or file.py:Name",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_ask)
     p = sub.add_parser(

@@ -15,6 +15,9 @@ contracts).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import inspect
 import json
 import logging
 from dataclasses import dataclass
@@ -55,7 +58,9 @@ def build_strategy(
     query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
     preset: str = "small",
 ) -> Strategy[Any]:
-    """The strategy ``name`` (one of ``STRATEGIES``) over ``rag`` and ``llm``, bounded in time.
+    """The strategy ``name`` (one of ``STRATEGIES``, or a strategy of your own named
+    ``"package.module:Name"`` or ``"path/to/file.py:Name"``: see :func:`load_strategy`)
+    over ``rag`` and ``llm``, bounded in time.
 
     ``preset`` sizes it (see ``PRESETS``; default "small", for a small local model).
     Either way ``top_k`` passages are retrieved per search (None: the strategy's own
@@ -70,6 +75,8 @@ def build_strategy(
         max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
     )
     k: dict[str, Any] = {} if top_k is None else {"top_k": top_k}
+    if ":" in name:
+        return load_strategy(name, rag, llm, execution=execution)
     if name == "self":
         # two-step (answer, then judge): tiny models answer worse inside a JSON object
         sizes: dict[str, Any] = {"max_refinement_iterations": 2, "fast_mode": False} if small else {}
@@ -89,6 +96,41 @@ def build_strategy(
             healing["retrieval_top_k"] = top_k
         return SelfHealingRAG(llm, [rag, hyde], **healing, execution=execution)
     raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def load_strategy(
+    spec: str, rag: Any, llm: Any, *, execution: ExecutionConfig | None = None
+) -> Strategy[Any]:
+    """A strategy of your own: ``spec`` names a ``Strategy`` subclass (or any callable
+    ``f(rag_system, llm, ...)`` returning a strategy) as ``"package.module:Name"`` or
+    ``"path/to/file.py:Name"``; it is built with the backend and the LLM, and with
+    ``execution`` where it takes one. Raises ConfigurationError naming what is missing."""
+    where, _, attribute = spec.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if module_spec is None or module_spec.loader is None or not Path(where).is_file():
+                raise FileNotFoundError(where)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        factory = getattr(module, attribute)
+    except (ImportError, OSError, AttributeError) as e:
+        raise ConfigurationError(
+            f"cannot load the strategy {spec!r} ({type(e).__name__}: {e}); give 'package.module:Name' "
+            f"or 'path/to/file.py:Name', or one of {', '.join(STRATEGIES)}"
+        ) from e
+    takes = inspect.signature(factory).parameters
+    with_execution = execution is not None and (
+        "execution" in takes or any(p.kind is p.VAR_KEYWORD for p in takes.values())
+    )
+    strategy: Strategy[Any] = factory(rag, llm, execution=execution) if with_execution else factory(rag, llm)
+    if not callable(getattr(strategy, "plan", None)):
+        raise ConfigurationError(
+            f"{spec!r} made a {type(strategy).__name__}, which has no plan(query, context)"
+        )
+    return strategy
 
 
 def default_strategies(rag: Any, llm: Any) -> dict[str, Strategy[Any]]:

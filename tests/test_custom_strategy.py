@@ -103,3 +103,25 @@ def test_a_failed_grade_keeps_the_document() -> None:
     result = strategy(FakeLLM(flaky), execution=ExecutionConfig(sleep=lambda _: None)).query(QUESTION)
     assert result.details["rewritten_query"] is None and result.sources
     assert any(e.name == "grade_failed" for e in result.trace.events)
+
+
+def test_runs_under_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from selfrag_core import cli
+    from selfrag_core.local import factory
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i, text in enumerate(DOCS):
+        (docs / f"doc{i}.md").write_text(text + "\n")
+    index = str(tmp_path / "index")
+    assert cli.main(["index", str(docs), "--index", index, "--embedder", "none", "--plain"]) == 0
+    monkeypatch.setitem(factory.PROVIDERS, "scripted", lambda name: FakeLLM(model))
+    capsys.readouterr()
+    argv = ["ask", QUESTION, "--index", index, "--llm", "scripted:x", "--top-k", "1", "--json"]
+    assert cli.main([*argv, "--strategy", f"{EXAMPLE}:CorrectiveRAG"]) == 0
+    out = capsys.readouterr().out
+    assert '"answer": "The Seine flows through Paris."' in out and '"graded": 2' in out  # its own top_k
+    assert cli.main([*argv, "--strategy", "no_such_module:Nothing"]) == 2
+    assert "cannot load the strategy 'no_such_module:Nothing'" in capsys.readouterr().err

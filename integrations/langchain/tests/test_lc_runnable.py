@@ -268,3 +268,26 @@ async def test_one_chain_shared_by_two_users_never_mixes_their_conversations() -
     chain.invoke(QUERY)
     later = prompts[before:]
     assert later and not any("secret project" in p or "Conversation so far" in p for p in later)
+
+
+def test_a_strategy_of_ones_own_runs_in_a_chain_and_streams() -> None:
+    """The guide's example (examples/corrective_rag.py) over a real LangChain store and
+    model: invoke, stream, and composed inside SelfHealingRAG (issue 17)."""
+    import importlib.util
+    from pathlib import Path
+
+    from selfrag_core import SelfHealingRAG
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "corrective_rag.py"
+    spec = importlib.util.spec_from_file_location("corrective_rag_lc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    grading = keyed_model(rules={"Is the document": "yes", "Write a passage": ANSWER})
+    ours = module.CorrectiveRAG(as_backend(vector_store()), LangChainLLM(grading), top_k=2)
+    out = SelfRAGRunnable(strategy=ours).invoke(QUERY)
+    assert out["answer"] == ANSWER and out["strategy"] == "Answer" and out["details"]["relevant"] == 2
+    chunks = list(SelfRAGRunnable(strategy=ours).stream(QUERY))
+    assert "".join(c.get("answer", "") for c in chunks).strip() == ANSWER
+    healer = SelfHealingRAG(LangChainLLM(grading), [ours], quality_threshold=0.0)
+    assert SelfRAGRunnable(strategy=healer).invoke(QUERY)["answer"] == ANSWER
