@@ -17,13 +17,16 @@ from selfrag_core.errors import (
     QueryTimeoutError,
     RAGSystemError,
     RetrievalError,
+    RetrievalTimeoutError,
     StrategyError,
 )
-from selfrag_core.llm import _acall_llm, _call_llm
+from selfrag_core.llm import _acall_llm as _acall_llm  # importable; not in __all__ (no spec name)
+from selfrag_core.llm import _call_llm
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
 from selfrag_core.protocols import LLMOutput
-from selfrag_core.retrieval import _aretrieve_safe, _deduplicate, _retrieve_safe
+from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
+from selfrag_core.retrieval import _deduplicate, _retrieve_safe
 from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 from selfrag_core.strategies.base import (
     StreamEvent,
@@ -82,6 +85,7 @@ __all__ = [
     "RecursiveRAGResult",
     "RefinementStep",
     "RetrievalError",
+    "RetrievalTimeoutError",
     "Retrieve",
     "RetrieveMany",
     "RetrievedDoc",
@@ -98,8 +102,6 @@ __all__ = [
     "SubAnswer",
     "Trace",
     "TraceEvent",
-    "_acall_llm",
-    "_aretrieve_safe",
     "_call_llm",
     "_deduplicate",
     "_retrieve_safe",
