@@ -355,8 +355,8 @@ async def _retry_async(
     initial_wait: float,
     max_wait: float,
 ) -> LLMReply:
-    """One attempt; if it fails, tenacity's async driver (same policy). Building the
-    retry state for every call was ~7% of a HyDE query's CPU under serve."""
+    """One attempt; if it fails, tenacity's async driver (same policy): the retry state
+    is built only for a call that failed once (``benchmarks/bench_serve.py``)."""
     policy = _policy(retries, initial_wait, max_wait)
     attempts = 0
     failed: list[Exception] = []

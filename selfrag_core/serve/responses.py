@@ -1,8 +1,7 @@
 """JSON bodies: orjson where it is installed (the ``[serve]`` extra brings it), else the
-standard library. orjson renders a query's result 10-15x faster (HyDE's: ~6 µs against
-~90 µs for ``json.dumps``), 5-8% of a request's CPU at 200 concurrent requests
-(``benchmarks/bench_serve.py``). One difference: orjson writes a non-finite float as
-``null`` where ``json`` refuses it."""
+standard library; orjson is much faster on a query's result (``benchmarks/bench_serve.py``
+measures both). One difference: orjson writes a non-finite float as ``null`` where
+``json`` refuses it."""
 
 from __future__ import annotations
 

@@ -90,9 +90,9 @@ def build_app(
 def freeze_startup_objects() -> None:
     """Exempt everything alive now (modules, index, models, the app) from garbage
     collection, as a server process does once it has started (``gc.freeze``): a full
-    collection then walks only what the requests in flight allocated. Unfrozen, each
-    one walked ~60,000 start-up objects, a 45 ms pause every ~200 HyDE requests; frozen,
-    about 12 ms (benchmarks/bench_serve.py). Those objects live as long as the process."""
+    collection then walks only what the requests in flight allocated, not every
+    start-up object (``benchmarks/bench_serve.py`` measures the pauses). Those objects
+    live as long as the process."""
     gc.collect()
     gc.freeze()
 

@@ -8,8 +8,7 @@ Differences from the reference implementation, on purpose:
 
 * With ``use_original_query`` the question is also prepended to every passage's
   search (the lexical analogue of averaging the question's embedding with the
-  passages', as the HyDE paper does): on SciFact with BM25 and SmolLM2-135M passages
-  this lifted the fused nDCG@10 from 0.697 to 0.754 (60 queries).
+  passages', as the HyDE paper does).
 * Re-ranking never compares raw scores of different searches (a score from one
   query says nothing about a score from another, and backends mix similarities and
   distances). Rankings are fused by weighted reciprocal rank fusion; the original
@@ -19,12 +18,10 @@ Differences from the reference implementation, on purpose:
   question's own ranking (the share of the question's top 10 it also finds,
   :func:`agreement`): a passage that drifted off the topic, the usual failure of a
   small model, finds other documents and loses its vote, while one that stays on
-  the topic re-orders the question's documents. On SciFact with BM25 and
-  SmolLM2-135M passages (``benchmarks/bench_strategies.py --scifact``) the
-  unweighted fusion fell below the plain query (nDCG@10 0.6833 against 0.6863 on
-  the 300 test queries); with agreement weighting it does not (0.6863: 18 queries
-  better, 15 worse; on 100 training queries 0.6640 against 0.6610). A model this
-  small adds little either way; the weighting is what keeps it from doing harm.
+  the topic re-orders the question's documents. Without it, fusion with a small
+  model's passages fell below the plain query on SciFact; with it, it does not
+  (``benchmarks/bench_strategies.py --scifact`` measures both; the README has the
+  figures).
 * The fused documents are available on their own (:meth:`HyDERAG.retrieve_documents`),
   so HyDE can serve as a retriever in LangChain or LlamaIndex.
 """
