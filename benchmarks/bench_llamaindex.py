@@ -17,33 +17,28 @@ Ours run through ``SelfRAGQueryEngine`` with ``LlamaIndexLLM`` and ``as_backend`
 Each pair runs sync ``query`` and async ``aquery`` one at a time, then N
 concurrent ``aquery`` calls (decomposition x32, the others x8; the contenders' runs
 interleaved, so that a change in the machine's speed during the measurement favours
-none of them). Three retrievers:
+none of them). Two retrievers:
 
 * ``index``: the ``VectorStoreIndex`` of the peer harness (LlamaIndex's 1.9 s for x32
   decompositions in the peers' reference run is this one). Its ``SimpleVectorStore``
   scores each stored vector in a Python loop, 3-5 ms of CPU per retrieval, so the 128
-  retrievals of 32 decompositions put 0.4-0.7 s of CPU between the rounds. Our backend
-  (``as_backend(index)``, the defaults) scores the same store with one matrix product,
-  and, like our LLM adapter (``LlamaIndexLLM(llm)``), skips the events and spans no
-  handler would receive;
-* ``index-loop``: the same, with our backend keeping LlamaIndex's loop and all of its
-  instrumentation (``as_backend(index, vectorized=False, instrument="always")``,
-  ``LlamaIndexLLM(llm, instrument="always")``): the orchestration alone, on equal calls;
+  retrievals of 32 decompositions put 0.4-0.7 s of CPU between the rounds, whoever
+  orchestrates them;
 * ``numpy``: a numpy ``BaseRetriever`` over the same hash embeddings (same rankings,
   ~0.1 ms), which shows the orchestration with retrieval nearly free.
 
-Beside the x32 decompositions, "by hand" runs the peer harness's hand-written
+Our backend and LLM adapter call LlamaIndex's public ``retrieve``/``aretrieve`` and
+``complete``/``acomplete``, with all of LlamaIndex's instrumentation, as its own engines
+do. Beside the x32 decompositions, "by hand" runs the peer harness's hand-written
 reference (``example_ours.py``: asyncio.gather and minimal prompts) over the same
-LlamaIndex LLM and retriever objects, through their public ``acomplete`` and
-``aretrieve``: the floor those calls set for any orchestration on top of them (our
-backend and LLM adapter go under it by skipping the instrumentation nobody receives;
-with ``index-loop`` they make the same calls). A last row runs the same x32 decompositions
-with no LlamaIndex object at all (``SimulatedLLM`` and a plain numpy backend given to
-``RecursiveRAG``): the difference is what LlamaIndex's LLM and retriever wrappers cost.
-``ideal = rounds x latency``; ``cpu`` is the process CPU time of the run, which does not
-depend on the machine's load the way wall time does.
+LlamaIndex LLM and retriever objects, through the same public calls: the floor those
+calls set for any orchestration on top of them. A last row runs the same x32
+decompositions with no LlamaIndex object at all (``SimulatedLLM`` and a plain numpy
+backend given to ``RecursiveRAG``): the difference is what LlamaIndex's LLM and
+retriever wrappers cost. ``ideal = rounds x latency``; ``cpu`` is the process CPU time
+of the run, which does not depend on the machine's load the way wall time does.
 
-    python benchmarks/bench_llamaindex.py            # ~6 min on 2 cores
+    python benchmarks/bench_llamaindex.py            # ~5 min on 2 cores
     python benchmarks/bench_llamaindex.py --only decompose --retrievers index,numpy --runs 7
     LLM_LATENCY_S=0.5 python benchmarks/bench_llamaindex.py --runs 2
 
@@ -195,9 +190,8 @@ def peer_engines(llm: Any, retriever: BaseRetriever) -> dict[str, Any]:
     }
 
 
-def our_engines(llm: Any, retriever: Any, **backend_options: Any) -> dict[str, SelfRAGQueryEngine]:
-    backend = as_backend(retriever, **backend_options)
-    ours = LlamaIndexLLM(llm, instrument=backend_options.get("instrument", "observed"))
+def our_engines(llm: Any, retriever: Any) -> dict[str, SelfRAGQueryEngine]:
+    backend, ours = as_backend(retriever), LlamaIndexLLM(llm)
     k = corpus.TOP_K
     strategies = {
         "decompose": RecursiveRAG(
@@ -339,7 +333,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per figure (the median is shown)")
     parser.add_argument("--only", default="decompose,hyde,retry")
-    parser.add_argument("--retrievers", default="index,index-loop,numpy")
+    parser.add_argument("--retrievers", default="index,numpy")
     parser.add_argument("--no-collect", action="store_true", help="no gc.collect() before each timed run")
     args = parser.parse_args()
     global COLLECT
@@ -348,8 +342,7 @@ def main() -> None:
     shared = adapters_llamaindex.setup(sim)  # also sets Settings.llm for LlamaIndex's own engines
     llm, latency = shared["llm"], sim.latency_s
     index = shared["index"].as_retriever(similarity_top_k=corpus.TOP_K)
-    loop = {"vectorized": False, "instrument": "always"}
-    retrievers = {"index": (index, {}), "index-loop": (index, loop), "numpy": (NumpyRetriever(), {})}
+    retrievers = {"index": index, "numpy": NumpyRetriever()}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"simulated LLM latency {latency:.2f} s, {args.runs} runs per figure: median (fastest-slowest); "
@@ -358,10 +351,9 @@ def main() -> None:
     collect = "a full gc.collect() before each timed run" if COLLECT else "no gc.collect() between runs"
     print(f"cpu = process CPU time of the run (all queries of a concurrent batch); {collect}\n")
     for rname in args.retrievers.split(","):
-        retriever, options = retrievers[rname]
-        peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever, **options)
-        how = ", our backend and LLM with LlamaIndex's loop and all its instrumentation" if options else ""
-        print(f"== retriever: {rname} ({type(retriever).__name__}{how})")
+        retriever = retrievers[rname]
+        peers, ours = peer_engines(llm, retriever), our_engines(llm, retriever)
+        print(f"== retriever: {rname} ({type(retriever).__name__})")
         for name in args.only.split(","):
             queries = QUERIES[name]
             rows = []
@@ -373,7 +365,7 @@ def main() -> None:
             n = CONCURRENCY[name]
             engines = {"llamaindex": peers[name], "selfrag": ours[name]}
             if name == "decompose":  # the same LLM, and the retriever our backend queries
-                same = as_backend(retriever, **options).retriever_for(corpus.TOP_K)
+                same = as_backend(retriever).retriever_for(corpus.TOP_K)
                 engines["by hand"] = HandWritten(llm, same)
             found = concurrent(sim, engines, queries, n, args.runs)
             rows.append((f"{name} aquery x{n}", found["llamaindex"], found["selfrag"]))

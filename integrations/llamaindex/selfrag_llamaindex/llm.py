@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import PydanticProgramMode
 
 from selfrag_core.protocols import LLMOutput
-from selfrag_llamaindex import _events, _quiet, _usage
+from selfrag_llamaindex import _events, _usage
 from selfrag_llamaindex._convert import llm_output, model_from_schema, note
 
 #: the whole prompt is the only variable, so braces in documents are never parsed
@@ -18,38 +18,23 @@ _VERBATIM = PromptTemplate("{selfrag_prompt}")
 
 
 class LlamaIndexLLM:
-    """``LlamaIndexLLM(llm, *, structured=None, instrument="observed")``: a LlamaIndex
-    ``LLM`` as a selfrag LLM.
+    """``LlamaIndexLLM(llm, *, structured=None)``: a LlamaIndex ``LLM`` as a selfrag LLM.
 
-    ``generate`` / ``agenerate`` call ``complete`` / ``acomplete`` with the final prompt
-    string (no LlamaIndex prompt template ever formats retrieved text) and report the
-    token counts the model returns. ``generate_structured`` uses ``structured_predict``
-    with a pydantic model built from the step's JSON schema when ``structured`` is
-    true; ``None`` (the default) means "when the LLM is a function-calling model or has
-    a non-default ``pydantic_program_mode``"; otherwise, or when structured prediction
-    fails (logged), a plain completion whose JSON the core parses tolerantly.
-
-    LlamaIndex wraps every ``complete`` / ``acomplete`` in a dispatcher span and in
-    ``llm_completion_callback``'s events (start and end events, a callback trace and LLM
-    event, the model serialised for their payloads): about 0.5 M instructions a call,
-    built whether or not anything receives them. With ``instrument="observed"`` (the
-    default), a call leaves out what nothing would receive: the span when no span or
-    event handler is reachable from its dispatcher, the events when, also, the LLM's
-    callback manager has no handler and the LLM has no rate limiter (see
-    ``selfrag_llamaindex._quiet.completion``). The LLM class's own method, and any
-    decorator of its author's, runs as ever. ``instrument="always"`` always calls the
-    public method.
+    ``generate`` / ``agenerate`` call the LLM's public ``complete`` / ``acomplete`` with
+    the final prompt string (no LlamaIndex prompt template ever formats retrieved text)
+    and report the token counts the model returns; ``stream`` / ``astream`` call
+    ``stream_complete`` / ``astream_complete``. LlamaIndex's own callback events and
+    instrumentation spans and events for each call are therefore emitted as for any
+    other caller. ``generate_structured`` uses ``structured_predict`` with a pydantic
+    model built from the step's JSON schema when ``structured`` is true; ``None`` (the
+    default) means "when the LLM is a function-calling model or has a non-default
+    ``pydantic_program_mode``"; otherwise, or when structured prediction fails
+    (logged), a plain completion whose JSON the core parses tolerantly.
 
     There is no fallback to ``Settings.llm``: ``llm`` is required.
     """
 
-    def __init__(
-        self,
-        llm: Any,
-        *,
-        structured: bool | None = None,
-        instrument: Literal["observed", "always"] = "observed",
-    ) -> None:
+    def __init__(self, llm: Any, *, structured: bool | None = None) -> None:
         if llm is None:
             raise ValueError(
                 "llm is required: pass a LlamaIndex LLM instance (selfrag never falls back to Settings.llm)"
@@ -59,10 +44,7 @@ class LlamaIndexLLM:
                 f"LlamaIndexLLM needs a llama_index.core.llms.LLM, got {type(llm).__name__}; "
                 "other LLMs can be given to the strategies directly"
             )
-        if instrument not in ("observed", "always"):
-            raise ValueError(f"instrument must be 'observed' or 'always', got {instrument!r}")
         self.llm = llm
-        self.instrument = instrument
         if structured is None:
             structured = (
                 llm.metadata.is_function_calling_model
@@ -71,28 +53,20 @@ class LlamaIndexLLM:
         self.structured = bool(structured)
 
     def __repr__(self) -> str:
-        return (
-            f"LlamaIndexLLM({type(self.llm).__name__}, structured={self.structured}, "
-            f"instrument={self.instrument!r})"
-        )
+        return f"LlamaIndexLLM({type(self.llm).__name__}, structured={self.structured})"
 
     # ------------------------------------------------------------------ plain completion
     def generate(self, prompt: str) -> LLMOutput:
         with _events.event(*self._start(prompt)) as ev:
-            out = llm_output(self._completion("complete")(prompt))
+            out = llm_output(self.llm.complete(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
 
     async def agenerate(self, prompt: str) -> LLMOutput:
         with _events.event(*self._start(prompt)) as ev:
-            out = llm_output(await self._completion("acomplete")(prompt))
+            out = llm_output(await self.llm.acomplete(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
-
-    def _completion(self, name: str) -> Any:
-        if self.instrument == "observed":
-            return _quiet.completion(self.llm, name)
-        return getattr(self.llm, name)
 
     # ------------------------------------------------------------------ streaming
     def stream(self, prompt: str) -> Iterator[LLMOutput]:

@@ -19,7 +19,7 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import QueryType
 from pydantic import Field, field_validator
 
-from selfrag_core import observe_trace
+from selfrag_core import arun_query, observe_trace, run_query
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import nodes_from_docs, note, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
@@ -28,35 +28,26 @@ from selfrag_llamaindex.llm import LlamaIndexLLM
 dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]
 
 
-def entry_points(strategy: Any) -> tuple[Any, Any]:
-    """The strategy's (sync, async) calls as ``f(query, context) -> result``:
-    ``query``/``aquery`` (SelfIRAG, HyDERAG, RecursiveRAG) or ``ask_with_report_sync``/
-    ``ask_with_report`` (SelfHealingRAG, which takes ``top_k`` and ``metadata_filter``
-    from the context). Raises ``TypeError`` for anything else."""
-    if callable(getattr(strategy, "query", None)) and callable(getattr(strategy, "aquery", None)):
-        return strategy.query, strategy.aquery
-    sync, asynchronous = (getattr(strategy, n, None) for n in ("ask_with_report_sync", "ask_with_report"))
-    if callable(sync) and callable(asynchronous):
-        return (
-            lambda q, ctx: sync(q, **_report_options(ctx)),
-            lambda q, ctx: asynchronous(q, **_report_options(ctx)),
+def check_strategy(strategy: Any) -> Any:
+    """Accept a selfrag strategy: anything with ``plan(query, context)`` and
+    ``query``/``aquery``/``stream``/``astream`` (every ``Strategy``, built-in or yours).
+    Raises ``TypeError`` for anything else."""
+    needed = ("plan", "query", "aquery", "stream", "astream")
+    if not all(callable(getattr(strategy, name, None)) for name in needed):
+        raise TypeError(
+            f"{type(strategy).__name__} is not a selfrag strategy: it needs plan(), query(), aquery(), "
+            "stream() and astream() (SelfIRAG, HyDERAG, RecursiveRAG, SelfHealingRAG, or a Strategy of yours)"
         )
-    raise TypeError(
-        f"{type(strategy).__name__} is not a selfrag strategy: it needs query()/aquery() "
-        "(SelfIRAG, HyDERAG, RecursiveRAG) or ask_with_report() (SelfHealingRAG)"
-    )
-
-
-def _report_options(context: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (context or {}).items() if k in ("top_k", "metadata_filter")}
+    return strategy
 
 
 def run_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:
-    return entry_points(strategy)[0](query, context)
+    """The strategy's result for ``query``, through the core's one runner."""
+    return run_query(strategy, query, context)
 
 
 async def arun_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:
-    return await entry_points(strategy)[1](query, context)
+    return await arun_query(strategy, query, context)
 
 
 def _chunks(text: str) -> Generator[str, None, None]:
@@ -95,7 +86,7 @@ class SelfRAGQueryEngine(CustomQueryEngine):
     @field_validator("strategy")
     @classmethod
     def _check_strategy(cls, value: Any) -> Any:
-        entry_points(value)
+        check_strategy(value)
         return value
 
     @classmethod
@@ -142,7 +133,7 @@ class SelfRAGQueryEngine(CustomQueryEngine):
 
     # ------------------------------------------------------------------ shared pre/post
     def _streams_tokens(self) -> bool:
-        return self.streaming and callable(getattr(self.strategy, "stream", None))
+        return self.streaming
 
     def _respond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
         if self._streams_tokens():

@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import nodes_from_docs, query_text
-from selfrag_llamaindex.query_engine import arun_strategy, entry_points, run_strategy
+from selfrag_llamaindex.query_engine import arun_strategy, check_strategy, run_strategy
 
 
 class StrategyRetriever(BaseRetriever):
@@ -35,7 +35,7 @@ class StrategyRetriever(BaseRetriever):
         context: dict[str, Any] | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
-        entry_points(strategy)  # TypeError for anything that is not a strategy
+        check_strategy(strategy)  # TypeError for anything that is not a strategy
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
         self.strategy = strategy

@@ -1,3 +1,6 @@
+import asyncio
+from typing import Any
+
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
@@ -122,3 +125,149 @@ def test_source_nodes_are_the_backends_own_nodes(make_llm, embed) -> None:
     [source] = SelfRAGQueryEngine(strategy=strategy).query(QUESTION).source_nodes
     assert source.node_id == "paris" and source.node.excluded_llm_metadata_keys == ["source"]
     assert source.score is not None
+
+
+# ------------------------------------------------------------ LlamaIndex's public retrieval, as it is
+
+QUERIES = ["What is the capital of France?", "Berlin", "rivers and mountains", "zzz unrelated"]
+
+
+def _ids_and_scores(nodes: list[NodeWithScore]) -> list[tuple[str, float | None]]:
+    return [(n.node.node_id, n.score) for n in nodes]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_same_nodes_and_scores_as_the_index_retrievers_own(index, use_async) -> None:
+    backend = as_backend(index)
+    for query in QUERIES:
+        own = _ids_and_scores(index.as_retriever(similarity_top_k=4).retrieve(query))
+        docs = asyncio.run(backend.aretrieve(query, 4)) if use_async else backend.retrieve(query, 4)
+        assert [(d.id, d.score) for d in docs] == own
+
+
+def test_the_backend_calls_the_retrievers_public_methods(index, monkeypatch) -> None:
+    """What an instrumentor patches on ``BaseRetriever`` (or a subclass overrides) is called."""
+    calls: list[str] = []
+    sync, asynchronous = BaseRetriever.retrieve, BaseRetriever.aretrieve
+
+    def retrieve(self: BaseRetriever, query: Any) -> Any:
+        calls.append("retrieve")
+        return sync(self, query)
+
+    async def aretrieve(self: BaseRetriever, query: Any) -> Any:
+        calls.append("aretrieve")
+        return await asynchronous(self, query)
+
+    monkeypatch.setattr(BaseRetriever, "retrieve", retrieve)
+    monkeypatch.setattr(BaseRetriever, "aretrieve", aretrieve)
+    backend = as_backend(index)
+    assert backend.retrieve(QUESTION, 1)[0].id == "paris"
+    assert asyncio.run(backend.aretrieve(QUESTION, 1))[0].id == "paris"
+    assert calls == ["retrieve", "aretrieve"]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_retrievers_metadata_filters_are_kept(embed, use_async) -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+    from .li_fakes import CORPUS
+
+    nodes = [TextNode(text=t, id_=i, metadata={"river": t.split()[-1].strip(".")}) for i, t in CORPUS]
+    index = VectorStoreIndex(nodes, embed_model=embed)
+    filters = MetadataFilters(filters=[MetadataFilter(key="river", value="Seine")])
+    backend = as_backend(index.as_retriever(similarity_top_k=1, filters=filters))
+    docs = (
+        asyncio.run(backend.aretrieve("Madrid Spain", 3))
+        if use_async
+        else backend.retrieve("Madrid Spain", 3)
+    )
+    assert [d.id for d in docs] == ["paris"]  # the only node the filter lets through
+
+
+def test_nodes_inserted_and_deleted_are_seen_by_the_next_query(index) -> None:
+    backend = as_backend(index)
+    query = "a golden phoenix in the volcano"
+    assert backend.retrieve(query, 1)[0].id != "phoenix"
+    index.insert_nodes([TextNode(text="The golden phoenix lives in the volcano.", id_="phoenix")])
+    assert backend.retrieve(query, 1)[0].id == "phoenix"
+    index.delete_nodes(["phoenix"])
+    assert all(d.id != "phoenix" for d in backend.retrieve(query, 5))
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_retrievers_and_embeddings_callback_events_reach_their_handlers(use_async) -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+    from llama_index.core.retrievers import VectorIndexRetriever
+
+    from .li_fakes import HashEmbedding
+
+    on_retriever, on_embedding = (LlamaDebugHandler(print_trace_on_end=False) for _ in range(2))
+    embed = HashEmbedding()
+    index = VectorStoreIndex(
+        [TextNode(text=f"text number {i}", id_=f"n{i}") for i in range(5)], embed_model=embed
+    )
+    embed.callback_manager = CallbackManager([on_embedding])  # (the index gave it the default one)
+    retriever = VectorIndexRetriever(
+        index=index, similarity_top_k=2, callback_manager=CallbackManager([on_retriever])
+    )
+    backend = as_backend(retriever)
+    docs = asyncio.run(backend.aretrieve("text 3", 2)) if use_async else backend.retrieve("text 3", 2)
+    assert len(docs) == 2
+    [(start, end)] = on_retriever.get_event_pairs(CBEventType.RETRIEVE)
+    assert start.payload["query_str"] == "text 3" and len(end.payload["nodes"]) == 2
+    assert on_embedding.get_event_pairs(CBEventType.EMBEDDING)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_llamaindexs_retrieval_events_and_spans_are_emitted(index, use_async) -> None:
+    import llama_index.core.instrumentation as instrument
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+
+    class Collect(BaseEventHandler):
+        seen: list[str]
+
+        def handle(self, event: Any, **kwargs: Any) -> None:
+            self.seen.append(event.class_name())
+
+    root, events, spans = instrument.get_dispatcher(), Collect(seen=[]), SimpleSpanHandler()
+    root.add_event_handler(events)
+    root.add_span_handler(spans)
+    try:
+        backend = as_backend(index)
+        asyncio.run(backend.aretrieve("Paris", 2)) if use_async else backend.retrieve("Paris", 2)
+    finally:
+        root.event_handlers.remove(events)
+        root.span_handlers.remove(spans)
+    for name in ("RetrievalStartEvent", "EmbeddingStartEvent", "EmbeddingEndEvent", "RetrievalEndEvent"):
+        assert name in events.seen
+    a = "a" if use_async else ""
+    names = {span.id_.rsplit("-", 5)[0] for span in spans.completed_spans}
+    assert {f"VectorIndexRetriever.{a}retrieve", f"HashEmbedding.{a}get_query_embedding"} <= names
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_index_nodes_are_followed_as_the_retriever_does(use_async) -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.retrievers import VectorIndexRetriever
+    from llama_index.core.schema import IndexNode
+
+    from .li_fakes import HashEmbedding
+
+    inner = VectorStoreIndex(
+        [TextNode(text="the inner lake is deep", id_="lake"), TextNode(text="inner hills", id_="hill")],
+        embed_model=HashEmbedding(),
+    ).as_retriever(similarity_top_k=1)
+    nodes = [
+        TextNode(text="an outer road", id_="road"),
+        IndexNode(text="inner lake summary", index_id="inner", id_="pointer"),
+    ]
+    outer = VectorStoreIndex(nodes, embed_model=HashEmbedding())
+    retriever = VectorIndexRetriever(index=outer, similarity_top_k=2, object_map={"inner": inner})
+    own = _ids_and_scores(retriever.retrieve(QueryBundle("inner lake")))
+    assert "lake" in [node_id for node_id, _ in own]  # the IndexNode was followed
+    backend = as_backend(retriever)
+    docs = asyncio.run(backend.aretrieve("inner lake", 2)) if use_async else backend.retrieve("inner lake", 2)
+    assert [(d.id, d.score) for d in docs] == own

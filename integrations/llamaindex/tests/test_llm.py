@@ -1,5 +1,6 @@
 import json
 import logging
+from typing import Any
 
 import pytest
 from llama_index.core import Settings
@@ -147,3 +148,91 @@ def test_a_chat_models_structured_call_is_counted_once(make_llm) -> None:
         out = LlamaIndexLLM(llm).generate_structured("Rate this text", EVALUATION_SCHEMA)
         assert len(llm.prompts) == 1
         assert (out.input_tokens, out.output_tokens) == (len(llm.prompts[0].split()), len(reply.split()))
+
+
+# ------------------------------------------------------------ LlamaIndex's public LLM calls, as they are
+
+
+def test_sync_generate_uses_complete(make_llm) -> None:
+    llm = make_llm([("hello", "world")])
+    assert LlamaIndexLLM(llm).generate("say hello") == LLMOutput("world", input_tokens=2, output_tokens=1)
+    assert llm.prompts == ["say hello"]
+
+
+def test_stream_yields_the_deltas_of_stream_complete(make_llm) -> None:
+    llm = make_llm([("capital", "Paris is the capital")])
+    pieces = list(LlamaIndexLLM(llm).stream("the capital?"))
+    assert [p.text for p in pieces] == ["Paris ", "is ", "the ", "capital "]
+    assert llm.prompts == ["the capital?"]
+
+
+async def test_astream_yields_the_deltas_of_astream_complete(make_llm) -> None:
+    llm = make_llm([("capital", "Paris is the capital")])
+    pieces = [p.text async for p in LlamaIndexLLM(llm).astream("the capital?")]
+    assert pieces == ["Paris ", "is ", "the ", "capital "]
+
+
+def test_the_llms_own_callback_events_spans_and_instrumentation_events_are_emitted(make_llm) -> None:
+    """Every call goes through the LLM's public methods: LlamaIndex's ``LLM`` callback
+    events on the LLM's own manager, its dispatcher spans and its start/end events."""
+    import asyncio
+
+    import llama_index.core.instrumentation as instrument
+    from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+
+    class Collect(BaseEventHandler):
+        seen: list[str]
+
+        def handle(self, event: Any, **kwargs: Any) -> None:
+            self.seen.append(event.class_name())
+
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    llm = make_llm([("capital", "Paris")], callback_manager=CallbackManager([debug]))
+    adapter = LlamaIndexLLM(llm)
+    root, events, spans = instrument.get_dispatcher(), Collect(seen=[]), SimpleSpanHandler()
+    root.add_event_handler(events)
+    root.add_span_handler(spans)
+    try:
+        assert adapter.generate("the capital?").text == "Paris"
+        assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"
+        assert "".join(p.text for p in adapter.stream("the capital?")).strip() == "Paris"
+    finally:
+        root.event_handlers.remove(events)
+        root.span_handlers.remove(spans)
+    assert [end.payload["completion"].text.strip() for _, end in debug.get_event_pairs(CBEventType.LLM)] == [
+        "Paris"
+    ] * 3
+    assert events.seen.count("LLMCompletionStartEvent") == events.seen.count("LLMCompletionEndEvent") == 3
+    names = [span.id_.rsplit("-", 5)[0] for span in spans.completed_spans]
+    assert {"ScriptedLLM.complete", "ScriptedLLM.acomplete", "ScriptedLLM.stream_complete"} <= set(names)
+
+
+def test_an_llms_rate_limiter_is_applied_on_every_call(make_llm) -> None:
+    import asyncio
+
+    class CountingLimiter:
+        def __init__(self) -> None:
+            self.acquired = 0
+
+        async def async_acquire(self) -> None:
+            self.acquired += 1
+
+        def acquire(self) -> None:
+            self.acquired += 1
+
+    limiter = CountingLimiter()
+    adapter = LlamaIndexLLM(make_llm([("capital", "Paris")], rate_limiter=limiter))
+    assert asyncio.run(adapter.agenerate("the capital?")).text == "Paris"
+    assert adapter.generate("the capital?").text == "Paris"
+    assert limiter.acquired == 2
+
+
+def test_the_options_of_the_removed_quiet_paths_are_gone(make_llm, index) -> None:
+    """``instrument=`` and ``vectorized=`` chose private fast paths, removed (issue 17 §5)."""
+    with pytest.raises(TypeError, match="instrument"):
+        LlamaIndexLLM(make_llm(), instrument="always")  # type: ignore[call-arg]
+    for option in ("instrument", "vectorized"):
+        with pytest.raises(TypeError, match=option):
+            as_backend(index, **{option: False})

@@ -381,6 +381,45 @@ def test_instrumentation_sees_the_query_span_and_the_llm_events(make_llm, index)
         assert name in seen
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_llamaindexs_spans_nest_under_the_query_span(make_llm, index, use_async) -> None:
+    """The LLM calls and retrievals go through LlamaIndex's public methods, so their spans
+    (and the embedding's inside the retrieval) are children of the engine's query span."""
+    import llama_index.core.instrumentation as instrument
+    from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+
+    spans = SimpleSpanHandler()
+    root = instrument.get_dispatcher()
+    root.add_span_handler(spans)
+    try:
+        qe = engine(RecursiveRAG, make_llm(RECURSIVE_RULES), index)
+        asyncio.run(qe.aquery(BOTH)) if use_async else qe.query(BOTH)
+    finally:
+        root.span_handlers.remove(spans)
+    by_id = {span.id_: span for span in spans.completed_spans}
+
+    def name(span_id: str) -> str:
+        return span_id.rsplit("-", 5)[0]
+
+    def ancestors(span_id: str) -> list[str]:
+        chain, parent = [], by_id[span_id].parent_id
+        while parent in by_id:
+            chain.append(name(parent))
+            parent = by_id[parent].parent_id
+        return chain
+
+    a = "a" if use_async else ""
+    query = f"SelfRAGQueryEngine.{a}query"
+    names = [name(i) for i in by_id]
+    assert names.count(query) == 1
+    assert (
+        names.count(f"ScriptedLLM.{a}complete") == 4 and names.count(f"VectorIndexRetriever.{a}retrieve") == 2
+    )
+    for span_id in by_id:
+        if name(span_id) != query:
+            assert ancestors(span_id)[-1] == query
+
+
 def _router(make_llm, index) -> RouterQueryEngine:
     """A router whose scripted selector picks tool 2 (ours) over tool 1 (another engine)."""
     other = engine(SelfIRAG, make_llm([], default="wrong tool"), index)
@@ -450,3 +489,28 @@ async def test_one_engine_shared_by_two_users_never_mixes_their_conversations(ma
     await asyncio.gather(shared.aquery(FRANCE), asyncio.to_thread(shared.query, "Where does the Seine flow?"))
     later = llm.prompts[before:]
     assert later and not any("secret project" in p or "Conversation so far" in p for p in later)
+
+
+async def test_a_strategy_of_ones_own_answers_as_a_query_engine(make_llm, index) -> None:
+    """The guide's example (examples/corrective_rag.py) over a real index and LLM: query,
+    aquery and streaming, and inside SelfHealingRAG (issue 17)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "corrective_rag.py"
+    spec = importlib.util.spec_from_file_location("corrective_rag_li", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    answer = "Paris is the capital of France."
+    llm = LlamaIndexLLM(
+        make_llm([("Is the document", "yes"), ("factual claims", HEALING_RULES[0][1])], default=answer)
+    )
+    ours = module.CorrectiveRAG(as_backend(index), llm, top_k=2)
+    response = SelfRAGQueryEngine(strategy=ours).query(FRANCE)
+    assert str(response) == answer and len(response.source_nodes) == 2
+    assert str(await SelfRAGQueryEngine(strategy=ours).aquery(FRANCE)) == answer
+    streamed = SelfRAGQueryEngine(strategy=ours, streaming=True).query(FRANCE)
+    assert "".join(streamed.response_gen).strip() == answer
+    healer = SelfHealingRAG(llm, [ours], quality_threshold=0.0)
+    assert str(SelfRAGQueryEngine(strategy=healer).query(FRANCE)) == answer
