@@ -86,6 +86,11 @@ class TraceEvent:
         return out
 
 
+#: the version of the JSON shape of a trace (``Trace.to_dict``), the same in every result,
+#: both adapters and the HTTP service; it changes when a field changes meaning
+TRACE_SCHEMA = "selfrag.trace/1"
+
+
 @dataclass
 class Trace:
     """Everything that happened during one query, in the order it finished."""
@@ -138,8 +143,9 @@ class Trace:
             "retrievals": self.retrievals,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "fallbacks": len(self.fallbacks),
+            "fallbacks": [e.name for e in self.fallbacks],
             "events": [e.to_dict() for e in self.events],
+            "schema": TRACE_SCHEMA,
         }
 
 
@@ -184,13 +190,19 @@ class EvaluationResult:
     grounding: Grounding = field(default_factory=Grounding)
     parsed: bool = True  # False when the judge's output could not be read
 
+    @property
+    def known_confidence(self) -> float | None:
+        """The confidence, or None when the judge's output could not be read (the 0.5
+        that stands in for it then is not a score)."""
+        return self.confidence if self.parsed else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "relevance": self.relevance,
             "accuracy": self.accuracy,
             "completeness": self.completeness,
             "clarity": self.clarity,
-            "confidence": self.confidence,
+            "confidence": self.known_confidence,
             "issues": list(self.issues),
             "suggestions": list(self.suggestions),
             "grounding": self.grounding.to_dict(),
@@ -220,7 +232,7 @@ class RefinementStep:
             "iteration": self.iteration,
             "query": self.query,
             "answer": self.answer,
-            "confidence": self.confidence,
+            "confidence": self.evaluation.known_confidence,
             "action": self.action,
             "reason": self.reason,
             "evaluation": self.evaluation.to_dict(),
@@ -257,10 +269,16 @@ class SelfRAGResult:
     def steps(self) -> list[RefinementStep]:
         return list(self.history)
 
+    @property
+    def known_confidence(self) -> float | None:
+        """``confidence``, or None when the chosen step's judge output could not be read."""
+        best = self.history[self.best_iteration - 1] if 0 < self.best_iteration <= len(self.history) else None
+        return self.confidence if best is None or best.evaluation.parsed else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "answer": self.answer,
-            "confidence": self.confidence,
+            "confidence": self.known_confidence,
             "iterations": self.iterations,
             "best_iteration": self.best_iteration,
             "initial_quality": self.initial_quality,

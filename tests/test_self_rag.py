@@ -370,3 +370,18 @@ def test_skip_refinement_on_high_confidence_false_runs_every_iteration(
     assert (
         make(FakeLLM(judged(GOOD, 9)), backend, instant, max_refinement_iterations=3).query(Q).iterations == 1
     )
+
+
+def test_an_unreadable_judge_is_unknown_in_the_result_schema(
+    backend: FakeRetriever, instant: ExecutionConfig
+) -> None:
+    """The 0.5 that stands in for an unreadable judge is not a score: to_dict() says null."""
+    llm = FakeLLM(script(["not json"], evaluate=["still not json"], answer=[GOOD]))
+    result = make(llm, backend, instant, max_refinement_iterations=1).query(Q)
+    assert result.confidence == 0.5 and not result.history[0].evaluation.parsed
+    data = result.to_dict()
+    assert data["confidence"] is None and data["history"][0]["confidence"] is None
+    assert data["history"][0]["evaluation"]["confidence"] is None
+    assert data["trace"]["schema"] == "selfrag.trace/1"
+    assert data["trace"]["fallbacks"] == [e.name for e in result.trace.fallbacks]
+    assert "evaluation_parse_failed" in data["trace"]["fallbacks"]

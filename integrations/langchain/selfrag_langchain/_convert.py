@@ -139,7 +139,7 @@ def result_output(result: Any, question: str) -> dict[str, Any]:
     ``question`` and ``details``: the rest of the result's ``to_dict()``.
     """
     data = result.to_dict()
-    confidence = getattr(result, "confidence", None)
+    confidence = data.get("confidence")  # None when unknown (the judge could not be read)
     scores = data.get("scores")
     if confidence is None and scores:
         confidence = max(scores)
