@@ -38,6 +38,7 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",
          "SelfRAGConfig", "SelfRAGResult", "Strategy", "StrategyError", "StreamEvent", "SubAnswer", "Trace",
          "TraceEvent", "_call_llm", "_deduplicate", "_retrieve_safe", "arun_query", "astream_query",
+         "check_strategy",
          "observe_trace", "retrieve_or_empty", "run_query", "stream_query"]
     )  # fmt: skip
     namespace: dict[str, object] = {}

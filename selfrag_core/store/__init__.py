@@ -1,13 +1,16 @@
 """The embedded default backend: ``RAG`` (chunking, BM25, dense and hybrid search,
-reranking, persistence) and its parts. Lexical search needs ``pip install 'selfrag[store]'``.
+reranking, persistence, answering) and its parts. Lexical search needs
+``pip install 'selfrag[store]'``.
 """
 
+from selfrag_core.store.answer import QueryResult, RetrieveThenAnswer, Usage, format_hits
 from selfrag_core.store.chunking import CHUNKERS, Chunker, TextChunk
 from selfrag_core.store.dense import HashingEmbeddings
 from selfrag_core.store.lexical import LexicalIndex, Tokenizer
 from selfrag_core.store.persist import FORMAT_VERSION, EmbedderMismatchError, IndexFormatError
-from selfrag_core.store.rag import RAG, QueryResult, SearchHit, Usage, format_hits
+from selfrag_core.store.rag import RAG
 from selfrag_core.store.rerank import CrossEncoderReranker, MMRReranker, NoopReranker, Reranker
+from selfrag_core.store.search import SearchHit
 
 __all__ = [
     "CHUNKERS",
@@ -23,6 +26,7 @@ __all__ = [
     "NoopReranker",
     "QueryResult",
     "Reranker",
+    "RetrieveThenAnswer",
     "SearchHit",
     "TextChunk",
     "Tokenizer",

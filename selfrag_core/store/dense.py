@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from selfrag_core.errors import ConfigurationError
 from selfrag_core.validation import check_int
 
 _WORD = re.compile(r"(?u)\w+")
@@ -50,6 +51,27 @@ def as_matrix(raw: Any, rows: int) -> np.ndarray:
         raise ValueError("the embedder returned NaN or infinite values")
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.where(norms == 0.0, 1.0, norms)
+
+
+def resolve_embedder(embed: Any) -> Any:
+    """The embedder ``RAG(embed=...)`` means: None (lexical only), ``"hashing"``
+    (:class:`HashingEmbeddings`) or an object with ``embed_documents`` and ``embed_query``."""
+    if embed is None:
+        return None
+    if isinstance(embed, str):
+        if embed == "hashing":
+            return HashingEmbeddings()
+        raise ConfigurationError(
+            f"unknown embedder name {embed!r}: use 'hashing' or pass an object with "
+            "embed_documents(texts) and embed_query(text)"
+        )
+    if not (
+        callable(getattr(embed, "embed_documents", None)) and callable(getattr(embed, "embed_query", None))
+    ):
+        raise TypeError(
+            f"{type(embed).__name__} is not an embedder: it needs embed_documents and embed_query"
+        )
+    return embed
 
 
 def embedder_name(embedder: Any) -> str:

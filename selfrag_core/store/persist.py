@@ -28,7 +28,7 @@ import re
 import reprlib
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -37,6 +37,7 @@ import numpy as np
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.store.chunking import CHUNKERS, Chunker
+from selfrag_core.store.dense import HashingEmbeddings
 from selfrag_core.store.rerank import make_reranker
 
 FORMAT = "selfrag-store"
@@ -381,3 +382,31 @@ def save_index(
             shutil.rmtree(stale, ignore_errors=True)
         elif stale.name.startswith(f"{MANIFEST}.") and stale.name.endswith(".tmp"):
             stale.unlink(missing_ok=True)
+
+
+def manifest_version(root: Path) -> tuple[int, int, int] | None:
+    """What changes when an index is saved (the manifest is replaced atomically), or None."""
+    try:
+        st = os.stat(root / MANIFEST)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def embedder_from_identity(identity: Mapping[str, Any]) -> Any:
+    """The embedder a saved index names, when it is the built-in one (recreated from its
+    name); else :class:`EmbedderMismatchError`: the caller must pass it."""
+    name = str(identity.get("name", ""))
+    if name.startswith("selfrag-hashing-v1-"):
+        dim, grams = name.rsplit("-", 2)[1:]
+        if dim.isdigit() and len(grams) == 2 and grams.isdigit():
+            try:
+                return HashingEmbeddings(int(dim), (int(grams[0]), int(grams[1])))
+            except ValueError as e:  # "selfrag-hashing-v1-0-43": not a name the class gives
+                raise IndexFormatError(
+                    f"the index names the embedder {name!r}, which cannot exist ({e}); re-index the documents"
+                ) from e
+    raise EmbedderMismatchError(
+        f"this index was built with the embedder {name!r} (dim {identity.get('dim')}); "
+        "pass the same embedder: RAG.load(path, embed=...)"
+    )

@@ -112,6 +112,20 @@ def closing_events(streamed: str, result: Any) -> list[StreamEvent[Any]]:
     return [*events, StreamEvent("token", answer)] if answer else events
 
 
+def check_strategy(strategy: Any) -> Any:
+    """``strategy`` when it is one (anything with ``plan(query, context)`` and
+    ``query``/``aquery``/``stream``/``astream``: every ``Strategy``, built-in or yours),
+    else a ``TypeError`` saying what is missing. The adapters accept strategies this way."""
+    needed = ("plan", "query", "aquery", "stream", "astream")
+    missing = [name for name in needed if not callable(getattr(strategy, name, None))]
+    if missing:
+        raise TypeError(
+            f"{type(strategy).__name__} is not a selfrag strategy: it has no {', '.join(missing)}; "
+            "pass SelfIRAG, HyDERAG, RecursiveRAG, SelfHealingRAG or a Strategy subclass of yours"
+        )
+    return strategy
+
+
 def _finish_of(strategy: Any) -> Callable[[Any, Run], Any]:
     finish: Callable[[Any, Run], Any] = getattr(strategy, "finish", None) or Strategy.finish_trace
     return finish

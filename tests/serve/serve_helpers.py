@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from selfrag_core import ExecutionConfig, RetrievedDoc, Trace  # noqa: E402
+from selfrag_core import Answer, ExecutionConfig  # noqa: E402
 from selfrag_core.engine import Generate, Plan, Retrieve  # noqa: E402
 from selfrag_core.serve import ServeSettings, create_app  # noqa: E402
 from selfrag_core.strategies.base import Strategy, format_context  # noqa: E402
@@ -91,27 +90,13 @@ class SyncStreamingLLM:
         yield from (word + " " for word in ANSWER.split(" "))
 
 
-@dataclass
-class EchoResult:
-    answer: str
-    sources: list[RetrievedDoc]
-    trace: Trace = field(default_factory=Trace)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "answer": self.answer,
-            "sources": [d.to_dict() for d in self.sources],
-            "trace": self.trace.to_dict(),
-        }
-
-
-class Echo(Strategy[EchoResult]):
+class Echo(Strategy[Answer]):
     """Retrieve, then answer in one LLM call whose text is the streamed final answer."""
 
-    def _plan(self, query: str, context: dict[str, Any]) -> Plan[EchoResult]:
+    def _plan(self, query: str, context: dict[str, Any]) -> Plan[Answer]:
         docs = yield Retrieve(self.rag_system, query, 3)
         reply = yield Generate(self.llm, f"{format_context(docs)}\n\n{query}", "answer", stream=True)
-        return EchoResult(reply.text.strip(), docs)
+        return Answer(reply.text.strip(), docs)
 
 
 class Server:

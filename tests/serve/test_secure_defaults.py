@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import TOKEN, EchoResult, ScriptedLLM, Server, make_rag, sse_events
+from serve_helpers import TOKEN, ScriptedLLM, Server, make_rag, sse_events
 
-from selfrag_core import SelfIRAG
+from selfrag_core import Answer, SelfIRAG
 from selfrag_core.engine import Plan, Retrieve
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.serve import ServeSettings, create_app
@@ -36,10 +36,10 @@ def _misconfiguration() -> ConfigurationError:
     return error
 
 
-class Misconfigured(Strategy[EchoResult]):
+class Misconfigured(Strategy[Answer]):
     """Retrieves, then stops as the engine does when the LLM client raised TypeError."""
 
-    def _plan(self, query: str, context: dict[str, Any]) -> Plan[EchoResult]:
+    def _plan(self, query: str, context: dict[str, Any]) -> Plan[Answer]:
         yield Retrieve(self.rag_system, query, 3)
         raise _misconfiguration()
 

@@ -9,15 +9,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, field_validator
 
+from selfrag_core import check_strategy
 from selfrag_core.types import RetrievedDoc
 from selfrag_langchain._convert import to_document
-from selfrag_langchain.runnable import (
-    ain_child_run,
-    arun_strategy,
-    check_strategy,
-    in_child_run,
-    run_strategy,
-)
+from selfrag_langchain.runnable import ain_child_run, arun_strategy, in_child_run, run_strategy
 
 
 class StrategyRetriever(BaseRetriever):

@@ -16,7 +16,7 @@ from langchain_core.runnables.config import set_config_context
 from langchain_core.runnables.utils import AddableDict, coro_with_context
 from pydantic import ConfigDict, field_validator
 
-from selfrag_core import arun_query, run_query
+from selfrag_core import arun_query, check_strategy, run_query
 from selfrag_langchain._convert import question_of, result_output
 
 T = TypeVar("T")
@@ -24,18 +24,6 @@ Input = Union[str, dict[str, Any]]
 Output = dict[str, Any]
 RunManager = Union[CallbackManagerForChainRun, CallbackManagerForRetrieverRun]
 AsyncRunManager = Union[AsyncCallbackManagerForChainRun, AsyncCallbackManagerForRetrieverRun]
-
-
-def check_strategy(strategy: Any) -> Any:
-    """Accept a selfrag strategy: anything with ``plan(query, context)`` and
-    ``query``/``aquery``/``stream``/``astream`` (every ``Strategy``, built-in or yours)."""
-    needed = ("plan", "query", "aquery", "stream", "astream")
-    if not all(callable(getattr(strategy, name, None)) for name in needed):
-        raise TypeError(
-            f"strategy must be a selfrag strategy (query/aquery), got {type(strategy).__name__}; "
-            "e.g. SelfIRAG(as_backend(retriever), LangChainLLM(model))"
-        )
-    return strategy
 
 
 def run_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:

@@ -118,7 +118,7 @@ def test_final_answer_is_streamed_token_by_token() -> None:
 
 
 def test_strategy_is_validated() -> None:
-    with pytest.raises(TypeError, match="strategy must be a selfrag strategy"):
+    with pytest.raises(TypeError, match="is not a selfrag strategy"):
         SelfRAGRunnable(strategy="SelfIRAG")
     assert runnable().get_name() == "SelfRAG[SelfIRAG]"
 

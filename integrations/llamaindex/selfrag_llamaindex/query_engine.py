@@ -19,26 +19,13 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import QueryType
 from pydantic import Field, field_validator
 
-from selfrag_core import arun_query, observe_trace, run_query
+from selfrag_core import arun_query, check_strategy, observe_trace, run_query
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import nodes_from_docs, note, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
 from selfrag_llamaindex.llm import LlamaIndexLLM
 
 dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]
-
-
-def check_strategy(strategy: Any) -> Any:
-    """Accept a selfrag strategy: anything with ``plan(query, context)`` and
-    ``query``/``aquery``/``stream``/``astream`` (every ``Strategy``, built-in or yours).
-    Raises ``TypeError`` for anything else."""
-    needed = ("plan", "query", "aquery", "stream", "astream")
-    if not all(callable(getattr(strategy, name, None)) for name in needed):
-        raise TypeError(
-            f"{type(strategy).__name__} is not a selfrag strategy: it needs plan(), query(), aquery(), "
-            "stream() and astream() (SelfIRAG, HyDERAG, RecursiveRAG, SelfHealingRAG, or a Strategy of yours)"
-        )
-    return strategy
 
 
 def run_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:

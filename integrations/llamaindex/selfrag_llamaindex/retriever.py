@@ -9,10 +9,11 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from selfrag_core import check_strategy
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import nodes_from_docs, query_text
-from selfrag_llamaindex.query_engine import arun_strategy, check_strategy, run_strategy
+from selfrag_llamaindex.query_engine import arun_strategy, run_strategy
 
 
 class StrategyRetriever(BaseRetriever):

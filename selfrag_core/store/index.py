@@ -1,0 +1,344 @@
+"""The index of the embedded backend: the chunks of the indexed documents, their unit
+vectors (with an embedder), their BM25 statistics and each source's checksum, behind
+one lock. Documents are checked, chunked and embedded outside the lock, then added,
+replaced or deleted under it. The raw lexical and dense scores
+:mod:`~selfrag_core.store.search` ranks by come from here, and so do the snapshot a
+save writes and the restore from a saved index (:mod:`~selfrag_core.store.persist`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from selfrag_core.store.chunking import Chunker
+from selfrag_core.store.dense import as_matrix, embedder_name
+from selfrag_core.store.lexical import LexicalIndex, Tokenizer
+from selfrag_core.store.persist import EmbedderMismatchError, StoredIndex
+from selfrag_core.types import _json_safe
+
+_EMBED_BATCH = 256
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass
+class IndexedChunk:
+    id: str
+    text: str
+    source: str
+    metadata: dict[str, Any]
+    tokens: list[str]
+
+
+@dataclass
+class PreparedDocument:
+    """A document checked and chunked, not yet in the index."""
+
+    source: str
+    checksum: str
+    chunks: list[IndexedChunk]
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def check_text(text: Any) -> str:
+    if isinstance(text, (bytes, bytearray)):
+        raise TypeError("text is bytes: decode it first (e.g. data.decode('utf-8'))")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("text is empty: there is nothing to index")
+    sample = text[:100_000]
+    odd = sum(1 for ch in sample if (ch < " " and ch not in "\t\n\r\f\v") or ch == "\ufffd")
+    if "\x00" in sample or odd > 0.05 * len(sample):
+        raise ValueError(
+            "text looks like binary data (NUL, control or undecodable characters); index text files only"
+        )
+    return text
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys must be strings, got {key!r}")
+        if not isinstance(value, _SCALARS):
+            raise TypeError(
+                f"metadata value for {key!r} must be a str, int, float, bool or None "
+                f"(got {type(value).__name__}); it is stored as JSON"
+            )
+    return dict(metadata)
+
+
+def _check_source(source: Any) -> str | None:
+    if source is None:
+        return None
+    if not isinstance(source, str) or not source.strip():
+        raise TypeError(f"source must be a non-empty str or None, got {source!r}")
+    return source
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _declared_dim(embedder: Any) -> int | None:
+    for attr in ("dim", "dimension"):
+        value = getattr(embedder, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+class Index:
+    """Chunks, vectors, BM25 statistics and source checksums, changed under ``lock``.
+
+    ``tokenizer`` is None when BM25 is off (dense search only); ``autorebuild``: the BM25
+    statistics are rebuilt lazily at the first search after changes (else only by
+    :meth:`rebuild_lexical`, and lexical search sees the chunks of the last rebuild).
+    """
+
+    def __init__(
+        self, embedder: Any, chunker: Chunker, tokenizer: Tokenizer | None, *, autorebuild: bool
+    ) -> None:
+        self.embedder = embedder
+        self.chunker = chunker
+        self.tokenizer = tokenizer
+        self.autorebuild = autorebuild
+        self.lock = threading.RLock()
+        self.chunks: list[IndexedChunk] = []
+        self.rows: list[np.ndarray] = []  # one unit vector per chunk (with an embedder)
+        self.sources: dict[str, str] = {}  # source -> checksum
+        self.dim = _declared_dim(embedder)
+        self._lexical = LexicalIndex()
+        self._lexical_dirty = False
+        self._matrix: np.ndarray | None = None  # the rows stacked, built at the next dense search
+
+    # ------------------------------------------------------------------ adding and deleting
+
+    def prepare(
+        self, text: Any, source: Any, checksum: Any, metadata: Mapping[str, Any]
+    ) -> PreparedDocument | None:
+        """``text`` checked and chunked; None when ``source`` is indexed with this checksum
+        (given, or computed from the text, metadata and chunker settings) already."""
+        text = check_text(text)
+        meta = check_metadata(metadata)
+        source = _check_source(source)
+        meta_json = json.dumps(meta, sort_keys=True)
+        if source is None:  # content-addressed: never collides with another document
+            source = "doc-" + _digest(text, meta_json)[:16]
+        if checksum is not None and not isinstance(checksum, str):
+            raise TypeError(f"checksum must be a str or None, got {type(checksum).__name__}")
+        checksum = checksum or _digest(text, meta_json, json.dumps(self.chunker.settings()))
+        if self.sources.get(source) == checksum:
+            return None
+        chunks = []
+        for c in self.chunker.chunk(text, **meta):
+            chunk_meta = {**c.metadata, "source": source, "chunk_index": c.index}
+            tokens = self.tokenizer(c.text) if self.tokenizer is not None else []
+            chunks.append(IndexedChunk(f"{source}#{c.index}", c.text, source, chunk_meta, tokens))
+        return PreparedDocument(source, checksum, chunks)
+
+    def prepare_many(self, documents: Iterable[Mapping[str, Any]]) -> list[PreparedDocument]:
+        """:meth:`prepare` for each dict (``text``, and optionally ``source``, ``checksum``,
+        ``metadata`` and further metadata keys); the first bad one raises, naming it."""
+        prepared: list[PreparedDocument] = []
+        for i, doc in enumerate(documents):
+            if not isinstance(doc, Mapping):
+                raise TypeError(f"document {i} must be a dict with a 'text' key, got {type(doc).__name__}")
+            if "text" not in doc:
+                raise ValueError(f"document {i} has no 'text' key")
+            extra = {k: v for k, v in doc.items() if k not in ("text", "source", "checksum", "metadata")}
+            nested = doc.get("metadata") or {}
+            if not isinstance(nested, Mapping):
+                raise TypeError(f"document {i}: 'metadata' must be a dict")
+            try:
+                item = self.prepare(doc["text"], doc.get("source"), doc.get("checksum"), {**nested, **extra})
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"document {i}: {e}") from e
+            if item is not None:
+                prepared.append(item)
+        return prepared
+
+    def add(self, docs: list[PreparedDocument]) -> int:
+        """Embed the documents' chunks (outside the lock), then add them, replacing the
+        chunks of sources indexed before; returns the number of chunks added."""
+        if not docs:
+            return 0
+        vectors = self._embed([c for d in docs for c in d.chunks])
+        latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
+        with self.lock:
+            replaced = {s for s in latest if s in self.sources}
+            if replaced:
+                self._keep([i for i, c in enumerate(self.chunks) if c.source not in replaced])
+            row = 0
+            added = 0
+            for doc in docs:
+                n = len(doc.chunks)
+                if latest[doc.source] is doc:
+                    self.chunks.extend(doc.chunks)
+                    if vectors is not None:
+                        self.rows.extend(vectors[row : row + n])
+                    self.sources[doc.source] = doc.checksum
+                    added += n
+                row += n
+            if replaced or added:
+                self._changed()
+            return added
+
+    def delete(self, source: str) -> int:
+        """Remove every chunk of ``source``; returns how many were removed."""
+        with self.lock:
+            if source not in self.sources:
+                return 0
+            before = len(self.chunks)
+            self._keep([i for i, c in enumerate(self.chunks) if c.source != source])
+            del self.sources[source]
+            self._changed()
+            return before - len(self.chunks)
+
+    def _keep(self, positions: list[int]) -> None:
+        self.chunks = [self.chunks[i] for i in positions]
+        if self.embedder is not None:
+            self.rows = [self.rows[i] for i in positions]
+
+    def _changed(self) -> None:
+        self._lexical_dirty = True
+        self._matrix = None
+
+    def _embed(self, chunks: list[IndexedChunk]) -> np.ndarray | None:
+        if self.embedder is None or not chunks:
+            return None
+        parts = []
+        for i in range(0, len(chunks), _EMBED_BATCH):
+            texts = [c.text for c in chunks[i : i + _EMBED_BATCH]]
+            parts.append(as_matrix(self.embedder.embed_documents(texts), len(texts)))
+        matrix = np.vstack(parts)
+        self.check_dim(matrix.shape[1])
+        return matrix
+
+    def check_dim(self, dim: int) -> None:
+        if self.dim is None:
+            self.dim = dim
+        elif dim != self.dim:
+            raise EmbedderMismatchError(
+                f"the embedder returned {dim}-dimensional vectors but the index holds "
+                f"{self.dim}-dimensional ones; use the embedder the index was built with"
+            )
+
+    # ------------------------------------------------------------------ scores
+
+    @property
+    def rebuilds(self) -> int:
+        """How many times the BM25 statistics were rebuilt."""
+        return self._lexical.rebuilds
+
+    def rebuild_lexical(self, *, retokenize: bool = False) -> int:
+        """Rebuild the BM25 statistics now (re-tokenising every chunk first when asked)."""
+        assert self.tokenizer is not None
+        with self.lock:
+            if retokenize:
+                for c in self.chunks:
+                    c.tokens = self.tokenizer(c.text)
+            self._lexical.build([c.id for c in self.chunks], [c.tokens for c in self.chunks])
+            self._lexical_dirty = False
+            return len(self.chunks)
+
+    def lexical_scores(self, query: str) -> np.ndarray:
+        """BM25 scores of ``query``, one per chunk (call under the lock)."""
+        assert self.tokenizer is not None
+        if self._lexical_dirty and self.autorebuild:
+            self.rebuild_lexical()
+        raw = self._lexical.scores(self.tokenizer(query))
+        if not self._lexical_dirty:
+            return raw
+        position = {c.id: i for i, c in enumerate(self.chunks)}  # stale index: map by chunk id
+        out = np.zeros(len(self.chunks), dtype=np.float32)
+        for i, cid in enumerate(self._lexical.ids):
+            p = position.get(cid)
+            if p is not None:
+                out[p] = raw[i]
+        return out
+
+    def dense_scores(self, qvecs: np.ndarray) -> np.ndarray:
+        """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix
+        (call under the lock)."""
+        if self._matrix is None:
+            self._matrix = np.vstack(self.rows) if self.rows else np.zeros((0, self.dim or 1), np.float32)
+        if self._matrix.shape[1] != qvecs.shape[1] and len(self.rows):
+            self.check_dim(qvecs.shape[1])
+        # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores was
+        # ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py)
+        scores: np.ndarray = np.einsum("ij,kj->ik", self._matrix, qvecs)
+        return scores
+
+    # ------------------------------------------------------------------ saving and restoring
+
+    def identity(self) -> dict[str, Any] | None:
+        """The embedder's name and dimension, as a saved index records them."""
+        if self.embedder is None:
+            return None
+        return {"name": embedder_name(self.embedder), "dim": self.dim}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The chunks, sources and vectors as :func:`~selfrag_core.store.persist.save_index`
+        takes them (call under the lock)."""
+        vectors = None
+        if self.embedder is not None and self.dim is not None:
+            vectors = np.vstack(self.rows) if self.rows else np.zeros((0, self.dim), np.float32)
+        return {
+            "chunks": [
+                {"id": c.id, "text": c.text, "source": c.source, "metadata": _json_safe(c.metadata)}
+                for c in self.chunks
+            ],
+            "sources": dict(self.sources),
+            "vectors": vectors,
+        }
+
+    def restore(self, stored: StoredIndex) -> None:
+        """Replace the contents with a saved index's, once its embedder is checked to be
+        this one; concurrent searches see the old or the new contents, never a mix."""
+        identity = stored.manifest.get("embedder")
+        mine = self.identity()
+        if identity and mine is None:
+            raise EmbedderMismatchError(
+                f"this index was built with the embedder {identity.get('name')!r}; pass it: embed=..."
+            )
+        if mine is not None and not identity and stored.chunks:
+            raise EmbedderMismatchError(
+                "this index was built without an embedder (lexical only); load it without embed= "
+                "or re-index into a new directory"
+            )
+        if mine is not None and identity:
+            if identity.get("name") != mine["name"]:
+                raise EmbedderMismatchError(
+                    f"this index was built with the embedder {identity.get('name')!r}, not {mine['name']!r}; "
+                    "pass the same embedder or re-index into a new directory"
+                )
+            dim = identity.get("dim")
+            if isinstance(dim, int):
+                self.check_dim(dim)
+        chunks = []
+        for c in stored.chunks:
+            tokens = self.tokenizer(c["text"]) if self.tokenizer is not None else []
+            chunks.append(IndexedChunk(c["id"], c["text"], c["source"], dict(c["metadata"]), tokens))
+        with self.lock:
+            self.chunks = chunks
+            self.sources = dict(stored.sources)
+            if stored.vectors is not None and self.embedder is not None:
+                self.check_dim(int(stored.vectors.shape[1]))
+                self.rows = list(stored.vectors)
+            self._changed()

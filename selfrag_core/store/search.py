@@ -1,0 +1,229 @@
+"""Search over an :class:`~selfrag_core.store.index.Index`: lexical, dense or hybrid
+scores, metadata filters, query expansion and reranking.
+
+Scoring (all scores are similarities, higher is better):
+
+* lexical only (no embedder, or ``bm25_alpha=0``): the BM25 score from ``bm25s``;
+  chunks sharing no term with the query are not returned;
+* dense only (``bm25_alpha=1``): cosine similarity of unit vectors;
+* hybrid: ``alpha * dense' + (1 - alpha) * bm25'`` where ``'`` is min-max
+  normalisation over the searchable chunks (a convex combination of normalised
+  scores; Bruch et al., 2023, found it at least as good as rank fusion);
+* with a ``query_expander``: the rankings of the original and expanded queries are
+  fused with reciprocal rank fusion (score ``sum 1 / (60 + rank)``).
+
+``bm25_alpha`` is the weight of the dense component, as in the reference API;
+``None`` (the default) means 0.5 with an embedder and lexical-only without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from selfrag_core.store.dense import HashingEmbeddings, as_matrix
+from selfrag_core.store.index import Index
+from selfrag_core.store.rerank import Reranker
+from selfrag_core.types import RetrievedDoc, ScoreKind
+from selfrag_core.validation import check_int, validate_query
+
+_RRF_K = 60
+#: the vectors MMR compares when the index has none (no embedder)
+_MMR_EMBEDDER = HashingEmbeddings(512)
+
+#: one ranked chunk: (position in the index, score, lexical score, dense score)
+Ranked = tuple[int, float, float | None, float | None]
+
+
+@dataclass
+class SearchHit(RetrievedDoc):
+    """A retrieved chunk: a ``RetrievedDoc`` plus its source and the component scores."""
+
+    source: str = ""
+    lexical_score: float | None = None
+    dense_score: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.update(source=self.source, lexical_score=self.lexical_score, dense_score=self.dense_score)
+        return out
+
+
+def query_list(queries: Sequence[str]) -> Sequence[str]:
+    if isinstance(queries, str) or not isinstance(queries, Sequence):
+        raise TypeError(
+            f"search_many takes a list of queries, got {type(queries).__name__}; use search() for one"
+        )
+    return queries
+
+
+def search_many(
+    index: Index,
+    queries: Sequence[str],
+    top_k: int,
+    *,
+    alpha: float,
+    reranker: Reranker | None,
+    expander: Callable[[str], list[str]] | None,
+    metadata_filter: Any,
+    filters: Mapping[str, Any],
+) -> list[list[SearchHit]]:
+    """The best ``top_k`` chunks for each of ``queries`` (same filters), in one pass: one
+    embedder call for all the query vectors where the embedder has ``embed_queries``,
+    one matrix product for their dense scores. ``alpha``: the weight of the dense scores."""
+    queries = [validate_query(q) for q in query_list(queries)]
+    check_int("top_k", top_k, 1)
+    groups = [_expanded(q, expander) for q in queries]  # each query with its expansions
+    qvecs = _query_vectors(index, [q for group in groups for q in group], alpha) if queries else None
+    pool = max(4 * top_k, 20) if reranker is not None else top_k
+    found: list[tuple[list[SearchHit], np.ndarray | None]] = []
+    with index.lock:
+        if not index.chunks:
+            return [[] for _ in queries]
+        mask = _mask(index, metadata_filter, filters)
+        dense = index.dense_scores(qvecs) if qvecs is not None else None
+        column = 0
+        for group in groups:
+            rankings = []
+            for q in group:
+                rankings.append(
+                    _rank(index, q, alpha, None if dense is None else dense[:, column], mask, pool)
+                )
+                column += 1
+            ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
+            hits = [_hit(index, *r) for r in ranked]
+            found.append(
+                (hits, _hit_vectors(index, [r[0] for r in ranked]) if reranker is not None else None)
+            )
+    results = []
+    for query, (hits, vectors) in zip(queries, found, strict=True):
+        if reranker is not None and vectors is not None:
+            hits = reranker.rerank(query, hits, top_k, vectors)
+        results.append(hits[:top_k])
+    return results
+
+
+def _expanded(query: str, expander: Callable[[str], list[str]] | None) -> list[str]:
+    queries = [query]
+    if expander is not None:
+        extra = expander(query)
+        if isinstance(extra, str) or not isinstance(extra, Iterable):
+            raise TypeError("query_expander must return a list of strings")
+        for q in extra:
+            if isinstance(q, str) and q.strip() and q.strip() not in queries:
+                queries.append(q.strip())
+    return queries
+
+
+def _query_vectors(index: Index, queries: list[str], alpha: float) -> np.ndarray | None:
+    """One unit row per query: from one ``embed_queries`` call where the embedder has
+    it (the built-in ones), else ``embed_query`` per query (a LangChain embedder's
+    query vectors may differ from its document vectors, so never ``embed_documents``)."""
+    embedder = index.embedder
+    if embedder is None or alpha == 0:
+        return None
+    many = getattr(embedder, "embed_queries", None)
+    raw = many(queries) if callable(many) else [np.asarray(embedder.embed_query(q)) for q in queries]
+    vecs = as_matrix(raw, len(queries))
+    if index.dim is not None and vecs.shape[1] != index.dim:
+        index.check_dim(vecs.shape[1])
+    return vecs
+
+
+def _matches(value: Any, condition: Any) -> bool:
+    if callable(condition):
+        return bool(condition(value))
+    if isinstance(condition, (list, tuple, set, frozenset)):
+        return value in condition
+    return bool(value == condition)
+
+
+def _mask(index: Index, metadata_filter: Any, filters: Mapping[str, Any]) -> np.ndarray | None:
+    """Which chunks the filters keep (None: all)."""
+    conditions = dict(filters)
+    predicate: Callable[[dict[str, Any]], Any] | None = None
+    if isinstance(metadata_filter, Mapping):
+        conditions.update(metadata_filter)
+    elif callable(metadata_filter):
+        predicate = metadata_filter
+    elif metadata_filter is not None:
+        raise TypeError("metadata_filter must be a dict or a callable f(metadata) -> bool")
+    if not conditions and predicate is None:
+        return None
+
+    def keep(meta: dict[str, Any]) -> bool:
+        if not all(k in meta and _matches(meta[k], v) for k, v in conditions.items()):
+            return False
+        return predicate is None or bool(predicate(dict(meta)))
+
+    return np.fromiter((keep(c.metadata) for c in index.chunks), dtype=bool, count=len(index.chunks))
+
+
+def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+    """Scores scaled to [0, 1] over the ``valid`` positions (all when None)."""
+    kept = scores if valid is None else scores[valid]
+    if kept.size == 0:
+        return np.zeros_like(scores)
+    low, high = float(kept.min()), float(kept.max())
+    if high <= low:  # one value for all: keep only "has some signal"
+        return (scores > 0).astype(scores.dtype)
+    return (scores - low) / (high - low)
+
+
+def _rank(
+    index: Index, query: str, alpha: float, dense: np.ndarray | None, valid: np.ndarray | None, pool: int
+) -> list[Ranked]:
+    """The top ``pool`` chunks for one query, given its dense scores, among the ``valid``
+    positions (all when None)."""
+    lex = index.lexical_scores(query) if alpha < 1 else None
+    if lex is not None and dense is not None:
+        score = alpha * _minmax(dense, valid) + (1 - alpha) * _minmax(lex, valid)
+    elif lex is not None:
+        score = lex
+        valid = lex > 0 if valid is None else valid & (lex > 0)
+    else:
+        assert dense is not None
+        score = dense
+    candidates = np.arange(score.shape[0]) if valid is None else np.flatnonzero(valid)
+    if candidates.size > pool:
+        part = np.argpartition(-score[candidates], pool - 1)[:pool]
+        candidates = candidates[part]
+    order = candidates[np.argsort(-score[candidates], kind="stable")]
+    return [
+        (
+            int(p),
+            float(score[p]),
+            None if lex is None else float(lex[p]),
+            None if dense is None else float(dense[p]),
+        )
+        for p in order
+    ]
+
+
+def _fuse(rankings: list[list[Ranked]], pool: int) -> list[Ranked]:
+    """Reciprocal rank fusion of the rankings of a query and its expansions."""
+    fused: dict[int, list[Any]] = {}
+    for ranking in rankings:
+        for rank, (p, _, lx, dn) in enumerate(ranking):
+            entry = fused.setdefault(p, [p, 0.0, lx, dn])
+            entry[1] += 1.0 / (_RRF_K + rank + 1)
+    ordered = sorted(fused.values(), key=lambda e: -e[1])[:pool]
+    return [(e[0], e[1], e[2], e[3]) for e in ordered]
+
+
+def _hit(index: Index, pos: int, score: float, lexical: float | None, dense: float | None) -> SearchHit:
+    c = index.chunks[pos]
+    return SearchHit(
+        c.text, score, dict(c.metadata), c.id, ScoreKind.SIMILARITY,
+        source=c.source, lexical_score=lexical, dense_score=dense,
+    )  # fmt: skip
+
+
+def _hit_vectors(index: Index, positions: list[int]) -> np.ndarray:
+    """The vectors a reranker compares hits by (MMR): the index's, else hashed ones."""
+    if index.embedder is not None and index.rows:
+        return np.vstack([index.rows[p] for p in positions]) if positions else np.zeros((0, 1))
+    return _MMR_EMBEDDER.embed_documents([index.chunks[p].text for p in positions])
