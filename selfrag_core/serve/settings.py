@@ -71,9 +71,15 @@ class ServeSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServeSettings:
         """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` (unless overridden);
-        the value is stripped, and an empty one counts as unset."""
+        the value is stripped. A variable that is set but empty (``SELFRAG_API_TOKEN=$UNSET``)
+        is a ConfigurationError, not an open service: unset it to serve without a token."""
         env = os.environ if environ is None else environ
-        token = env.get(TOKEN_ENV, "").strip() or None
+        raw = env.get(TOKEN_ENV)
+        token = None if raw is None else raw.strip()
+        if token == "" and "api_token" not in overrides:
+            raise ConfigurationError(
+                f"{TOKEN_ENV} is set but empty; unset it to serve without a token, or give it a value"
+            )
         return cls(**{"api_token": token, **overrides})  # type: ignore[arg-type]
 
 

@@ -286,3 +286,17 @@ def test_a_configuration_error_in_ingestion_is_a_500_not_a_400(
     _assert_names_the_cause(response.json(), component=None)
     assert "embedder" in response.json()["error"]["message"]
     assert len(_logged(caplog)) == 1
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_a_token_variable_set_but_empty_is_an_error_not_an_open_service(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SELFRAG_API_TOKEN=$TOKEN`` with TOKEN unset must not silently serve an open API."""
+    with pytest.raises(ConfigurationError, match="set but empty"):
+        ServeSettings.from_env({TOKEN_ENV: value})
+    monkeypatch.setenv(TOKEN_ENV, value)
+    with pytest.raises(ConfigurationError, match="set but empty"):
+        create_app(rag=make_rag(), llm=ScriptedLLM())
+    monkeypatch.delenv(TOKEN_ENV)
+    assert ServeSettings.from_env().api_token is None  # unset: an open service, by choice

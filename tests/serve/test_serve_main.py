@@ -28,7 +28,9 @@ def _start(command: list[str], token: str = "") -> tuple[subprocess.Popen[bytes]
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "selfrag_core.serve", *command, "--port", str(port), "--log-level", "warning"],
-        env={**os.environ, "SELFRAG_API_TOKEN": token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**{k: v for k, v in os.environ.items() if k != "SELFRAG_API_TOKEN"},
+             **({"SELFRAG_API_TOKEN": token} if token else {})},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
     while True:
