@@ -3,6 +3,7 @@ output shows in the trace (class 4): every strategy, sync and async."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -99,3 +100,26 @@ async def test_unreadable_backend_items_are_reported_in_the_trace(name: str, mod
     notes = [e for e in result.trace.events if e.name == "retrieval_unreadable"]
     assert notes and "bytes" in (notes[0].error or "")
     assert notes[0].detail["backend"] == "PartlyUnreadable"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", STRATEGIES)
+async def test_document_fences_a_model_copies_are_taken_out_of_the_answer(name: str, mode: str) -> None:
+    """Small models copy a passage whole, tags included (seen with SmolLM2 in the demo)."""
+
+    copied = (
+        'The answer is: <document id="1" source="paris.md">\nParis is the capital of France.\n</document>'
+    )
+
+    def copier(prompt: str) -> str:
+        if '"claims"' in prompt:
+            return obedient(prompt)
+        if '"relevance"' in prompt:  # SelfIRAG's fast mode: the copy inside the JSON answer
+            return json.dumps(
+                {"answer": copied, **dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), 9)}
+            )
+        return copied
+
+    result = await ask(build(name, FakeRetriever(DOCS[1:]), FakeLLM(copier), INSTANT), mode)
+    assert "<document" not in result.answer and "</document>" not in result.answer
+    assert "Paris is the capital of France." in result.answer

@@ -101,6 +101,15 @@ _CLOSING_TAG = re.compile(r"<\s*/\s*document", re.IGNORECASE)
 _ATTRIBUTE_UNSAFE = re.compile(r'["<>\s]+')
 
 
+_DOCUMENT_TAG = re.compile(r"</?\s*document\b[^>\n]{0,300}>", re.IGNORECASE)
+
+
+def without_document_tags(answer: str) -> str:
+    """``answer`` without the ``<document ...>`` fences a model copied from its prompt (small
+    models copy a passage whole, tags included): the text they fenced stays."""
+    return _DOCUMENT_TAG.sub("", answer).strip() if "document" in answer.lower() else answer.strip()
+
+
 def document_block(index: int, text: str, source: Any = None, note: str = "") -> str:
     """One retrieved document as every prompt shows it: fenced in a numbered
     ``<document id="n" source="...">`` block, so that retrieved text is always data and

@@ -16,7 +16,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Note, Plan, Retrieve, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.grounding import degenerate_reason
-from selfrag_core.prompts import Prompts, document_block
+from selfrag_core.prompts import Prompts, document_block, without_document_tags
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 
@@ -52,7 +52,9 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     """A strategy's final answer, or :data:`GENERATION_FAILED_ANSWER` when it is unusable
     (``grounding.degenerate_reason``: empty, an echo of the prompt or the question, a
     refusal although the context covers the question, a copy of an instruction planted
-    in a document), with the reason in the trace."""
+    in a document), with the reason in the trace. Document fences the model copied from
+    its prompt are taken out first."""
+    answer = without_document_tags(answer)
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
         return answer

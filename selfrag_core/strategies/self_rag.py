@@ -25,7 +25,12 @@ from selfrag_core.errors import ParseError, RAGSystemError
 from selfrag_core.grounding import assess, degenerate_reason
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_json_object
-from selfrag_core.prompts import ANSWER_EVALUATION_SCHEMA, EVALUATION_SCHEMA, detect_language
+from selfrag_core.prompts import (
+    ANSWER_EVALUATION_SCHEMA,
+    EVALUATION_SCHEMA,
+    detect_language,
+    without_document_tags,
+)
 from selfrag_core.retrieval import _deduplicate
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -271,7 +276,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 answer = data.get("answer")
                 if not isinstance(answer, str) or not answer.strip():
                     raise ParseError("the reply has no 'answer' string", raw=reply.text)
-                return answer.strip(), evaluation_from(data, reply.text)
+                return without_document_tags(answer), evaluation_from(data, reply.text)
             except ParseError as e:
                 yield Note("fast_mode_parse_failed", str(e), {"raw": e.raw[:500], "then": "two-step"})
             except RAGSystemError as e:
@@ -284,7 +289,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
-        answer = reply.text.strip()
+        answer = without_document_tags(reply.text)
         evaluation = yield from self._evaluate(query, ctx, answer, lang)
         return answer, evaluation
 
@@ -317,7 +322,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         except RAGSystemError as e:
             yield Note("refinement_failed", f"{type(e).__name__}: {e}", {"then": "regenerate"})
             return None
-        refined = reply.text.strip()
+        refined = without_document_tags(reply.text)
         reason = degenerate_reason(refined, query, context_text(docs))
         if reason is not None:
             yield Note("refinement_discarded", reason, {"refined": refined[:200], "then": "regenerate"})
