@@ -37,6 +37,7 @@ from selfrag_core.presets import (  # build_strategy and open_index re-exported:
     STRATEGIES,
     build_strategy,
     open_index,
+    preset_for,
 )
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, run_query
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
@@ -349,7 +350,7 @@ def _llm(args: argparse.Namespace) -> Any:
 def _strategy(args: argparse.Namespace, name: str, rag: Any, llm: Any) -> Any:
     return build_strategy(
         name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls,
-        llm_timeout=args.llm_timeout or None, query_timeout=args.timeout or None,
+        llm_timeout=args.llm_timeout or None, query_timeout=args.timeout or None, preset=preset_for(args.llm),
     )  # fmt: skip
 
 
@@ -467,7 +468,9 @@ def serve_app(args: argparse.Namespace) -> Any:
     rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
     llm = _llm(args)
     strategies = {
-        name: build_strategy(name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls)
+        name: build_strategy(
+            name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm)
+        )
         for name in STRATEGIES
     }
     settings = settings_from_args(args, index_dir=str(directory))

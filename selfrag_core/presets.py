@@ -47,6 +47,16 @@ EMBEDDERS = ("auto", "minilm", "hashing", "none")
 # ----------------------------------------------------------------------------- strategies
 
 
+def preset_for(llm_spec: str) -> str:
+    """The preset that fits the LLM named on the command line: "small" for the embedded
+    models (``local``, ``smollm2``, ``gemma``, a ``.gguf`` file) and ``fake``, whose answers
+    get worse with more context and more rounds; "standard" for a ``provider:model``, a
+    capable model that the strategies' own defaults are made for."""
+    name = llm_spec.strip()
+    provider, sep, _ = name.partition(":")
+    return "standard" if sep and len(provider) > 1 and not name.lower().endswith(".gguf") else "small"
+
+
 def build_strategy(
     name: str,
     rag: Any,

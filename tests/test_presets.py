@@ -116,3 +116,14 @@ def test_open_index_creates_saves_and_reopens(tmp_path: Path) -> None:
     again = presets.open_backend(tmp_path / "index")
     assert again.sources() == rag.sources() and again.count() == rag.count() > 0
     assert presets.open_backend(None).count() == 0  # in memory
+
+
+def test_the_preset_follows_the_model_named_on_the_command_line() -> None:
+    """The embedded models (and the fake) get the small sizes; a provider's model the
+    strategies' own defaults, which a capable model makes use of."""
+    from selfrag_core.presets import preset_for
+
+    for spec in ("local", "smollm2", "gemma", "fake", "models/tiny.gguf", "C:\\models\\x.gguf"):
+        assert preset_for(spec) == "small", spec
+    for spec in ("openai:gpt-4o-mini", "ollama:llama3.2", "anthropic:claude-haiku"):
+        assert preset_for(spec) == "standard", spec
