@@ -25,9 +25,10 @@ from selfrag_core.llm import _call_llm
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
 from selfrag_core.protocols import LLMOutput
+from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
 from selfrag_core.retrieval import _deduplicate, _retrieve_safe
-from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 from selfrag_core.strategies.base import (
     StreamEvent,
     arun_query,
@@ -59,6 +60,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Answer",
     "BudgetExceededError",
+    "CacheMissError",
+    "CachedLLM",
     "ConfigurationError",
     "ConversationMemory",
     "EvaluationResult",
@@ -78,6 +81,7 @@ __all__ = [
     "Note",
     "Parallel",
     "ParseError",
+    "PlainRAG",
     "Plan",
     "QueryTimeoutError",
     "RAGSystemError",

@@ -5,6 +5,7 @@ a local LLM.
     selfrag ask "question" --strategy self|hyde|recursive|healing [--json]
     selfrag demo                          # sample corpus + all four strategies
     selfrag stats [--json]
+    selfrag eval questions.jsonl --corpus corpus.jsonl   # each strategy against a plain retrieve-and-answer
 
 The index lives in ``--index DIR``, else ``$SELFRAG_INDEX``, else the per-user data
 directory (``$XDG_DATA_HOME/selfrag/index``, by default ``~/.local/share/selfrag/index``).
@@ -31,6 +32,7 @@ from typing import Any
 
 from selfrag_core.errors import RAGSystemError, StrategyError, misconfiguration_hint
 from selfrag_core.presets import (  # build_strategy and open_index re-exported: they lived here
+    BASELINE,
     DEFAULT_LLM_TIMEOUT,
     DEFAULT_QUERY_TIMEOUT,
     EMBEDDERS,
@@ -39,9 +41,8 @@ from selfrag_core.presets import (  # build_strategy and open_index re-exported:
     open_index,
     preset_for,
 )
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, run_query
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
-from selfrag_core.strategies.recursive import NOT_ENOUGH_ANSWER
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
 
 #: the strategies' answers when they found nothing to answer from
@@ -452,6 +453,51 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_home() -> Path:
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser()
+    return Path.home() / ".cache"
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from selfrag_core.evaluation import evaluate, load_questions
+
+    data = load_questions(args.questions)
+    for problem in data.problems[:20]:
+        print(f"selfrag: skipped {problem}", file=sys.stderr)
+    names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    index = args.index
+    if index is None and args.corpus is None and data.corpus is None:
+        index = str(default_index_dir())  # the user's own index
+    out = Path(args.out) if args.out else Path("eval-results") / data.name
+    cache = (
+        None
+        if args.no_cache
+        else (Path(args.cache) if args.cache else _cache_home() / "selfrag" / "llm-calls.sqlite")
+    )
+    progress = Progress(args.plain)
+    llm = _llm(args)
+    total = len(data.sample(args.limit, args.seed).questions)
+    with progress.task("eval", total) as advance:
+        report = evaluate(
+            data, names, llm=llm, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
+            preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
+            limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
+                    "query_timeout": args.timeout or None},
+            judge=llm if args.judge else None, cache=cache, replay=args.replay, concurrency=args.concurrency,
+            limit=args.limit, seed=args.seed, output=out, embed=args.embedder,
+            progress=lambda done, n, question: advance(1, question[:60]), settings={"llm": args.llm},
+        )  # fmt: skip
+    print(report.table())
+    if report.cache is not None:
+        hits, misses = report.cache["hits"], report.cache["misses"]
+        print(f"\nLLM calls: {hits} replayed from {report.cache['path']}, {misses} made")
+    html = out / "report.html"
+    extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
+    print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
+    return 0
+
+
 def _one_line(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -538,7 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("question")
     p.add_argument(
         "--strategy", default="self", metavar="NAME",
-        help="self (default), hyde, recursive, healing, or your own: package.module:Name or file.py:Name",
+        help="self (default), hyde, recursive, healing, plain (one retrieval, one answer), "
+             "or your own: package.module:Name or file.py:Name",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_ask)
@@ -554,6 +601,49 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategies", nargs="+", choices=STRATEGIES, help="strategies to run (default: all four)"
     )
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser(
+        "eval", parents=[common, llm_opts, timing],
+        help="compare the strategies with a plain retrieve-and-answer on your questions",
+    )  # fmt: skip
+    p.add_argument("questions", help="questions: a .jsonl file, a BEIR folder or a SQuAD .json file")
+    p.add_argument(
+        "--corpus",
+        help="documents to index for the run: a BEIR corpus.jsonl (default: the data's own, else --index)",
+    )
+    p.add_argument(
+        "--strategies",
+        default=",".join((BASELINE, *STRATEGIES)),
+        metavar="NAMES",
+        help="comma-separated contenders; plain is the baseline (default: plain,self,hyde,recursive,healing)",
+    )
+    p.add_argument("--k", type=int, default=10, help="documents counted by recall@k and MRR (default 10)")
+    p.add_argument("--limit", type=int, help="evaluate a seeded random sample of N questions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the bootstrap (default 0)")
+    p.add_argument("--concurrency", type=int, default=2, help="questions answered at once (default 2)")
+    p.add_argument(
+        "--out", metavar="DIR", help="results.jsonl, summary.json, report.html (default eval-results/NAME)"
+    )
+    p.add_argument(
+        "--cache",
+        metavar="FILE",
+        help="SQLite file of recorded LLM calls (default ~/.cache/selfrag/llm-calls.sqlite)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="call the LLM every time, record nothing")
+    p.add_argument(
+        "--replay", action="store_true", help="answer only from the cache: a miss is an error (for CI)"
+    )
+    p.add_argument(
+        "--judge", action="store_true", help="also score faithfulness with the LLM (one more call per answer)"
+    )
+    p.add_argument(
+        "--retrieval-only",
+        action="store_true",
+        help="rank documents instead of answering (plain and hyde); the default for data without answers",
+    )
+    p.add_argument(
+        "--embedder", choices=EMBEDDERS, default="auto", help="embedder of the corpus index (default auto)"
+    )
+    p.set_defaults(func=cmd_eval)  # fmt: skip
     p = sub.add_parser("stats", parents=[common], help="describe the index")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)

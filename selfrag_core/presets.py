@@ -26,12 +26,14 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 
 logger = logging.getLogger("selfrag")
 
 #: the strategies by name (the CLI's ``--strategy``, the server's URL names)
 STRATEGIES = ("self", "hyde", "recursive", "healing")
+#: one retrieval, one answer (``PlainRAG``): the baseline of ``selfrag eval``, and a strategy too
+BASELINE = "plain"
 #: how the strategies are sized: "small" for a small local model (two-step Self-RAG with
 #: at most two iterations, one hypothetical document, one level of decomposition, one
 #: healing retry: the CLI's and ``selfrag serve``'s), "standard" for each strategy's own
@@ -68,7 +70,7 @@ def build_strategy(
     query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
     preset: str = "small",
 ) -> Strategy[Any]:
-    """The strategy ``name`` (one of ``STRATEGIES``, or a strategy of your own named
+    """The strategy ``name`` (``BASELINE`` or one of ``STRATEGIES``, or a strategy of your own named
     ``"package.module:Name"`` or ``"path/to/file.py:Name"``: see :func:`load_strategy`)
     over ``rag`` and ``llm``, bounded in time.
 
@@ -87,6 +89,8 @@ def build_strategy(
     k: dict[str, Any] = {} if top_k is None else {"top_k": top_k}
     if ":" in name:
         return load_strategy(name, rag, llm, execution=execution)
+    if name == BASELINE:
+        return PlainRAG(rag, llm, **k, execution=execution)
     if name == "self":
         # two-step (answer, then judge): tiny models answer worse inside a JSON object
         sizes: dict[str, Any] = {"max_refinement_iterations": 2, "fast_mode": False} if small else {}
@@ -105,7 +109,7 @@ def build_strategy(
         if top_k is not None:
             healing["retrieval_top_k"] = top_k
         return SelfHealingRAG(llm, [rag, hyde], **healing, execution=execution)
-    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join((BASELINE, *STRATEGIES))}")
 
 
 def load_strategy(

@@ -29,10 +29,11 @@ def test_public_api_is_exactly_the_documented_one() -> None:
     import selfrag_core
 
     assert sorted(selfrag_core.__all__) == sorted(
-        ["Answer", "BudgetExceededError", "ConfigurationError", "ConversationMemory", "EvaluationResult",
+        ["Answer", "BudgetExceededError", "CacheMissError", "CachedLLM", "ConfigurationError",
+         "ConversationMemory", "EvaluationResult",
          "ExecutionConfig", "FaithfulnessMetric", "FaithfulnessScore", "Generate", "Grounding",
          "GroundingConfig", "HealingAttempt", "HyDERAG", "HyDEResult", "LLMCallError", "LLMOutput",
-         "LLMTimeoutError", "MissingDependencyError", "Note", "Parallel", "ParseError", "Plan",
+         "LLMTimeoutError", "MissingDependencyError", "Note", "Parallel", "ParseError", "Plan", "PlainRAG",
          "QueryTimeoutError", "RAGSystemError", "RecursiveRAG", "RecursiveRAGConfig", "RecursiveRAGResult",
          "RefinementStep", "RetrievalError", "RetrievalTimeoutError", "Retrieve", "RetrieveMany",
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",

@@ -113,6 +113,28 @@ class LocalLLM:
     def __repr__(self) -> str:
         return f"LocalLLM({self.name!r}, chat={self.chat}, n_ctx={self.n_ctx})"
 
+    @property
+    def cache_identity(self) -> dict[str, Any]:
+        """What decides this model's replies, as JSON (the key of
+        :class:`selfrag_core.replay.CachedLLM`): ``"model"`` (the name and the model file's
+        name) and every generation setting. Not ``n_threads`` or ``verbose``."""
+        return {
+            "model": f"{self.name}:{Path(self.model_path).name}",
+            "max_tokens": self.max_tokens,
+            "structured_max_tokens": self.structured_max_tokens,
+            "n_ctx": self.n_ctx,
+            "chat": bool(self.chat),
+            "stop": list(self.stop),
+            "system_prompt": self.system_prompt,
+            "item_max_chars": self.item_max_chars,
+            "string_max_chars": self.string_max_chars,
+            "hold_end_after_colon": bool(self.hold_end_after_colon),
+            # floats as floats: temperature=0 and 0.0 are one setting, and one key
+            "temperature": float(self._sampling["temperature"]),
+            "repeat_penalty": float(self._sampling["repeat_penalty"]),
+            "seed": int(self._sampling["seed"]),
+        }
+
     # ------------------------------------------------------------------ protocols
     def generate(self, prompt: str) -> LLMOutput:
         with self._lock:

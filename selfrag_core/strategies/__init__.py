@@ -2,8 +2,9 @@
 
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
+from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
 
-__all__ = ["HyDERAG", "RecursiveRAG", "SelfHealingRAG", "SelfIRAG", "Strategy"]
+__all__ = ["HyDERAG", "PlainRAG", "RecursiveRAG", "SelfHealingRAG", "SelfIRAG", "Strategy"]

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Note, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.grounding import degenerate_reason
-from selfrag_core.prompts import Prompts, document_block, without_document_tags
+from selfrag_core.llm import LLMReply
+from selfrag_core.prompts import Prompts, detect_language, document_block, without_document_tags
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 
@@ -32,6 +33,8 @@ def require_llm(llm: Any) -> Any:
 
 #: the answer when no acceptable answer could be generated (as in the reference specification)
 GENERATION_FAILED_ANSWER = "error in generating answer"
+#: the answer when retrieval finds nothing (as in the reference specification)
+NOT_ENOUGH_ANSWER = "There is not enough information."
 
 
 def format_context(docs: list[RetrievedDoc], limit: int | None = None) -> str:
@@ -78,6 +81,25 @@ def retrieve_or_empty(
 def retrieval_options(context: Mapping[str, Any]) -> dict[str, Any]:
     """Backend keyword options carried in a query's ``context`` (passed where accepted)."""
     return {k: context[k] for k in ("metadata_filter", "filters") if k in context}
+
+
+def retrieve_and_answer(
+    strategy: Strategy[Any], query: str, context: Mapping[str, Any], top_k: int, retries: int
+) -> Plan[tuple[str | None, list[RetrievedDoc]]]:
+    """One retrieval and one grounded answer (streamed), checked: the baseline that
+    :class:`~selfrag_core.strategies.plain.PlainRAG` is and that ``RecursiveRAG`` gives a
+    question it does not decompose. The answer is None when retrieval found nothing;
+    a failed LLM call raises at its ``yield``."""
+    docs = yield from retrieve_or_empty(strategy.rag_system, query, top_k, retrieval_options(context))
+    if not docs:
+        yield Note("not_enough_information", "retrieval returned no documents", {"query": query[:200]})
+        return None, []
+    prompt = strategy.prompts.render(
+        "grounded_answer", detect_language(query), context=format_context(docs), question=query
+    )
+    reply: LLMReply = yield Generate(strategy.llm, prompt, "answer", retries, stream=True)
+    answer = yield from checked_answer(reply.text.strip(), query, docs)
+    return answer, docs
 
 
 @dataclass(frozen=True)

@@ -31,16 +31,13 @@ from selfrag_core.prompts import DECOMPOSITION_SCHEMA, detect_language
 from selfrag_core.retrieval import _deduplicate
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
+    NOT_ENOUGH_ANSWER,
     Strategy,
     checked_answer,
-    format_context,
-    retrieval_options,
-    retrieve_or_empty,
+    retrieve_and_answer,
 )
 from selfrag_core.types import RecursiveRAGResult, SubAnswer
 
-#: the answer when retrieval finds nothing (as in the reference specification)
-NOT_ENOUGH_ANSWER = "There is not enough information."
 #: token-set overlap (Jaccard) at which a sub-question counts as a copy of the question
 NEAR_COPY = 0.85
 #: items of a decomposition read per sub-question kept (the rest is never looked at)
@@ -230,17 +227,11 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
                 answer, depth, False, [], [], sources, reason=f"{reason}: leaf strategy"
             )
         cfg = self.config
-        docs = yield from retrieve_or_empty(self.rag_system, query, cfg.top_k, retrieval_options(context))
-        if not docs:
-            yield Note("not_enough_information", "retrieval returned no documents", {"query": query[:200]})
+        answer, docs = yield from retrieve_and_answer(self, query, context, cfg.top_k, cfg.llm_retries)
+        if answer is None:
             return RecursiveRAGResult(
                 NOT_ENOUGH_ANSWER, depth, False, [], [], reason=f"{reason}: no documents"
             )
-        prompt = self.prompts.render(
-            "grounded_answer", detect_language(query), context=format_context(docs), question=query
-        )
-        reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
-        answer = yield from checked_answer(reply.text.strip(), query, docs)
         return RecursiveRAGResult(answer, depth, False, [], [], docs, reason=f"{reason}: answered")
 
     def _decompose(self, query: str) -> Plan[tuple[list[str], str]]:

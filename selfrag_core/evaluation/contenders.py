@@ -1,0 +1,188 @@
+"""What ``evaluate`` compares: contenders that answer a question (and, where they can,
+rank documents for it), each turned into one :class:`Outcome` shape.
+
+A contender is one of:
+
+* a built-in strategy by name (``plain``, ``self``, ``hyde``, ``recursive``,
+  ``healing``: sized as the CLI sizes them, see :func:`selfrag_core.presets.build_strategy`),
+  or ``"file.py:Name"`` / ``"package.module:Name"`` for a strategy of your own;
+* any strategy object (a ``Strategy``, built-in or yours, composed or not);
+* a LangChain runnable (``invoke``): its output may be a string, a message, or a dict
+  with the answer under ``answer`` / ``result`` / ``output`` and the documents it used
+  under ``context`` / ``source_documents`` / ``documents``; its LLM calls and tokens
+  are counted through LangChain's callbacks;
+* a LlamaIndex query engine (``query`` returning a ``Response`` with ``source_nodes``);
+* a callable ``f(question)`` returning any of the above.
+
+Outside contenders report no trace, so their fallbacks are unknown; a LlamaIndex
+engine's LLM calls are unknown too (shown as such, never as zero).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from selfrag_core.errors import ConfigurationError, StrategyError
+from selfrag_core.retrieval import normalize_results
+from selfrag_core.strategies.base import run_query
+from selfrag_core.types import RetrievedDoc, Trace
+
+_ANSWER_KEYS = ("answer", "result", "output", "response")
+_DOCUMENT_KEYS = ("context", "source_documents", "documents", "sources", "source_nodes")
+
+
+@dataclass
+class Outcome:
+    """What one contender did with one question."""
+
+    answer: str
+    sources: list[RetrievedDoc] = field(default_factory=list)
+    latency_s: float = 0.0
+    trace: Trace | None = None  # None: an outside contender, whose inner steps are unknown
+    llm_calls: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None  # the contender raised: the answer is empty, the question still counts
+
+
+@dataclass
+class Contender:
+    """A name and how it answers: ``answer(question) -> Outcome``; ``rank(question, k)``
+    gives the documents it would answer from, ``k`` of them, without answering (None
+    where the contender cannot: only ``plain`` and ``hyde`` rank on their own)."""
+
+    name: str
+    answer: Callable[[str], Outcome]
+    rank: Callable[[str, int], Outcome] | None = None
+
+
+def timed(name: str, work: Callable[[], Outcome]) -> Outcome:
+    """``work()`` with its wall time, or an empty outcome naming the failure."""
+    start = time.perf_counter()
+    try:
+        outcome = work()
+    except ConfigurationError:  # the setup is wrong (a cache miss under replay, ...): stop
+        raise
+    except Exception as e:  # a contender that raises on one question: counted, never fatal
+        outcome = Outcome("", error=f"{name}: {type(e).__name__}: {e}")
+    outcome.latency_s = time.perf_counter() - start
+    return outcome
+
+
+def _from_result(result: Any) -> Outcome:
+    trace = getattr(result, "trace", None)
+    trace = trace if isinstance(trace, Trace) else None
+    outcome = Outcome(str(getattr(result, "answer", "")), list(getattr(result, "sources", [])), trace=trace)
+    if trace is not None:
+        outcome.llm_calls = trace.llm_calls
+        calls = [e for e in trace.events if e.kind == "llm"]
+        if any(e.input_tokens is not None for e in calls):  # else unknown: the model reports none
+            outcome.input_tokens, outcome.output_tokens = trace.input_tokens, trace.output_tokens
+    return outcome
+
+
+def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
+    """A strategy as a contender; ``rag``, the backend it searches, lets ``plain``
+    rank (one search); HyDE ranks with its fused ranking (one LLM round)."""
+
+    def answer(question: str) -> Outcome:
+        try:
+            return _from_result(run_query(strategy, question))
+        except StrategyError as e:  # SelfHealingRAG: every attempt failed; its report says how
+            if e.report is None:
+                raise
+            outcome = _from_result(e.report)
+            outcome.error = f"{name}: {e}"
+            return outcome
+
+    rank: Callable[[str, int], Outcome] | None = None
+    if hasattr(strategy, "retrieve_documents"):  # HyDE
+
+        def rank(question: str, k: int) -> Outcome:
+            return Outcome("", list(strategy.retrieve_documents(question, top_k=k)))
+
+    elif rag is not None and type(strategy).__name__ == "PlainRAG":
+
+        def rank(question: str, k: int) -> Outcome:
+            return Outcome("", normalize_results(rag.retrieve(question, k)))
+
+    return Contender(name, answer, rank)
+
+
+def outside_contender(name: str, target: Any) -> Contender:
+    """A LangChain runnable, a LlamaIndex query engine or a callable as a contender."""
+    if hasattr(target, "invoke") and not hasattr(target, "plan"):
+        return Contender(name, lambda question: _invoke_langchain(target, question))
+    if hasattr(target, "query") and not hasattr(target, "plan"):
+        return Contender(name, lambda question: read_output(target.query(question)))
+    if callable(target):
+        return Contender(name, lambda question: read_output(target(question)))
+    raise TypeError(
+        f"contender {name!r} is a {type(target).__name__}: give a strategy (or its name), a LangChain "
+        "runnable, a LlamaIndex query engine or a callable f(question)"
+    )
+
+
+def read_output(output: Any) -> Outcome:
+    """An outside contender's answer and documents, whatever shape they come in."""
+    if isinstance(output, str):
+        return Outcome(output)
+    documents: Any = ()
+    if isinstance(output, Mapping):
+        answer = next((output[k] for k in _ANSWER_KEYS if k in output), "")
+        documents = next((output[k] for k in _DOCUMENT_KEYS if k in output), ())
+    else:
+        answer = getattr(output, "response", None)
+        if answer is None:
+            answer = getattr(output, "content", None) if hasattr(output, "content") else output
+        documents = getattr(output, "source_nodes", ())
+    if not isinstance(answer, str):
+        answer = getattr(answer, "content", answer)
+    return Outcome("" if answer is None else str(answer), normalize_results(list(documents or ())))
+
+
+def _invoke_langchain(runnable: Any, question: str) -> Outcome:
+    counter = _langchain_counter()
+    if counter is None:
+        return read_output(runnable.invoke(question))
+    outcome = read_output(runnable.invoke(question, config={"callbacks": [counter]}))
+    outcome.llm_calls = counter.calls
+    outcome.input_tokens, outcome.output_tokens = counter.input_tokens, counter.output_tokens
+    return outcome
+
+
+def _langchain_counter() -> Any:
+    """A LangChain callback handler counting LLM calls and tokens (None without LangChain)."""
+    try:
+        from langchain_core.callbacks import BaseCallbackHandler
+    except ImportError:
+        return None
+
+    class Counter(BaseCallbackHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.calls = 0
+            self.input_tokens: int | None = None
+            self.output_tokens: int | None = None
+
+        def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+            self.calls += 1
+            for generations in getattr(response, "generations", []):
+                for generation in generations:
+                    usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
+                    if isinstance(usage, dict):
+                        self.input_tokens = (self.input_tokens or 0) + int(usage.get("input_tokens") or 0)
+                        self.output_tokens = (self.output_tokens or 0) + int(usage.get("output_tokens") or 0)
+
+    return Counter()
+
+
+def as_contender(name: str, target: Any, rag: Any = None) -> Contender:
+    """``target`` (a strategy, a framework object or a callable) as a contender."""
+    if isinstance(target, Contender):
+        return target
+    if callable(getattr(target, "plan", None)):
+        return strategy_contender(name, target, rag)
+    return outside_contender(name, target)

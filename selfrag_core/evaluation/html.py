@@ -1,0 +1,420 @@
+"""The self-contained HTML page of ``selfrag eval``.
+
+:func:`render_html` turns the JSON summary of an evaluation (schema ``selfrag.eval/1``) into one
+HTML page that needs nothing else: every plot is drawn by matplotlib (imported lazily; the
+``[eval]`` extra) as SVG and inlined, the CSS is inline, there is no script and no network
+reference, and the per-question view uses ``<details>`` so it works with JavaScript disabled.
+Every string from the report (answers, documents, names) is escaped. The output is deterministic:
+the same report gives byte-identical pages.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from selfrag_core.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["pareto_front", "render_html", "write_html"]
+
+_NO_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
+_EVENT_COLOURS = {"llm": "#4c72b0", "retrieval": "#dd8452", "other": "#9a9a9a"}
+_VERDICT_CLASS = {"better": "v-better", "worse": "v-worse"}
+_COSTS = (("llm_calls", "LLM calls per question"), ("latency_p50", "latency p50 (s)"))
+_COLUMNS = (  # summary table: header, key, digits
+    ("LLM calls", "llm_calls", 2),
+    ("input tokens", "input_tokens", 1),
+    ("output tokens", "output_tokens", 1),
+    ("latency p50 (s)", "latency_p50", 2),
+    ("latency p95 (s)", "latency_p95", 2),
+    ("fallbacks", "fallbacks", 0),
+    ("errors", "errors", 0),
+    ("questions", "questions", 0),
+)
+_ID_REF = re.compile(r'(\bid="|href="#|url\(#)([^")]+)')
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.25em .5em;
+vertical-align:top;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.v-better{color:#1a7f37}.v-worse{color:#b42318}.v-none{color:#666}.diff{display:block;font-size:.85em}
+svg{max-width:100%;height:auto}.scroll{overflow-x:auto}.note{color:#666;font-style:italic}
+details.q{border:1px solid #ddd;margin:.3em 0;padding:.3em .6em}details.q>summary{cursor:pointer}
+.answer{white-space:pre-wrap;min-width:14em;max-width:40em}.rel{font-weight:bold}.error{color:#b42318}
+.key i{display:inline-block;width:.9em;height:.9em;margin:0 .3em 0 1em;vertical-align:middle}
+"""
+_CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
+def pareto_front(points: Sequence[tuple[str, float, float]], higher_is_better: bool = True) -> list[str]:
+    """The names of the ``(name, cost, quality)`` points that no other point dominates.
+
+    A point dominates another when it costs at most as much and is at least as good, and is
+    strictly better in one of the two ("good" follows ``higher_is_better``). Equal points do not
+    dominate each other, so both stay. The front is ordered by cost, then best quality first.
+    """
+    sign = 1.0 if higher_is_better else -1.0
+
+    def dominates(a: tuple[str, float, float], b: tuple[str, float, float]) -> bool:
+        cheaper, better = a[1] <= b[1], sign * a[2] >= sign * b[2]
+        return cheaper and better and (a[1] < b[1] or sign * a[2] > sign * b[2])
+
+    front = [p for p in points if not any(dominates(other, p) for other in points)]
+    return [p[0] for p in sorted(front, key=lambda p: (p[1], -sign * p[2]))]
+
+
+def render_html(report: Mapping[str, Any], *, max_timelines: int = 200) -> str:
+    """The HTML page of an evaluation report (the JSON summary of ``selfrag eval``).
+
+    In order: the header (data set, settings, problems); the summary table (means per
+    contender; next to each, the paired difference to the baseline with its confidence interval
+    and verdict); per metric with a mean, a quality-versus-cost figure (against LLM calls and
+    latency p50, Pareto front marked); per such metric, and for latency and LLM calls, a figure
+    of the per-question values; one ``<details>`` per question with the gold answers, the
+    contenders' answers side by side, their metrics, sources, errors and a timeline figure.
+
+    To keep the file small, only the first ``max_timelines`` questions that recorded any
+    timeline event get a timeline figure; the others carry a note that it was left out. Missing
+    or null values show as "n/a". Raises :class:`~selfrag_core.errors.MissingDependencyError`
+    when matplotlib is not installed.
+    """
+    plots = _Plots()
+    contenders = [str(c) for c in report.get("contenders") or list(report.get("summary") or {})]
+    metrics = _present_metrics(report, contenders)
+    title = f"selfrag eval: {_e(report.get('name') or 'evaluation')}"
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
+        f"{_header(report, contenders)}\n{_summary_table(report, contenders, metrics)}\n"
+        f"{_quality_cost(plots, report, contenders, metrics)}\n"
+        f"{_distributions(plots, report, contenders, metrics)}\n"
+        f"{_questions(plots, report, contenders, metrics, max_timelines)}\n</body></html>\n"
+    )
+
+
+def write_html(report: Mapping[str, Any], path: str | Path, *, max_timelines: int = 200) -> Path:
+    """Write :func:`render_html` of ``report`` to ``path`` (UTF-8) and return the path."""
+    path = Path(path)
+    path.write_text(render_html(report, max_timelines=max_timelines), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _fmt(value: Any, digits: int = 3, signed: bool = False) -> str:
+    number = _num(value)
+    if number is None:
+        return "n/a"
+    return f"{number:+.{digits}f}" if signed else f"{number:.{digits}f}"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _label(metric: Mapping[str, Any]) -> str:
+    return str(metric.get("label") or metric["name"])
+
+
+def _mean(summary: Any, contender: str, metric: str) -> float | None:
+    return _num(_get(summary, contender, "metrics", metric, "mean"))
+
+
+def _present_metrics(report: Mapping[str, Any], contenders: list[str]) -> list[Mapping[str, Any]]:
+    """The listed metrics with a mean for at least one contender."""
+    listed = [m for m in report.get("metrics") or [] if isinstance(m, Mapping) and m.get("name")]
+    summary = report.get("summary")
+    return [m for m in listed if any(_mean(summary, c, m["name"]) is not None for c in contenders)]
+
+
+def _question_list(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [q for q in report.get("questions") or [] if isinstance(q, Mapping)]
+
+
+class _Plots:
+    """Draws matplotlib figures (no pyplot: no window, no global figure) as inline SVG."""
+
+    def __init__(self) -> None:
+        try:
+            import matplotlib
+            from matplotlib.figure import Figure
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"the HTML report of selfrag eval needs matplotlib ({e}): pip install 'selfrag[eval]'"
+            ) from e
+        self._rc_context, self._figure, self.count = matplotlib.rc_context, Figure, 0
+
+    def svg(self, size: tuple[float, float], title: str, draw: Callable[..., None], *args: Any) -> str:
+        """``draw(fig, *args)`` on a new figure, as SVG with ids unique in the page."""
+        # a fixed hash salt makes the ids deterministic; text as paths (no font); no mathtext
+        with self._rc_context(
+            {"svg.hashsalt": "selfrag", "svg.fonttype": "path", "font.size": 8.0, "text.parse_math": False}
+        ):
+            fig = self._figure(figsize=size, layout="constrained")
+            draw(fig, *args)
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", metadata=_NO_METADATA)
+        self.count += 1
+        text = buf.getvalue()
+        text = text[text.index("<svg") :]  # without the XML prolog and DOCTYPE
+        # in HTML the namespaces are implied: no URL left in the page
+        text = text.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
+        text = text.replace(' xmlns:xlink="http://www.w3.org/1999/xlink"', "", 1)
+        text = text.replace("<svg ", f'<svg role="img" aria-label="{_e(title)}" ', 1)
+        ids, prefix = set(re.findall(r'\bid="([^"]+)"', text)), f"f{self.count}-"
+        return _ID_REF.sub(lambda m: m[1] + prefix + m[2] if m[2] in ids else m[0], text)
+
+
+# --------------------------------------------------------------------------------------- sections
+
+
+def _header(report: Mapping[str, Any], contenders: list[str]) -> str:
+    settings = " · ".join(
+        f"{_e(k)} = <code>{_e(v)}</code>" for k, v in (report.get("settings") or {}).items()
+    )
+    questions = _question_list(report)
+    parts = [
+        f"<h1>selfrag eval: {_e(report.get('name') or 'evaluation')}</h1>",
+        f"<p>created {_e(report.get('created') or 'unknown')} · baseline <b>{_e(report.get('baseline'))}</b>"
+        f" · {len(questions)} questions · contenders: {_e(', '.join(contenders))}</p>",
+        f"<p>settings: {settings or 'unknown'}</p>",
+    ]
+    problems = [
+        f"<li><code>{_e(p.get('where'))}</code>: {_e(p.get('message'))}</li>"
+        for p in report.get("problems") or []
+        if isinstance(p, Mapping)
+    ]
+    errors = [
+        f"<li>{_e(q.get('id'))} · {_e(c)}: <span class='error'>{_e(error)}</span></li>"
+        for q in questions
+        for c in contenders
+        if (error := _get(q, "results", c, "error"))
+    ]
+    if problems or errors:
+        more = [f"<li>and {len(errors) - 50} more</li>"] if len(errors) > 50 else []
+        parts.append(f"<h2>Problems</h2><ul>{''.join(problems)}</ul>" if problems else "<h2>Problems</h2>")
+        parts.append(f"<p>Contender errors ({len(errors)}):</p><ul>{''.join(errors[:50] + more)}</ul>")
+    return "<header>" + "\n".join(parts) + "</header>"
+
+
+def _difference(comparison: Mapping[str, Any]) -> str:
+    verdict = str(comparison.get("verdict") or "unknown")
+    confidence = _num(comparison.get("confidence"))
+    ci = f"{confidence * 100:.0f}% CI" if confidence is not None else "CI"
+    low, high = _fmt(comparison.get("low"), signed=True), _fmt(comparison.get("high"), signed=True)
+    mean, css = _fmt(comparison.get("mean"), signed=True), _VERDICT_CLASS.get(verdict, "v-none")
+    n = _e(comparison.get("n"))
+    return f"<span class='diff {css}'>Δ {mean} ({ci} {low} … {high}, n={n}): {_e(verdict)}</span>"
+
+
+def _summary_table(report: Mapping[str, Any], contenders: list[str], metrics: list[Mapping[str, Any]]) -> str:
+    summary, baseline = report.get("summary"), report.get("baseline")
+    arrows = ["↑" if m.get("higher_is_better", True) else "↓" for m in metrics]
+    head = "".join(f"<th>{_e(_label(m))} {a}</th>" for m, a in zip(metrics, arrows, strict=True))
+    rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _, _ in _COLUMNS)}</tr>"]
+    for c in contenders:
+        cells = []
+        for m in metrics:
+            comparison = _get(report, "comparisons", c, m["name"])
+            diff = _difference(comparison) if c != baseline and isinstance(comparison, Mapping) else ""
+            cells.append(f"<td class='num'>{_fmt(_mean(summary, c, m['name']))}{diff}</td>")
+        cells += [
+            f"<td class='num'>{_fmt(_get(summary, c, key), digits)}</td>" for _, key, digits in _COLUMNS
+        ]
+        rows.append(f"<tr><th>{_e(c)}{' (baseline)' if c == baseline else ''}</th>{''.join(cells)}</tr>")
+    return f"<h2>Summary</h2><div class='scroll'><table class='summary'>{''.join(rows)}</table></div>"
+
+
+def _quality_cost(
+    plots: _Plots, report: Mapping[str, Any], contenders: list[str], metrics: list[Mapping[str, Any]]
+) -> str:
+    summary, parts = report.get("summary"), ["<h2>Quality versus cost</h2>"]
+    for m in metrics:
+        better = bool(m.get("higher_is_better", True))
+        panels = []
+        for key, cost_label in _COSTS:
+            points = [
+                (c, cost, quality)
+                for c in contenders
+                if (cost := _num(_get(summary, c, key))) is not None
+                and (quality := _mean(summary, c, m["name"])) is not None
+            ]
+            panels.append((cost_label, points, pareto_front(points, better)))
+        ylabel = _label(m) + ("" if better else " (lower is better)")
+        parts.append(
+            plots.svg((8.0, 3.2), f"{_label(m)} versus cost", _draw_tradeoff, panels, ylabel, contenders)
+        )
+        fronts = "; ".join(f"by {label}: {', '.join(front) or 'n/a'}" for label, _, front in panels)
+        parts.append(f"<p>Pareto front (not dominated) {_e(fronts)}.</p>")
+    return "\n".join(parts)
+
+
+def _distributions(
+    plots: _Plots, report: Mapping[str, Any], contenders: list[str], metrics: list[Mapping[str, Any]]
+) -> str:
+    series: list[tuple[str, tuple[str, ...]]] = [(_label(m), ("metrics", m["name"])) for m in metrics]
+    series += [("latency (s)", ("latency_s",)), ("LLM calls", ("llm_calls",))]
+    parts = ["<h2>Per-question distributions</h2>"]
+    for label, keys in series:
+        values = [[_num(_get(q, "results", c, *keys)) for q in _question_list(report)] for c in contenders]
+        data = [[v for v in row if v is not None] for row in values]
+        parts.append(plots.svg((6.0, 2.8), f"{label} per question", _draw_strip, data, label, contenders))
+    return "\n".join(parts)
+
+
+def _questions(
+    plots: _Plots,
+    report: Mapping[str, Any],
+    contenders: list[str],
+    metrics: list[Mapping[str, Any]],
+    max_timelines: int,
+) -> str:
+    names = [m["name"] for m in metrics]
+    key = "f1" if "f1" in names else (names[0] if names else None)
+    legend = "".join(f"<i style='background:{colour}'></i>{kind}" for kind, colour in _EVENT_COLOURS.items())
+    parts = [
+        f"<h2>Questions</h2><p class='key'>Timelines (rows = contenders, in seconds):{legend}."
+        f" Only the first {max_timelines} questions with events get one.</p>"
+    ]
+    timelines = 0
+    for q in _question_list(report):
+        results, text = q.get("results") or {}, str(q.get("question") or "")
+        short = text if len(text) <= 90 else text[:89] + "…"
+        relevant = {str(r) for r in q.get("relevant") or []}
+        answers = " | ".join(str(a) for a in q.get("answers") or [])
+        line = f"<b>{_e(q.get('id'))}</b> {_e(short)}"
+        if key:
+            scores = (_fmt(_get(results, c, "metrics", key), 2) for c in contenders)
+            line += f" — {_e(key)}: " + " · ".join(
+                f"{_e(c)} {'error' if _get(results, c, 'error') else score}"
+                for c, score in zip(contenders, scores, strict=True)
+            )
+        parts.append(
+            f"<details class='q'><summary>{line}</summary>"
+            f"<p><b>Question:</b> {_e(text)}<br><b>Gold answers:</b> {_e(answers or 'none')}<br>"
+            f"<b>Relevant:</b> {_e(', '.join(sorted(relevant)) or 'none')}</p>"
+            f"{_answers_table(results, contenders, relevant)}"
+        )
+        if any(_get(results, c, "timeline") for c in contenders):
+            if timelines < max_timelines:
+                size = (6.0, 0.6 + 0.28 * len(contenders))
+                parts.append(
+                    plots.svg(size, f"timeline of {q.get('id')}", _draw_timeline, results, contenders)
+                )
+                timelines += 1
+            else:
+                parts.append("<p class='note'>Timeline left out (max_timelines reached).</p>")
+        parts.append("</details>")
+    return "\n".join(parts)
+
+
+def _answers_table(results: Mapping[str, Any], contenders: list[str], relevant: set[str]) -> str:
+    rows: dict[str, list[str]] = {"answer": [], "metrics": [], "sources": [], "cost": [], "problems": []}
+    for c in contenders:
+        r = results.get(c) or {}
+        rows["answer"].append(f"<div class='answer'>{_e(r.get('answer') or '')}</div>")
+        rows["metrics"].append("<br>".join(f"{_e(k)} {_fmt(v)}" for k, v in (r.get("metrics") or {}).items()))
+        sources = []
+        for s in (s for s in r.get("sources") or [] if isinstance(s, Mapping)):
+            mark = (" class='rel'", " ✓ relevant") if str(s.get("id")) in relevant else ("", "")
+            sources.append(
+                f"<li{mark[0]} title='{_e(s.get('text') or '')}'>{_e(s.get('id'))}{mark[1]}: "
+                f"{_e(s.get('title') or '')}</li>"
+            )
+        rows["sources"].append(f"<ol>{''.join(sources)}</ol>" if sources else "none")
+        rows["cost"].append(
+            f"{_fmt(r.get('llm_calls'), 0)} LLM calls, {_fmt(r.get('input_tokens'), 0)} +"
+            f" {_fmt(r.get('output_tokens'), 0)} tokens, {_fmt(r.get('latency_s'), 2)} s"
+        )
+        problems = [f"<span class='error'>error: {_e(r['error'])}</span>"] if r.get("error") else []
+        problems += [f"fallback: {_e(f)}" for f in r.get("fallbacks") or []]
+        rows["problems"].append("<br>".join(problems) or "none")
+    head = "".join(f"<th>{_e(c)}</th>" for c in contenders)
+    body = "".join(
+        f"<tr><th>{k}</th>{''.join(f'<td>{v}</td>' for v in cells)}</tr>" for k, cells in rows.items()
+    )
+    return f"<div class='scroll'><table class='answers'><tr><th></th>{head}</tr>{body}</table></div>"
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def _draw_tradeoff(fig: Figure, panels: list[Any], ylabel: str, contenders: list[str]) -> None:
+    """One panel per cost: a labelled point per contender, the Pareto front as a dashed line."""
+    colours = {c: f"C{i % 10}" for i, c in enumerate(contenders)}
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (cost_label, points, front) in zip(axes, panels, strict=True):
+        where = {name: (cost, quality) for name, cost, quality in points}
+        for name, cost, quality in points:
+            ax.scatter([cost], [quality], color=colours[name], zorder=3)
+            ax.annotate(name, (cost, quality), xytext=(4, 4), textcoords="offset points")
+        if front:
+            xs, ys = [where[n][0] for n in front], [where[n][1] for n in front]
+            style = {"color": "0.4", "marker": "o", "markersize": 11, "markerfacecolor": "none"}
+            ax.plot(xs, ys, "--", zorder=2, label="Pareto front", **style)
+            ax.legend(loc="best")
+        ax.set_xlabel(cost_label)
+        ax.margins(0.15)  # room for the labels
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+
+
+def _draw_strip(fig: Figure, data: list[list[float]], label: str, contenders: list[str]) -> None:
+    """A box plot per contender with its per-question values on top (deterministic jitter)."""
+    ax = fig.subplots()
+    filled = [i for i, values in enumerate(data) if values]
+    if filled:
+        positions = [i + 1 for i in filled]
+        ax.boxplot([data[i] for i in filled], positions=positions, widths=0.5, showfliers=False)
+    for i, values in enumerate(data):
+        xs = [i + 1 + ((j * 0.618034) % 1 - 0.5) * 0.3 for j in range(len(values))]
+        ax.scatter(xs, values, s=9, alpha=0.6, color=f"C{i % 10}", zorder=3)
+    ax.set_xticks(range(1, len(contenders) + 1), labels=contenders)
+    ax.set_xlim(0.5, len(contenders) + 0.5)
+    ax.set_ylabel(label)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _draw_timeline(fig: Figure, results: Mapping[str, Any], contenders: list[str]) -> None:
+    """A row per contender; a bar per timeline event, coloured by kind (LLM call, retrieval)."""
+    ax = fig.subplots()
+    for row, c in enumerate(contenders):
+        spans: dict[str, list[tuple[float, float]]] = {}
+        for event in _get(results, c, "timeline") or []:
+            start, length = _num(_get(event, "start_s")), _num(_get(event, "latency_s"))
+            if start is not None and length is not None:
+                kind = str(_get(event, "kind"))
+                spans.setdefault(kind if kind in _EVENT_COLOURS else "other", []).append(
+                    (start, max(length, 0.0))
+                )
+        for kind, bars in spans.items():
+            ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=_EVENT_COLOURS[kind], edgecolor="white")
+    ax.set_yticks(range(len(contenders)), labels=contenders)
+    ax.set_ylim(len(contenders) - 0.5, -0.5)
+    ax.set_xlabel("seconds")
+    ax.grid(axis="x", alpha=0.3)

@@ -1,0 +1,207 @@
+"""Evaluation metrics: answer exact match and token F1 (SQuAD v1.1), retrieval recall,
+nDCG and MRR (as BEIR / pytrec_eval compute them), a paired bootstrap of the difference
+between two systems, and percentiles.
+
+Every per-question metric returns ``None`` when it cannot be computed (no gold answers,
+no relevant document), so averages skip those questions instead of counting them as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+#: bootstrap resamples drawn at once are capped near this many numbers (memory)
+_BOOTSTRAP_BLOCK = 1_000_000
+
+
+# -- answers -----------------------------------------------------------------------
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1's normalisation: lower case, no punctuation, no articles (a, an, the),
+    single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, golds: Sequence[str]) -> float | None:
+    """1.0 when the normalised prediction equals a normalised gold answer, else 0.0;
+    None without gold answers."""
+    if not golds:
+        return None
+    predicted = normalize_answer(prediction)
+    return max(float(predicted == normalize_answer(gold)) for gold in golds)
+
+
+def token_f1(prediction: str, golds: Sequence[str]) -> float | None:
+    """SQuAD token F1 of the normalised answers, the best over the gold answers; None
+    without gold answers."""
+    if not golds:
+        return None
+    return max(_f1(normalize_answer(prediction).split(), normalize_answer(gold).split()) for gold in golds)
+
+
+def _f1(predicted: list[str], gold: list[str]) -> float:
+    if not predicted or not gold:
+        return float(predicted == gold)  # a gold answer of only articles/punctuation
+    common = sum((Counter(predicted) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+# -- retrieval ---------------------------------------------------------------------
+
+
+def doc_ids(ranked: Sequence[str]) -> list[str]:
+    """``ranked`` without repeats, each id at its first position."""
+    return list(dict.fromkeys(ranked))
+
+
+def recall_at_k(ranked: Sequence[str], relevant: Mapping[str, float], k: int) -> float | None:
+    """The share of the relevant ids (grade > 0) among the first ``k`` distinct ids of
+    ``ranked``; None when nothing is relevant."""
+    wanted = _relevant(relevant)
+    if not wanted:
+        return None
+    return len(wanted.keys() & set(_top(ranked, k))) / len(wanted)
+
+
+def ndcg_at_k(ranked: Sequence[str], relevant: Mapping[str, float], k: int = 10) -> float | None:
+    """nDCG@k with linear gains, as BEIR (pytrec_eval): DCG = sum of grade / log2(rank + 1)
+    over the first ``k`` distinct ids, divided by the DCG of the ideal ranking; None when
+    nothing is relevant."""
+    wanted = _relevant(relevant)
+    if not wanted:
+        return None
+    dcg = _dcg([wanted.get(doc, 0.0) for doc in _top(ranked, k)])
+    ideal = _dcg(sorted(wanted.values(), reverse=True)[:k])
+    return dcg / ideal
+
+
+def mrr(ranked: Sequence[str], relevant: Mapping[str, float], k: int | None = None) -> float | None:
+    """1 / rank of the first relevant id among the first ``k`` distinct ids (all when
+    ``k`` is None), 0.0 when none is; None when nothing is relevant."""
+    wanted = _relevant(relevant)
+    if not wanted:
+        return None
+    top = doc_ids(ranked) if k is None else _top(ranked, k)
+    return next((1.0 / rank for rank, doc in enumerate(top, start=1) if doc in wanted), 0.0)
+
+
+def _relevant(relevant: Mapping[str, float]) -> dict[str, float]:
+    return {doc: grade for doc, grade in relevant.items() if grade > 0}
+
+
+def _top(ranked: Sequence[str], k: int) -> list[str]:
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    return doc_ids(ranked)[:k]
+
+
+def _dcg(grades: Sequence[float]) -> float:
+    return sum(grade / math.log2(i + 2) for i, grade in enumerate(grades))
+
+
+# -- comparing two systems ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """The mean of (contender - baseline) over paired questions, with a bootstrap
+    percentile confidence interval [low, high]."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float
+    higher_is_better: bool = True
+
+    @property
+    def verdict(self) -> str:
+        """ "better" or "worse" when the whole interval lies on one side of 0, else
+        "no detectable difference" (always so for a single pair)."""
+        if self.n < 2:
+            return "no detectable difference"
+        good, bad = (self.low > 0, self.high < 0) if self.higher_is_better else (self.high < 0, self.low > 0)
+        return "better" if good else "worse" if bad else "no detectable difference"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mean": round(self.mean, 6),
+            "low": round(self.low, 6),
+            "high": round(self.high, 6),
+            "n": self.n,
+            "confidence": self.confidence,
+            "verdict": self.verdict,
+        }
+
+
+def paired_difference(
+    contender: Sequence[float | None],
+    baseline: Sequence[float | None],
+    *,
+    higher_is_better: bool = True,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> PairedDifference | None:
+    """Compare two systems' per-question scores, paired by position. Pairs where either
+    score is None or not finite are dropped; None when no pair is left. The interval is
+    the percentile bootstrap of the mean difference, deterministic for a ``seed``."""
+    if len(contender) != len(baseline):
+        raise ValueError(
+            f"contender and baseline must score the same questions: {len(contender)} != {len(baseline)}"
+        )
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    diffs = np.array(
+        [
+            c - b
+            for c, b in zip(contender, baseline, strict=True)
+            if c is not None and b is not None and math.isfinite(c - b)
+        ],
+        dtype=float,
+    )
+    if diffs.size == 0:
+        return None
+    mean = float(diffs.mean())
+    low = high = mean
+    if np.ptp(diffs) > 0:
+        rng = np.random.default_rng(seed)
+        block = max(1, _BOOTSTRAP_BLOCK // diffs.size)
+        means = np.concatenate(
+            [
+                diffs[rng.integers(0, diffs.size, size=(min(block, resamples - start), diffs.size))].mean(
+                    axis=1
+                )
+                for start in range(0, resamples, block)
+            ]
+        )
+        tail = (1 - confidence) / 2
+        low, high = (float(x) for x in np.quantile(means, [tail, 1 - tail]))
+    return PairedDifference(mean, low, high, int(diffs.size), confidence, higher_is_better)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) with linear interpolation, as numpy's default;
+    None for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be between 0 and 100, got {q}")
+    if len(values) == 0:
+        return None
+    return float(np.percentile(np.asarray(values, dtype=float), q))

@@ -1,0 +1,215 @@
+"""The result of an evaluation: per-question records, per-contender summaries, paired
+comparisons with the baseline, as plain data (``to_dict``, the ``selfrag.eval/1``
+schema), a terminal table, and files (``summary.json``, ``report.html``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from selfrag_core.errors import MissingDependencyError
+from selfrag_core.evaluation.data import EvalQuestion, InputProblem
+from selfrag_core.evaluation.metrics import paired_difference, percentile
+
+#: the version of the JSON shape of a report (``EvalReport.to_dict``)
+EVAL_SCHEMA = "selfrag.eval/1"
+#: what a question costs, compared with the baseline like the quality metrics (lower is better)
+COSTS = ("llm_calls", "input_tokens", "output_tokens", "latency_s")
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    name: str
+    label: str
+    higher_is_better: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, "higher_is_better": self.higher_is_better}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _known(values: list[Any]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+@dataclass
+class EvalReport:
+    """Every contender's record on every question (``results[i][contender]``, None
+    for a question that did not run) and what follows from them."""
+
+    name: str
+    settings: dict[str, Any]
+    baseline: str
+    contenders: list[str]
+    metrics: list[MetricInfo]
+    questions: list[EvalQuestion]
+    results: list[dict[str, dict[str, Any]] | None] = field(default_factory=list)
+    problems: list[InputProblem] = field(default_factory=list)
+    interrupted: bool = False
+    cache: dict[str, Any] | None = None
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def __post_init__(self) -> None:
+        if not self.results:
+            self.results = [None] * len(self.questions)
+
+    # ------------------------------------------------------------------ the numbers
+    def values(self, contender: str, metric: str) -> list[float | None]:
+        """Per question (None where unknown or not run): a metric or a cost."""
+        out: list[float | None] = []
+        for results in self.results:
+            rec = (results or {}).get(contender)
+            value = None if rec is None else (rec[metric] if metric in COSTS else rec["metrics"].get(metric))
+            out.append(float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None)
+        return out
+
+    def _records(self, contender: str) -> list[dict[str, Any]]:
+        return [r[contender] for r in self.results if r is not None and contender in r]
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name in self.contenders:
+            records = self._records(name)
+            metrics = {}
+            for m in self.metrics:
+                known = _known(self.values(name, m.name))
+                if known:
+                    metrics[m.name] = {"mean": round(sum(known) / len(known), 6), "n": len(known)}
+            latency = _known([r["latency_s"] for r in records])
+            out[name] = {
+                "metrics": metrics,
+                **{
+                    cost: _rounded(_mean(_known([r[cost] for r in records])))
+                    for cost in ("llm_calls", "input_tokens", "output_tokens")
+                },
+                "latency_p50": _rounded(percentile(latency, 50)),
+                "latency_p95": _rounded(percentile(latency, 95)),
+                "fallbacks": sum(len(r["fallbacks"] or []) for r in records),
+                "errors": sum(1 for r in records if r["error"]),
+                "questions": len(records),
+            }
+        return out
+
+    def comparisons(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each contender against the baseline, per metric and cost: the paired
+        difference (contender - baseline) with its bootstrap 95% interval and verdict."""
+        seed = int(self.settings.get("seed") or 0)
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        kinds = [(m.name, m.higher_is_better) for m in self.metrics] + [(c, False) for c in COSTS]
+        for name in self.contenders:
+            if name == self.baseline:
+                continue
+            rows = {}
+            for metric, higher in kinds:
+                diff = paired_difference(
+                    self.values(name, metric),
+                    self.values(self.baseline, metric),
+                    higher_is_better=higher,
+                    seed=seed,
+                )
+                if diff is not None:
+                    rows[metric] = diff.to_dict()
+            out[name] = rows
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": EVAL_SCHEMA,
+            "name": self.name,
+            "created": self.created,
+            "settings": dict(self.settings),
+            "baseline": self.baseline,
+            "contenders": list(self.contenders),
+            "metrics": [m.to_dict() for m in self.metrics],
+            "summary": self.summary(),
+            "comparisons": self.comparisons(),
+            "questions": [
+                {
+                    "id": q.id,
+                    "question": q.question,
+                    "answers": list(q.answers),
+                    "relevant": sorted(k for k, v in q.relevant.items() if v > 0),
+                    "results": results or {},
+                }
+                for q, results in zip(self.questions, self.results, strict=True)
+            ],
+            "problems": [{"where": p.where, "message": p.message} for p in self.problems],
+            "interrupted": self.interrupted,
+            "cache": self.cache,
+        }
+
+    # ------------------------------------------------------------------ output
+    def table(self) -> str:
+        """The summary and the comparisons as plain-text tables."""
+        summary, comparisons = self.summary(), self.comparisons()
+        metric_names = [m.name for m in self.metrics]
+        head = ["contender", *metric_names, "calls/q", "tokens/q", "p50 s", "p95 s", "fallbacks", "errors"]
+        rows = [head]
+        for name in self.contenders:
+            s = summary[name]
+            tokens = None if s["input_tokens"] is None else s["input_tokens"] + (s["output_tokens"] or 0)
+            rows.append([
+                name,
+                *[_fmt(s["metrics"].get(m, {}).get("mean")) for m in metric_names],
+                _fmt(s["llm_calls"], 1), _fmt(tokens, 0),
+                _fmt(s["latency_p50"], 1), _fmt(s["latency_p95"], 1), str(s["fallbacks"]), str(s["errors"]),
+            ])  # fmt: skip
+        lines = [f"{self.name}: {len(self.questions)} question(s), baseline {self.baseline}", *_grid(rows)]
+        compared = [["vs " + self.baseline, "metric", "difference", "95% interval", "n", "verdict"]]
+        for name, rows_ in comparisons.items():
+            for metric, d in rows_.items():
+                interval = f"[{d['low']:+.3f}, {d['high']:+.3f}]"
+                compared.append([name, metric, f"{d['mean']:+.3f}", interval, str(d["n"]), d["verdict"]])
+        if len(compared) > 1:
+            lines += ["", *_grid(compared)]
+        if self.problems:
+            lines += ["", f"{len(self.problems)} problem(s):", *[f"  {p}" for p in self.problems[:20]]]
+        if self.interrupted:
+            lines += ["", "interrupted: the figures cover the questions that finished"]
+        return "\n".join(lines)
+
+    def write(self, directory: Path) -> dict[str, Path]:
+        """``summary.json`` and, when matplotlib is installed, ``report.html`` in
+        ``directory`` (``results.jsonl`` is written while the evaluation runs)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        data = self.to_dict()
+        written = {"summary": directory / "summary.json"}
+        summary = {key: value for key, value in data.items() if key != "questions"}
+        written["summary"].write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+        try:
+            from selfrag_core.evaluation.html import write_html
+
+            written["html"] = write_html(data, directory / "report.html")
+        except MissingDependencyError as e:
+            self.problems.append(InputProblem("report.html", str(e)))
+        return written
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _grid(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join([row[0].ljust(widths[0]), *cells]))
+    return lines
+
+
+def load_results(path: Path) -> list[Mapping[str, Any]]:
+    """The lines of a ``results.jsonl`` (to read a run back, or what an interrupted one kept)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -1,0 +1,390 @@
+"""``evaluate``: every contender on every question, scored, compared with the baseline.
+
+The questions run concurrently under one limit (``concurrency`` questions at a time,
+every contender of a question in turn); each finished question is appended to
+``results.jsonl`` at once, so an interrupted run keeps what it had (and, with a cache,
+a second run replays it for free). See :mod:`selfrag_core.evaluation` for the whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from selfrag_core.errors import ConfigurationError
+from selfrag_core.evaluation.contenders import Contender, Outcome, as_contender, timed
+from selfrag_core.evaluation.data import (
+    CorpusDoc,
+    EvalData,
+    EvalQuestion,
+    InputProblem,
+    load_corpus,
+    load_questions,
+)
+from selfrag_core.evaluation.metrics import doc_ids, exact_match, mrr, ndcg_at_k, recall_at_k, token_f1
+from selfrag_core.evaluation.report import EvalReport, MetricInfo
+from selfrag_core.grounding import assess
+from selfrag_core.metrics import FaithfulnessMetric
+from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index
+from selfrag_core.replay import CachedLLM
+from selfrag_core.strategies.base import context_text
+from selfrag_core.types import RetrievedDoc
+from selfrag_core.validation import check_int
+
+#: the contenders of ``selfrag eval`` by default: the baseline and the four strategies
+DEFAULT_CONTENDERS = (BASELINE, *STRATEGIES)
+#: chunk size of a corpus indexed for an evaluation: most passages and abstracts stay whole
+CORPUS_CHUNK_SIZE = 2000
+
+Progress = Callable[[int, int, str], None]
+
+
+def evaluate(
+    questions: EvalData | str | os.PathLike[str] | Sequence[EvalQuestion | str],
+    contenders: Sequence[str] | Mapping[str, Any] = DEFAULT_CONTENDERS,
+    *,
+    llm: Any = None,
+    rag: Any = None,
+    corpus: str | os.PathLike[str] | Sequence[CorpusDoc] | None = None,
+    index: str | os.PathLike[str] | None = None,
+    baseline: str = BASELINE,
+    k: int = 10,
+    top_k: int | None = 3,
+    preset: str = "small",
+    limits: Mapping[str, Any] | None = None,
+    retrieval_only: bool | None = None,
+    judge: Any = None,
+    cache: str | os.PathLike[str] | None = None,
+    replay: bool = False,
+    concurrency: int = 2,
+    limit: int | None = None,
+    seed: int = 0,
+    output: str | os.PathLike[str] | None = None,
+    embed: str = "auto",
+    progress: Progress | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> EvalReport:
+    """Run every contender on every question and compare each with ``baseline``.
+
+    ``questions``: a file or BEIR folder (:func:`~selfrag_core.evaluation.data.load_questions`),
+    loaded data, or a list of questions. ``contenders``: names (``plain``, ``self``,
+    ``hyde``, ``recursive``, ``healing``, ``file.py:Name``), or ``{name: strategy |
+    LangChain runnable | LlamaIndex query engine | callable}``; the baseline must be one.
+    Named contenders answer with ``llm`` over ``rag``: an index given as ``index`` (a
+    directory: opened, or built there from the corpus when it holds none), or the
+    data's own corpus (``corpus``, a BEIR ``corpus.jsonl``, or the BEIR / SQuAD data's)
+    indexed into a temporary index. ``top_k`` and ``preset`` size them as the CLI does;
+    ``limits`` (``max_llm_calls``, ``llm_timeout``, ``query_timeout``) bound each question.
+
+    Metrics are computed where the data allows: answer exact match and token F1 (gold
+    answers), recall@``k``, nDCG@10 and MRR of the documents each contender used
+    (relevance judgements), the share of answers the grounding signals flag as
+    unsupported, and with ``judge`` (an LLM) the judged faithfulness. ``retrieval_only``
+    (default: when the data has judgements but no answers) ranks ``k`` documents
+    instead of answering, for the contenders that can (``plain``, ``hyde``).
+
+    ``cache``: every LLM call (``llm`` and ``judge``) goes through a
+    :class:`~selfrag_core.replay.CachedLLM` on that SQLite file; ``replay`` makes a
+    cache miss an error. ``output``: a directory for ``results.jsonl`` (written as
+    questions finish), ``summary.json`` and ``report.html``.
+    """
+    data = _questions(questions).sample(limit, seed)
+    check_int("k", k, 1)
+    check_int("concurrency", concurrency, 1)
+    problems = list(data.problems)
+    cached: list[CachedLLM] = []
+
+    def recorded(model: Any, namespace: str) -> Any:  # each contender (and the judge) recorded apart
+        if cache is None or model is None or isinstance(model, CachedLLM):
+            return model
+        cached.append(CachedLLM(model, Path(cache), replay=replay, namespace=namespace))
+        return cached[-1]
+
+    names = list(contenders) if not isinstance(contenders, Mapping) else list(contenders.keys())
+    if baseline not in names:
+        raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
+    needs_backend = not isinstance(contenders, Mapping) or any(
+        isinstance(v, str) for v in contenders.values()
+    )
+    if rag is None and needs_backend:
+        rag = _backend(data, corpus, index, embed, problems)
+    options = dict(limits or {}, top_k=top_k, preset=preset)
+    built = _contenders(contenders, rag, lambda name: recorded(llm, name), options)
+    ranking = (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
+    metrics = _metrics(data, k, judge is not None, problems)
+    scorer = _Scorer(k, FaithfulnessMetric(recorded(judge, "judge")) if judge is not None else None)
+    run_settings = {
+        "k": k,
+        "top_k": top_k,
+        "preset": preset,
+        "retrieval_only": ranking,
+        "limit": limit,
+        "seed": seed,
+        "concurrency": concurrency,
+        "replay": replay,
+        **dict(settings or {}),
+    }
+    report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
+    report.problems = problems
+    sink = _Sink(Path(output) if output is not None else None)
+    try:
+        _run(data.questions, built, ranking, k, scorer, report, sink, concurrency, progress)
+    except KeyboardInterrupt:
+        report.interrupted = True  # what finished is kept: in results.jsonl and the report
+        raise
+    finally:
+        sink.close()
+        if cached:
+            report.cache = {
+                "path": str(cached[0].path),
+                "hits": sum(c.hits for c in cached),
+                "misses": sum(c.misses for c in cached),
+            }
+        for wrapped in cached:
+            wrapped.close()
+        if output is not None:
+            report.write(Path(output))
+    return report
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def _questions(questions: Any) -> EvalData:
+    if isinstance(questions, EvalData):
+        return questions
+    if isinstance(questions, (str, os.PathLike)):
+        return load_questions(Path(questions))
+    items = [EvalQuestion(f"q{i}", q) if isinstance(q, str) else q for i, q in enumerate(questions, 1)]
+    if not items:
+        raise ConfigurationError("no questions to evaluate: give a questions file or a non-empty list")
+    return EvalData("questions", items)
+
+
+def _backend(data: EvalData, corpus: Any, index: Any, embed: str, problems: list[InputProblem]) -> Any:
+    """The index named contenders search: ``index`` when it holds one, else the corpus
+    indexed (into ``index`` when given, so the next run opens it; else a temporary one)."""
+    if index is not None and (Path(index) / "manifest.json").exists():
+        return open_index(Path(index), create=False)
+    docs = load_corpus(Path(corpus), problems=problems) if isinstance(corpus, (str, os.PathLike)) else corpus
+    docs = data.corpus if docs is None else list(docs)
+    if not docs:
+        where = "the corpus" if corpus is not None or data.corpus is not None else "no corpus was given"
+        raise ConfigurationError(
+            f"nothing to search: {where} holds no documents; pass --index DIR (an index built with "
+            "`selfrag index`) or --corpus corpus.jsonl"
+        )
+    directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
+    rag = open_index(directory, create=True, embed=embed, chunk_size=CORPUS_CHUNK_SIZE)
+    batch = 256
+    for start in range(0, len(docs), batch):
+        rag.index_many(
+            {"text": f"{d.title}\n{d.text}" if d.title else d.text, "source": d.id, "title": d.title}
+            for d in docs[start : start + batch]
+        )
+    if index is not None:
+        rag.save()
+    return rag
+
+
+def _contenders(
+    contenders: Any, rag: Any, llm_for: Callable[[str], Any], options: dict[str, Any]
+) -> list[Contender]:
+    items = contenders.items() if isinstance(contenders, Mapping) else ((n, n) for n in contenders)
+    built = []
+    for name, target in items:
+        if isinstance(target, str):
+            llm = llm_for(str(name))
+            if llm is None:
+                raise ConfigurationError(f"the contender {target!r} needs an LLM: pass llm= (--llm)")
+            target = build_strategy(target, rag, llm, **options)
+        built.append(as_contender(str(name), target, rag))
+    if len({c.name for c in built}) < len(built):
+        raise ConfigurationError("two contenders have the same name; name each once")
+    return built
+
+
+def _metrics(data: EvalData, k: int, judged: bool, problems: list[InputProblem]) -> list[MetricInfo]:
+    metrics = []
+    if data.has_answers():
+        metrics += [MetricInfo("f1", "answer F1"), MetricInfo("em", "exact match")]
+    if data.has_relevance():
+        metrics += [
+            MetricInfo(f"recall@{k}", f"recall@{k}"),
+            MetricInfo("ndcg@10", "nDCG@10"),
+            MetricInfo("mrr", "MRR"),
+        ]
+    if not metrics:
+        problems.append(
+            InputProblem(
+                data.name,
+                "no gold answers and no relevance judgements: only grounding and cost are measured "
+                "(add 'answers' or 'relevant' to the questions)",
+            )
+        )
+    metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
+    if judged:
+        metrics.append(MetricInfo("faithfulness", "faithfulness (judged)"))
+    return metrics
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def doc_key(doc: RetrievedDoc) -> str:
+    """A document's identity for relevance: its source, else its id, else its text."""
+    source = doc.metadata.get("source") or doc.metadata.get("doc_id") or doc.id
+    return str(source) if source else doc.text[:200]
+
+
+def _matched(keys: list[str], relevant: Mapping[str, float]) -> list[str]:
+    """The keys, each replaced by the judged id it names (its file name or stem counts:
+    ``notes/bees.md`` matches a judgement on ``bees.md`` or ``bees``)."""
+    if not relevant:
+        return keys
+    out = []
+    for key in keys:
+        path = Path(key)
+        out.append(next((c for c in (key, path.name, path.stem) if c in relevant), key))
+    return out
+
+
+class _Scorer:
+    def __init__(self, k: int, faithfulness: FaithfulnessMetric | None) -> None:
+        self.k, self.faithfulness = k, faithfulness
+
+    def score(self, question: EvalQuestion, outcome: Outcome, answered: bool) -> dict[str, float | None]:
+        scores: dict[str, float | None] = {}
+        ranked = _matched(doc_ids([doc_key(d) for d in outcome.sources]), question.relevant)
+        failed = outcome.error is not None
+        if question.answers and answered:
+            scores["f1"] = 0.0 if failed else token_f1(outcome.answer, question.answers)
+            scores["em"] = 0.0 if failed else exact_match(outcome.answer, question.answers)
+        if question.relevant:
+            scores[f"recall@{self.k}"] = recall_at_k(ranked, question.relevant, self.k)
+            scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)
+            scores["mrr"] = mrr(ranked, question.relevant, self.k)
+        if answered and not failed:
+            context = context_text(outcome.sources)
+            scores["unsupported"] = (
+                0.0 if assess(outcome.answer, question.question, context).supported else 1.0
+            )
+            if self.faithfulness is not None:
+                texts = [d.text for d in outcome.sources]
+                scores["faithfulness"] = self.faithfulness.score(question.question, outcome.answer, texts)
+        return scores
+
+
+def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float | None]) -> dict[str, Any]:
+    """One contender's result on one question, as ``results.jsonl`` and the report hold it."""
+    trace = outcome.trace
+    return {
+        "answer": outcome.answer,
+        "error": outcome.error,
+        "sources": [
+            {"id": doc_key(d), "title": str(d.metadata.get("title") or ""), "text": d.text[:300]}
+            for d in outcome.sources
+        ],
+        "metrics": dict(scores),
+        "llm_calls": outcome.llm_calls,
+        "input_tokens": outcome.input_tokens,
+        "output_tokens": outcome.output_tokens,
+        "latency_s": round(outcome.latency_s, 6),
+        "fallbacks": None if trace is None else [e.name for e in trace.fallbacks],
+        "timeline": []
+        if trace is None
+        else [
+            {
+                "kind": e.kind,
+                "name": e.name,
+                "start_s": round(e.start_s, 4),
+                "latency_s": round(e.latency_s, 4),
+            }
+            for e in trace.events
+            if e.kind in ("llm", "retrieval")
+        ],
+    }
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _work(contender: Contender, question: str, ranking: bool, k: int) -> Callable[[], Outcome]:
+    rank = contender.rank
+    if ranking and rank is not None:
+        return lambda: rank(question, k)
+    return lambda: contender.answer(question)
+
+
+class _Sink:
+    """``results.jsonl``, a line per finished question, flushed at once."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self._lock = threading.Lock()
+        self._file = None
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._file = (directory / "results.jsonl").open("w", encoding="utf-8")
+
+    def write(self, line: Mapping[str, Any]) -> None:
+        if self._file is not None:
+            with self._lock:
+                self._file.write(json.dumps(line, ensure_ascii=False) + "\n")
+                self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _run(
+    questions: list[EvalQuestion],
+    contenders: list[Contender],
+    ranking: bool,
+    k: int,
+    scorer: _Scorer,
+    report: EvalReport,
+    sink: _Sink,
+    concurrency: int,
+    progress: Progress | None,
+) -> None:
+    def one(question: EvalQuestion) -> dict[str, dict[str, Any]]:
+        results = {}
+        for contender in contenders:
+            if ranking and contender.rank is None:
+                continue  # cannot rank on its own: left out of a retrieval-only run
+            outcome = timed(contender.name, _work(contender, question.question, ranking, k))
+            results[contender.name] = record(question, outcome, scorer.score(question, outcome, not ranking))
+        return results
+
+    done = 0
+    total = len(questions)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="selfrag-eval")
+    pending: dict[Future[dict[str, dict[str, Any]]], int] = {}
+    queue = iter(enumerate(questions))
+    try:
+        for i, question in queue:
+            pending[pool.submit(one, question)] = i
+            if len(pending) >= concurrency:
+                break
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = pending.pop(future)
+                results = future.result()  # a ConfigurationError (a miss under replay) stops the run
+                report.results[i] = results
+                sink.write({"id": questions[i].id, "question": questions[i].question, "results": results})
+                done += 1
+                if progress is not None:
+                    progress(done, total, questions[i].question)
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending[pool.submit(one, nxt[1])] = nxt[0]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,468 @@
+"""Record and replay LLM replies: :class:`CachedLLM`.
+
+Wrap any LLM the library accepts. The first call with a prompt calls the model and
+records its reply in one SQLite file; every later call with the same key (the model,
+its generation settings, the prompt and the JSON schema) answers from the file without
+calling the model, with the token counts as recorded. An evaluation run a second time
+therefore makes no LLM call, and a test can replay a real model's recorded replies
+offline::
+
+    llm = CachedLLM(ChatOpenAI(model="gpt-4o-mini"), "replies.sqlite", model_id="gpt-4o-mini")
+    SelfIRAG(backend, llm).query("...")                   # records every reply
+
+    llm = CachedLLM(None, "replies.sqlite", model_id="gpt-4o-mini", params={}, replay=True)
+    SelfIRAG(backend, llm).query("...")                   # no model, no network
+
+With ``replay=True`` the model is never called: a prompt that was not recorded raises
+:class:`CacheMissError`, a :class:`~selfrag_core.errors.ConfigurationError`, so it ends
+the query (never retried, never answered with a fallback).
+
+What is recorded: the text of every non-empty reply, once per key (the first recording
+wins; a caller that raced it gets the recorded reply, so a recording run and its
+replay agree). Errors and empty replies are not recorded: the library retries them, and
+the retry calls the model again. The file may be shared by several threads and
+processes (WAL journal, 30 s busy timeout; not on a network file system); concurrent
+calls with one key in one process make one model call. A ``CachedLLM`` does not stream:
+a streaming query gets each reply as one piece.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from selfrag_core.errors import ConfigurationError
+from selfrag_core.llm import LLMReply, _ainvoke_once, _invoke_once, to_reply
+from selfrag_core.protocols import LLMOutput
+
+__all__ = ["CacheMissError", "CachedLLM"]
+
+#: attributes that name the model, the first string one is used (see ``CachedLLM.model_id``)
+_NAME_ATTRIBUTES = ("model_name", "model", "model_id", "model_path", "name")
+#: attributes that change a model's replies (LangChain and LlamaIndex keep them as attributes)
+_PARAM_ATTRIBUTES = (
+    "temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "num_predict", "seed", "stop", "n_ctx",
+)  # fmt: skip
+_BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS llm_replies (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    params TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    schema TEXT,
+    text TEXT NOT NULL,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    created REAL NOT NULL
+)
+"""
+
+
+class CacheMissError(ConfigurationError):
+    """A replaying :class:`CachedLLM` has no recorded reply for a prompt.
+
+    A :class:`~selfrag_core.errors.ConfigurationError`: the query stops (no retry, no
+    fallback). ``path``, ``model_id``, ``prompt`` and ``key`` say what was looked up."""
+
+    def __init__(self, message: str, *, path: Path, model_id: str, prompt: str, key: str) -> None:
+        super().__init__(message, component="LLM")
+        self.path = path
+        self.model_id = model_id
+        self.prompt = prompt
+        self.key = key
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _json_safe(value: Any) -> tuple[bool, Any]:
+    """Whether ``value`` is JSON (no NaN), and its JSON form (tuples become lists)."""
+    try:
+        return True, json.loads(_canonical(value))
+    except (TypeError, ValueError):
+        return False, None
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    try:  # a property may raise anything (pydantic models, proxies)
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _identity(llm: Any) -> Mapping[str, Any] | None:
+    identity = _attribute(llm, "cache_identity")
+    return identity if isinstance(identity, Mapping) else None
+
+
+def _derive_model_id(llm: Any) -> str:
+    """``llm.cache_identity["model"]`` when the LLM has one, else its class (a function's
+    own name) plus ``":"`` and the first string among ``model_name``, ``model``,
+    ``model_id``, ``model_path`` and ``name``."""
+    identity = _identity(llm)
+    if identity is not None and isinstance(identity.get("model"), str) and identity["model"]:
+        return str(identity["model"])
+    owner = llm if inspect.isroutine(llm) else type(llm)
+    model_id = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', type(llm).__name__)}"
+    for name in _NAME_ATTRIBUTES:
+        value = _attribute(llm, name)
+        if isinstance(value, str) and value:
+            return f"{model_id}:{value}"
+    return model_id
+
+
+def _derive_params(llm: Any) -> dict[str, Any]:
+    """``llm.cache_identity`` without ``"model"`` when the LLM has one, else the JSON
+    values (None left out) of its attributes ``temperature``, ``top_p``, ``top_k``,
+    ``max_tokens``, ``max_new_tokens``, ``num_predict``, ``seed``, ``stop``, ``n_ctx``."""
+    identity = _identity(llm)
+    if identity is not None:
+        return _checked_params({k: v for k, v in identity.items() if k != "model"}, "cache_identity")
+    params: dict[str, Any] = {}
+    for name in _PARAM_ATTRIBUTES:
+        value = _attribute(llm, name)
+        safe, normal = _json_safe(value)
+        if value is not None and safe:
+            params[name] = normal
+    return params
+
+
+def _checked_params(params: Mapping[str, Any], what: str) -> dict[str, Any]:
+    checked: dict[str, Any] = {}
+    for name, value in params.items():
+        safe, normal = _json_safe(value)
+        if not isinstance(name, str) or not safe:
+            raise ConfigurationError(
+                f"CachedLLM {what}[{name!r}] = {value!r} is not a JSON value: the cache key is JSON; "
+                "give strings, numbers, booleans, None, lists or dicts of them"
+            )
+        checked[name] = normal
+    return checked
+
+
+def _count(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class _Flight:
+    """One model call in progress for a key; callers with the same key wait for it."""
+
+    __slots__ = ("done", "waiters")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():  # a waiter that was cancelled meanwhile
+        future.set_result(None)
+
+
+class CachedLLM:
+    """An LLM that records the replies of ``llm`` in the SQLite file ``path`` and answers
+    from it (see the module docstring).
+
+    ``llm``: any LLM the library accepts (``generate(prompt)`` object, LangChain model,
+    LlamaIndex LLM, callable; sync or async); None only with ``replay=True`` and an
+    explicit ``model_id``.
+    ``model_id``: names the model in the key. Derived when not given: the LLM's
+    ``cache_identity["model"]`` (``LocalLLM`` has one), else its class (a function's own
+    name) plus ``":"`` and the first string among its ``model_name``, ``model``,
+    ``model_id``, ``model_path``, ``name``.
+    ``params``: the settings that change the replies, in the key. Derived when not given:
+    the rest of ``cache_identity``, else the JSON values (None left out) of the LLM's
+    ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``max_new_tokens``,
+    ``num_predict``, ``seed``, ``stop``, ``n_ctx``. Give both explicitly to replay
+    without the recording model (``llm=None``) or to keep a recording across versions of
+    a client library.
+    ``replay``: never call the model; a miss raises :class:`CacheMissError`.
+    ``namespace``: keeps these recordings apart from others of the same prompts in the
+    file (``selfrag eval`` records each contender apart, so that each one's latency is
+    its own model's time and not a reply another contender recorded).
+    ``hits`` / ``misses``: calls answered from the file / by the model (the model calls).
+    Raises ConfigurationError when ``path`` is not a SQLite file or cannot be opened, or
+    for a ``model_id`` / ``params`` the key cannot hold.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        path: str | Path,
+        *,
+        model_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        replay: bool = False,
+        namespace: str = "",
+    ) -> None:
+        if llm is None and not replay:
+            raise ConfigurationError(
+                "CachedLLM needs an LLM to record with; llm=None works only with replay=True"
+            )
+        if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
+            raise ConfigurationError(f"model_id must be a non-empty string, got {model_id!r}")
+        if llm is None and model_id is None:
+            raise ConfigurationError(
+                "CachedLLM(None, ..., replay=True) needs the model_id the replies were recorded with"
+            )
+        self.llm = llm
+        self.path = Path(path).expanduser()
+        self.model_id: str = model_id if model_id is not None else _derive_model_id(llm)
+        if params is not None:
+            self.params: dict[str, Any] = _checked_params(params, "params")
+        else:
+            self.params = {} if llm is None else _derive_params(llm)
+        self.replay = replay
+        self.namespace = str(namespace)
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()  # counters and flights
+        self._db_lock = threading.Lock()  # the connection
+        self._flights: dict[str, _Flight] = {}
+        self._db: sqlite3.Connection | None = self._open()
+
+    def __repr__(self) -> str:
+        mode = "replay" if self.replay else "record"
+        counts = f"hits={self.hits}, misses={self.misses}"
+        return f"CachedLLM({self.model_id!r}, {str(self.path)!r}, {mode}, {counts})"
+
+    # ------------------------------------------------------------------ the file
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(
+                self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as e:
+            raise ConfigurationError(f"cannot open the replay cache {self.path}: {e}") from e
+        try:
+            db.execute("PRAGMA journal_mode = WAL")  # readers never wait for a writer
+            db.execute("PRAGMA synchronous = NORMAL")  # a cache may lose its last replies on power loss
+            db.execute(_SCHEMA)
+        except sqlite3.Error as e:
+            db.close()
+            error = self._file_error(e)
+            if error is None:
+                raise
+            raise error from e
+        return db
+
+    def _file_error(self, error: sqlite3.Error) -> ConfigurationError | None:
+        """The ConfigurationError ``error`` stands for; None for a transient one (the file
+        is locked past the busy timeout: the library's retry may succeed) or a bug."""
+        if isinstance(error, sqlite3.OperationalError):
+            if any(word in str(error) for word in ("locked", "busy")):
+                return None
+            return ConfigurationError(
+                f"the replay cache {self.path} cannot be used ({error}); "
+                "check the path and its permissions, or choose another path"
+            )
+        if type(error) is sqlite3.DatabaseError:  # not a database, or a damaged one
+            return ConfigurationError(
+                f"the replay cache {self.path} is not a readable SQLite file ({error}); "
+                "delete it or choose another path"
+            )
+        return None
+
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[list[Any], int]:
+        """The rows and the row count of one statement (the connection is shared by threads)."""
+        with self._db_lock:
+            if self._db is None:
+                raise ConfigurationError(f"the CachedLLM on {self.path} is closed")
+            try:
+                cursor = self._db.execute(sql, args)
+                return cursor.fetchall(), cursor.rowcount
+            except sqlite3.Error as e:
+                error = self._file_error(e)
+                if error is None:
+                    raise
+                raise error from e
+
+    def _lookup(self, key: str) -> LLMOutput | None:
+        rows, _ = self._execute(
+            "SELECT text, input_tokens, output_tokens FROM llm_replies WHERE key = ?", (key,)
+        )
+        return LLMOutput(*rows[0]) if rows else None
+
+    def _record(self, key: str, prompt: str, schema: Mapping[str, Any] | None, reply: LLMReply) -> LLMOutput:
+        output = LLMOutput(reply.text, _count(reply.input_tokens), _count(reply.output_tokens))
+        if not reply.text or not reply.text.strip():
+            return output  # the caller rejects it and retries: the retry must reach the model
+        _, stored = self._execute(
+            "INSERT OR IGNORE INTO llm_replies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                self.model_id,
+                _canonical(self.params),
+                prompt,
+                None if schema is None else _canonical(dict(schema)),
+                output.text,
+                output.input_tokens,
+                output.output_tokens,
+                time.time(),
+            ),
+        )
+        if stored:
+            return output
+        # another thread or process recorded this key first: its reply is the recording
+        return self._lookup(key) or output
+
+    def __bool__(self) -> bool:
+        return True  # an LLM, even while its file is empty (``if not llm`` must not reject it)
+
+    def __len__(self) -> int:
+        """Replies recorded in the file (for every model)."""
+        rows, _ = self._execute("SELECT COUNT(*) FROM llm_replies")
+        return int(rows[0][0])
+
+    def close(self) -> None:
+        """Close the file (the object cannot answer afterwards)."""
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def __enter__(self) -> CachedLLM:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ keys
+    def key(self, prompt: str, schema: Mapping[str, Any] | None = None) -> str:
+        """The SHA-256 (hex) of the canonical JSON of the model id, the params, the prompt
+        and the schema: a changed setting, prompt template or schema is a different key."""
+        document = {
+            "model": self.model_id,
+            "params": self.params,
+            "prompt": prompt,
+            "schema": None if schema is None else dict(schema),
+        }
+        if self.namespace:
+            document["namespace"] = self.namespace
+        return hashlib.sha256(_canonical(document).encode("utf-8")).hexdigest()
+
+    def _hit(self, key: str) -> LLMOutput | None:
+        found = self._lookup(key)
+        if found is not None:
+            with self._lock:
+                self.hits += 1
+        return found
+
+    def _missing(self, key: str, prompt: str) -> CacheMissError:
+        shown = prompt[:80] + ("..." if len(prompt) > 80 else "")
+        return CacheMissError(
+            f"no reply recorded in the replay cache {self.path} for model {self.model_id!r} and prompt "
+            f"{shown!r} (with these params and schema); run once without replay (replay=False) to record it",
+            path=self.path,
+            model_id=self.model_id,
+            prompt=prompt,
+            key=key,
+        )
+
+    def _board(
+        self, key: str, loop: asyncio.AbstractEventLoop | None
+    ) -> tuple[_Flight, bool, asyncio.Future[None] | None]:
+        """The flight for ``key`` and whether this caller flies it (makes the model call);
+        else the flight in progress, to wait for (on the future when ``loop`` is given)."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                return flight, True, None
+            future = None
+            if loop is not None:
+                future = loop.create_future()
+                flight.waiters.append((loop, future))
+            return flight, False, future
+
+    def _land(self, key: str, flight: _Flight) -> None:
+        with self._lock:
+            del self._flights[key]
+            waiters, flight.waiters = flight.waiters, []
+        flight.done.set()
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_wake, future)
+
+    def _take_off(self, key: str) -> LLMOutput | None:
+        """The reply recorded since this caller looked (a flight landed in between), else
+        None and the miss is counted: the caller calls the model."""
+        found = self._hit(key)
+        if found is None:
+            with self._lock:
+                self.misses += 1
+        return found
+
+    # ------------------------------------------------------------------ the LLM protocols
+    def generate(self, prompt: str) -> LLMOutput:
+        return self._call(prompt, None)
+
+    def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        return self._call(prompt, schema)
+
+    async def agenerate(self, prompt: str) -> LLMOutput:
+        return await self._acall(prompt, None)
+
+    async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        return await self._acall(prompt, schema)
+
+    def _call(self, prompt: str, schema: dict[str, Any] | None) -> LLMOutput:
+        key = self.key(prompt, schema)
+        while True:
+            found = self._hit(key)
+            if found is not None:
+                return found
+            if self.replay:
+                raise self._missing(key, prompt)
+            flight, flies, _ = self._board(key, None)
+            if flies:
+                break
+            flight.done.wait()  # then look again: a failed or empty reply was not recorded
+        try:
+            found = self._take_off(key)
+            if found is not None:
+                return found
+            return self._record(key, prompt, schema, to_reply(_invoke_once(self.llm, prompt, schema)))
+        finally:
+            self._land(key, flight)
+
+    async def _acall(self, prompt: str, schema: dict[str, Any] | None) -> LLMOutput:
+        key = self.key(prompt, schema)
+        loop = asyncio.get_running_loop()
+        while True:
+            found = self._hit(key)
+            if found is not None:
+                return found
+            if self.replay:
+                raise self._missing(key, prompt)
+            flight, flies, landed = self._board(key, loop)
+            if flies or landed is None:
+                break
+            await landed
+        try:
+            found = self._take_off(key)
+            if found is not None:
+                return found
+            raw = await _ainvoke_once(self.llm, prompt, schema)  # a sync-only LLM runs on a thread
+            return self._record(key, prompt, schema, to_reply(raw))
+        finally:
+            self._land(key, flight)

@@ -1,0 +1,267 @@
+"""``evaluate`` and ``selfrag eval`` end to end with scripted LLMs: metrics against
+hand-computed values, verdicts, contenders that fail, record and replay, retrieval-only
+runs, interrupted runs, and the files written."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selfrag_core import ConfigurationError
+from selfrag_core.cli import main
+from selfrag_core.evaluation import EvalData, EvalQuestion, evaluate, load_jsonl
+from selfrag_core.replay import CacheMissError
+from selfrag_core.testing import FakeLLM
+
+pytest.importorskip("bm25s")
+
+PLACES = {
+    "lion": "Kenya", "penguin": "Antarctica", "kangaroo": "Australia", "panda": "China",
+    "jaguar": "Brazil", "moose": "Canada", "camel": "Egypt", "tiger": "India",
+    "kiwi": "Zealand", "lemur": "Madagascar", "yak": "Tibet", "bison": "Montana",
+}  # fmt: skip
+ANIMALS = list(PLACES)
+
+
+def write_data(folder: Path) -> tuple[Path, Path]:
+    corpus = folder / "corpus.jsonl"
+    questions = folder / "questions.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"_id": f"d{i}", "title": a, "text": f"The {a} lives in {p}."}) + "\n"
+            for i, (a, p) in enumerate(PLACES.items())
+        )
+    )
+    questions.write_text(
+        "".join(
+            json.dumps(
+                {"id": a, "question": f"Where does the {a} live?", "answers": [p], "relevant": [f"d{i}"]}
+            )
+            + "\n"
+            for i, (a, p) in enumerate(PLACES.items())
+        )
+    )
+    return questions, corpus
+
+
+def reader() -> FakeLLM:
+    """Answers with the last word of the first document of its prompt: the right place
+    when retrieval put the right document first."""
+
+    def answer(prompt: str) -> str:
+        found = re.search(r"lives in (\w+)\.", prompt)
+        return found.group(1) if found else "unknown"
+
+    return FakeLLM(answer)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> tuple[Path, Path]:
+    return write_data(tmp_path)
+
+
+def run(data: tuple[Path, Path], contenders: Any, **kw: Any) -> Any:
+    questions, corpus = data
+    return evaluate(questions, contenders, corpus=corpus, embed="none", **kw)
+
+
+def test_metrics_and_verdicts_against_hand_computed_values(data: tuple[Path, Path]) -> None:
+    report = run(data, {"plain": "plain", "clueless": lambda q: "I do not know"}, llm=reader())
+    summary = report.summary()
+    plain, clueless = summary["plain"]["metrics"], summary["clueless"]["metrics"]
+    # plain: BM25 puts the one document naming the animal first, and the reader reads it
+    assert plain["f1"] == {"mean": 1.0, "n": 12} and plain["em"]["mean"] == 1.0
+    assert plain["recall@10"]["mean"] == plain["mrr"]["mean"] == plain["ndcg@10"]["mean"] == 1.0
+    # "I do not know": no token in common with any place, no documents
+    assert clueless["f1"]["mean"] == 0.0 and clueless["recall@10"]["mean"] == 0.0
+    assert summary["plain"]["llm_calls"] == 1.0 and summary["clueless"]["llm_calls"] is None  # unknown, not 0
+    diff = report.comparisons()["clueless"]
+    assert diff["f1"]["mean"] == -1.0 and diff["f1"]["verdict"] == "worse"
+    assert diff["recall@10"]["verdict"] == "worse"
+    assert "llm_calls" not in diff  # unknown for an outside contender: nothing to compare
+    assert "plain" not in report.comparisons()
+
+
+def test_partial_answers_give_the_squad_f1() -> None:
+    questions = EvalData("tiny", [EvalQuestion("q1", "Where does the lion live?", ("Kenya",))])
+    answers = {"half": "Kenya and Tanzania", "plain": "Kenya"}
+    report = evaluate(questions, {k: (lambda q, a=a: a) for k, a in answers.items()})
+    # "kenya and tanzania" vs "kenya": precision 1/3, recall 1 -> F1 = 2 * (1/3) / (4/3) = 0.5
+    assert report.summary()["half"]["metrics"]["f1"]["mean"] == pytest.approx(0.5)
+    assert report.summary()["half"]["metrics"]["em"]["mean"] == 0.0
+
+
+def test_a_contender_that_raises_is_counted_and_the_others_still_run(data: tuple[Path, Path]) -> None:
+    def flaky(question: str) -> str:
+        if "lion" in question:
+            raise ValueError("backend down")
+        return next(place for animal, place in PLACES.items() if animal in question)
+
+    report = run(data, {"plain": "plain", "flaky": flaky}, llm=reader())
+    assert report.summary()["flaky"]["errors"] == 1 and report.summary()["flaky"]["questions"] == 12
+    lion = report.to_dict()["questions"][0]["results"]["flaky"]
+    assert lion["error"] == "flaky: ValueError: backend down" and lion["answer"] == ""
+    assert lion["metrics"]["f1"] == 0.0  # a failure scores as a wrong answer, not as missing
+    assert report.summary()["flaky"]["metrics"]["em"]["mean"] == pytest.approx(11 / 12)
+
+
+def test_every_built_in_strategy_and_a_user_strategy_run(data: tuple[Path, Path]) -> None:
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+    try:
+        from corrective_rag import CorrectiveRAG
+    finally:
+        sys.path.pop(0)
+    questions, corpus = data
+    names = ["plain", "self", "hyde", "recursive", "healing"]
+    report = evaluate(questions, names, llm=reader(), corpus=corpus, embed="none", limit=4)
+    assert report.contenders == names and len(report.questions) == 4
+    for name in names:
+        s = report.summary()[name]
+        assert s["questions"] == 4 and s["errors"] == 0 and s["llm_calls"] >= 1
+    # a strategy object of the user's, over the same index
+    rag = report_rag = _index(corpus)
+    mine = CorrectiveRAG(report_rag, FakeLLM({"Relevant:": "yes"}, default="Kenya"))
+    custom = evaluate(questions, {"plain": "plain", "corrective": mine}, llm=reader(), rag=rag, limit=3)
+    assert custom.summary()["corrective"]["llm_calls"] > 1  # graded each document, then answered
+
+
+def _index(corpus: Path) -> Any:
+    from selfrag_core.evaluation.runner import _backend
+
+    data = EvalData("x", [EvalQuestion("q", "q")])
+    return _backend(data, corpus, None, "none", [])
+
+
+def test_limit_and_seed_sample_the_same_questions(data: tuple[Path, Path]) -> None:
+    ids = [
+        [q.id for q in run(data, {"plain": lambda q: ""}, limit=5, seed=seed).questions] for seed in (1, 1, 2)
+    ]
+    assert ids[0] == ids[1] and ids[0] != ids[2] and len(ids[0]) == 5
+    assert all(ANIMALS.index(a) < ANIMALS.index(b) for a, b in zip(ids[0], ids[0][1:], strict=False))
+
+
+def test_replay_makes_no_call_and_gives_the_same_results(data: tuple[Path, Path], tmp_path: Path) -> None:
+    cache = tmp_path / "calls.sqlite"
+    names = ["plain", "hyde", "recursive"]
+    first = run(data, names, llm=reader(), cache=cache)
+    assert first.cache is not None and first.cache["misses"] > 0
+    silent = reader()
+    second = run(data, names, llm=silent, cache=cache, replay=True)
+    assert silent.calls == []
+    assert second.cache == {"path": str(cache), "hits": first.cache["misses"], "misses": 0}
+
+    def stable(report: Any) -> list[Any]:
+        return [
+            {
+                n: (r["answer"], r["metrics"], r["llm_calls"], [d["id"] for d in r["sources"]])
+                for n, r in rs.items()
+            }
+            for rs in report.results
+        ]
+
+    assert stable(first) == stable(second)
+
+
+def test_a_miss_under_replay_is_an_error(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(CacheMissError, match="replay") as caught:
+        run(data, ["plain"], llm=reader(), cache=tmp_path / "empty.sqlite", replay=True)
+    assert isinstance(caught.value, ConfigurationError)
+
+
+def test_retrieval_only_data_ranks_with_plain_and_hyde(tmp_path: Path) -> None:
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    write_data(folder)
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": a, "text": f"Where does the {a} live?"}) + "\n" for a in ANIMALS[:3])
+    )
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{a}\td{i}\t1\n" for i, a in enumerate(ANIMALS[:3]))
+    )
+    hyde_llm = FakeLLM("A passage about where animals live, in some detail for the search.")
+    report = evaluate(folder, llm=hyde_llm, embed="none")
+    assert report.settings["retrieval_only"] is True
+    assert [m.name for m in report.metrics] == ["recall@10", "ndcg@10", "mrr", "unsupported"]
+    first = report.to_dict()["questions"][0]["results"]
+    assert sorted(first) == ["hyde", "plain"]  # the others cannot rank without answering
+    assert first["plain"]["sources"][0]["id"] == "d0" and first["plain"]["metrics"]["ndcg@10"] == 1.0
+    assert len(first["plain"]["sources"]) == 10  # k documents ranked
+    assert report.summary()["self"]["questions"] == 0
+
+
+def test_an_interrupted_run_keeps_what_finished(data: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+
+    def stop_after_two(done: int, total: int, question: str) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(data, ["plain"], llm=reader(), output=out, concurrency=1, progress=stop_after_two)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["summary"]["plain"]["questions"] == 2
+
+
+def test_outputs_results_summary_and_report(data: tuple[Path, Path], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    report = run(data, ["plain", "hyde"], llm=reader(), output=out, limit=3)
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(line["id"] for line in lines) == sorted(q.id for q in report.questions)
+    assert all(set(line["results"]) == {"plain", "hyde"} for line in lines)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schema"] == "selfrag.eval/1" and summary["baseline"] == "plain"
+    assert set(summary["comparisons"]) == {"hyde"}
+    html = (out / "report.html").read_text()
+    assert html.count("<details") == 3 and "hyde" in html
+
+
+def test_bad_questions_are_reported_and_the_rest_evaluated(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text(
+        '{"question": "Where does the lion live?", "answers": ["Kenya"]}\n'
+        "not json\n"
+        '{"question": "Where does the yak live?", "answer": ["Tibet"]}\n'
+    )
+    data = load_jsonl(path)
+    report = evaluate(data, {"plain": lambda q: "Kenya"})
+    assert len(report.questions) == 1 and [p.where for p in report.problems] == ["q.jsonl:2", "q.jsonl:3"]
+    assert "q.jsonl:3" in report.table() and "answers" in str(report.problems[1])
+
+
+def test_bad_arguments_are_clear_errors(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="baseline 'plain'"):
+        run(data, {"mine": lambda q: ""})
+    with pytest.raises(ConfigurationError, match="needs an LLM"):
+        run(data, ["plain"])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ConfigurationError, match="no valid documents"):
+        evaluate(data[0], ["plain"], llm=reader(), corpus=empty, embed="none")
+    with pytest.raises(TypeError, match="contender 'x'"):
+        run(data, {"plain": lambda q: "", "x": 42})
+
+
+def test_the_command_line_writes_the_report_and_replays(
+    data: tuple[Path, Path], tmp_path: Path, capsys: Any
+) -> None:
+    questions, corpus = data
+    out, cache = tmp_path / "out", tmp_path / "calls.sqlite"
+    args = ["eval", str(questions), "--corpus", str(corpus), "--llm", "fake", "--embedder", "none",
+            "--strategies", "plain,hyde", "--limit", "4", "--out", str(out), "--cache", str(cache),
+            "--plain"]  # fmt: skip
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "plain" in first and "hyde" in first and "verdict" in first and "0 replayed" in first
+    assert (out / "results.jsonl").exists() and (out / "summary.json").exists()
+    assert main([*args, "--replay"]) == 0
+    assert " 0 made" in capsys.readouterr().out
+    assert main([*args[:-5], "--out", str(out), "--cache", str(tmp_path / "other.sqlite"), "--replay"]) == 2
+    assert "run once without replay" in capsys.readouterr().err
