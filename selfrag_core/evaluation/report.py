@@ -164,8 +164,11 @@ class EvalReport:
             ])  # fmt: skip
         lines = [f"{self.name}: {len(self.questions)} question(s), baseline {self.baseline}", *_grid(rows)]
         compared = [["vs " + self.baseline, "metric", "difference", "95% interval", "n", "verdict"]]
+        shown = {*metric_names, "llm_calls", "latency_s"}  # the token counts are in the JSON
         for name, rows_ in comparisons.items():
             for metric, d in rows_.items():
+                if metric not in shown:
+                    continue
                 interval = f"[{d['low']:+.3f}, {d['high']:+.3f}]"
                 compared.append([name, metric, f"{d['mean']:+.3f}", interval, str(d["n"]), d["verdict"]])
         if len(compared) > 1:
