@@ -23,7 +23,9 @@ replay agree). Errors and empty replies are not recorded: the library retries th
 the retry calls the model again. The file may be shared by several threads and
 processes (WAL journal, 30 s busy timeout; not on a network file system); concurrent
 calls with one key in one process make one model call. A ``CachedLLM`` does not stream:
-a streaming query gets each reply as one piece.
+a streaming query gets each reply as one piece. One prompt has one reply: with a
+sampling model (temperature above 0), calls that repeat a prompt to get different
+replies (HyDE's passages, ``num_hypothetical_docs`` > 1) all get the first one.
 """
 
 from __future__ import annotations

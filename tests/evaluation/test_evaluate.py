@@ -265,3 +265,25 @@ def test_the_command_line_writes_the_report_and_replays(
     assert " 0 made" in capsys.readouterr().out
     assert main([*args[:-5], "--out", str(out), "--cache", str(tmp_path / "other.sqlite"), "--replay"]) == 2
     assert "run once without replay" in capsys.readouterr().err
+
+
+def test_squad_json_brings_its_paragraphs_as_the_corpus(tmp_path: Path) -> None:
+    paragraphs = [
+        {
+            "context": f"The {a} lives in {p}.",
+            "qas": [
+                {
+                    "id": a,
+                    "question": f"Where does the {a} live?",
+                    "answers": [{"text": p, "answer_start": 0}],
+                }
+            ],
+        }
+        for a, p in list(PLACES.items())[:4]
+    ]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "Animals", "paragraphs": paragraphs}]}))
+    report = evaluate(path, ["plain"], llm=reader(), embed="none")
+    plain = report.summary()["plain"]["metrics"]
+    assert plain["f1"]["mean"] == 1.0 and plain["recall@10"]["mean"] == 1.0
+    assert report.results[1]["plain"]["sources"][0]["id"] == "Animals#1"  # the paragraph's id
