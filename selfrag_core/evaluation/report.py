@@ -175,6 +175,11 @@ class EvalReport:
             lines += ["", *_grid(compared)]
         if self.problems:
             lines += ["", f"{len(self.problems)} problem(s):", *[f"  {p}" for p in self.problems[:20]]]
+        if self.cache and self.cache.get("hits"):
+            lines += [
+                "",
+                f"{self.cache['hits']} LLM call(s) replayed from the cache: their latency is not the model's",
+            ]
         if self.interrupted:
             lines += ["", "interrupted: the figures cover the questions that finished"]
         return "\n".join(lines)

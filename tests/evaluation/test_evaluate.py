@@ -287,3 +287,13 @@ def test_squad_json_brings_its_paragraphs_as_the_corpus(tmp_path: Path) -> None:
     plain = report.summary()["plain"]["metrics"]
     assert plain["f1"]["mean"] == 1.0 and plain["recall@10"]["mean"] == 1.0
     assert report.results[1]["plain"]["sources"][0]["id"] == "Animals#1"  # the paragraph's id
+
+
+def test_the_judge_scores_faithfulness_only_when_asked(data: tuple[Path, Path]) -> None:
+    claims = json.dumps({"claims": [{"claim": "a", "supported": True}, {"claim": "b", "supported": False}]})
+    judge = FakeLLM(claims)
+    judged = run(data, ["plain"], llm=reader(), judge=judge, limit=3)
+    assert judged.summary()["plain"]["metrics"]["faithfulness"] == {"mean": 0.5, "n": 3}  # 1 of 2 claims
+    assert len(judge.calls) == 3 and "faithfulness" in [m.name for m in judged.metrics]
+    plain = run(data, ["plain"], llm=reader(), limit=3)
+    assert "faithfulness" not in plain.summary()["plain"]["metrics"]
