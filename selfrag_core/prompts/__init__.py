@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,26 @@ def document_block(index: int, text: str, source: Any = None, note: str = "") ->
         attributes += f" {note}"
     body = _CLOSING_TAG.sub("< /document", text.strip())
     return f"<document{attributes}>\n{body}\n</document>"
+
+
+def document_blocks(documents: Iterable[tuple[str, Any, str]], max_chars: int | None = None) -> str:
+    """The context of a prompt: each ``(text, source, note)`` as a numbered
+    :func:`document_block`, within ``max_chars`` characters when given: the documents
+    that fit whole, then as much of the next one's text as fits in its block. The one
+    formatter of every prompt's documents (the strategies' and ``RAG.query``'s)."""
+    blocks: list[str] = []
+    used = 0
+    for i, (text, source, note) in enumerate(documents, 1):
+        block = document_block(i, text, source, note)
+        room = None if max_chars is None else max_chars - used - (1 if blocks else 0)
+        if room is not None and len(block) > room:
+            cut = document_block(i, text.strip()[: max(room - len(block) + len(text), 0)], source, note)
+            if len(cut) <= room and len(cut) > len(document_block(i, "", source, note)):
+                blocks.append(cut)  # as much of the text as fits in its block
+            break
+        blocks.append(block)
+        used += len(block) + (1 if len(blocks) > 1 else 0)
+    return "\n".join(blocks)
 
 
 # JSON schemas for the steps whose output is parsed (handed to structured-output LLMs)

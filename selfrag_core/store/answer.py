@@ -17,7 +17,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Plan, Retrieve, Run
 from selfrag_core.errors import ConfigurationError, RetrievalError
 from selfrag_core.llm import LLMReply
-from selfrag_core.prompts import detect_language, document_block
+from selfrag_core.prompts import detect_language, document_blocks
 from selfrag_core.store.search import SearchHit
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.types import Trace
@@ -65,23 +65,10 @@ class QueryResult:
 
 
 def format_hits(hits: list[SearchHit], max_chars: int | None = None) -> str:
-    """The context block of a prompt: each hit fenced with its source and relevance
-    (:func:`~selfrag_core.prompts.document_block`), within ``max_chars`` characters: the
-    hits that fit whole, then as much of the next one's text as fits in its block."""
-    blocks: list[str] = []
-    used = 0
-    for i, h in enumerate(hits, 1):
-        note = f'relevance="{h.score if h.score is not None else 0.0:.3f}"'
-        block = document_block(i, h.text, h.source, note)
-        room = None if max_chars is None else max_chars - used - (1 if blocks else 0)
-        if room is not None and len(block) > room:
-            cut = document_block(i, h.text.strip()[: max(room - len(block) + len(h.text), 0)], h.source, note)
-            if len(cut) <= room and len(cut) > len(document_block(i, "", h.source, note)):
-                blocks.append(cut)  # as much of the text as fits in its block
-            break
-        blocks.append(block)
-        used += len(block) + (1 if len(blocks) > 1 else 0)
-    return "\n".join(blocks)
+    """The context block of a prompt: each hit fenced with its source and relevance,
+    within ``max_chars`` characters (:func:`~selfrag_core.prompts.document_blocks`)."""
+    scored = ((h, h.score if h.score is not None else 0.0) for h in hits)
+    return document_blocks(((h.text, h.source, f'relevance="{score:.3f}"') for h, score in scored), max_chars)
 
 
 def answer_prompts(prompt_template: str | None) -> dict[str, str] | None:

@@ -17,7 +17,7 @@ from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, 
 from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.grounding import degenerate_reason
 from selfrag_core.llm import LLMReply
-from selfrag_core.prompts import Prompts, detect_language, document_block, without_document_tags
+from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 
@@ -39,11 +39,9 @@ NOT_ENOUGH_ANSWER = "There is not enough information."
 
 def format_context(docs: list[RetrievedDoc], limit: int | None = None) -> str:
     """The documents as the prompts show them: numbered, fenced blocks with their
-    source (:func:`~selfrag_core.prompts.document_block`)."""
+    source (:func:`~selfrag_core.prompts.document_blocks`)."""
     chosen = docs if limit is None else docs[:limit]
-    return "\n".join(
-        document_block(i, d.text, d.metadata.get("source") or d.id) for i, d in enumerate(chosen, 1)
-    )
+    return document_blocks((d.text, d.metadata.get("source") or d.id, "") for d in chosen)
 
 
 def context_text(docs: list[RetrievedDoc]) -> str:
