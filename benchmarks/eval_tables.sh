@@ -20,7 +20,7 @@ common=(--llm local --cache "$CACHE" --concurrency 1 --plain "$@")
 
 "$SELFRAG" eval "$DATA/xquad_en/xquad.en.json" --limit 60 --index "$INDEXES/xquad" \
     --out eval-results/xquad "${common[@]}"
-"$SELFRAG" eval "$DATA/hotpotqa_500/beir" --limit 60 --index "$INDEXES/hotpotqa" \
-    --out eval-results/hotpotqa "${common[@]}"
 "$SELFRAG" eval "$DATA/scifact" --strategies plain,hyde --index "$INDEXES/scifact" \
     --out eval-results/scifact "${common[@]}"
+"$SELFRAG" eval "$DATA/hotpotqa_500/beir" --limit 60 --index "$INDEXES/hotpotqa" \
+    --out eval-results/hotpotqa "${common[@]}"

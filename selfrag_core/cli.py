@@ -281,14 +281,30 @@ def describe(result: Any) -> str:
     return ""
 
 
-def _sources(result: Any, limit: int = 5) -> list[str]:
-    seen: dict[str, float | None] = {}
-    for doc in getattr(result, "sources", []):
+def _sources(result: Any, limit: int = 10) -> list[str]:
+    """The result's sources as numbered in its prompt (what ``[n]`` markers point to):
+    each with its file, score and the start of its text."""
+    lines = []
+    for doc in list(getattr(result, "sources", []))[:limit]:
         source = getattr(doc, "source", "") or doc.metadata.get("source") or doc.id or "?"
-        seen.setdefault(str(source), doc.score)
-    return [
-        f"{s}" + ("" if score is None else f" (score {score:.3f})") for s, score in list(seen.items())[:limit]
+        score = "" if doc.score is None else f" (score {doc.score:.3f})"
+        lines.append(f"{source}{score}: {_one_line(doc.text, 100)}")
+    return lines
+
+
+def _citations(result: Any) -> list[str]:
+    """How far sources support the answer's sentences, and the ones none supports."""
+    citations = getattr(result, "citations", [])
+    if not citations:
+        return []
+    supported = sum(1 for c in citations if c.supported)
+    cited = sum(1 for c in citations if c.cited)
+    lines = [
+        f"Citations: {supported} of {len(citations)} sentence(s) supported by a source "
+        f"({cited} cited by the model, {len(citations) - cited} attributed)"
     ]
+    lines += [f"  unsupported: {_one_line(c.sentence, 100)}" for c in citations if not c.supported]
+    return lines
 
 
 def _usage(result: Any) -> str:
@@ -308,6 +324,8 @@ def print_result(result: Any) -> None:
         print("Sources:")
         for i, line in enumerate(sources, 1):
             print(f"  [{i}] {line}")
+    for line in _citations(result):
+        print(line)
     print(_usage(result))
 
 

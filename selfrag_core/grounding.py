@@ -231,3 +231,14 @@ def assess(answer: str, question: str, context: str, *, min_token_support: float
     honest_refusal = degenerate is None and refusal
     supported = degenerate is None and (span or support >= min_token_support or honest_refusal)
     return Grounding(token_support=support, span_supported=span, degenerate=degenerate, supported=supported)
+
+
+def support(claim: str, context: str) -> float:
+    """How far ``context`` supports ``claim``, in [0, 1], without an LLM: 1.0 when the
+    claim (normalised) occurs in it as one span, else the share of the claim's content
+    tokens found in it (0.0 for a claim with no content token)."""
+    words = _words(claim)
+    context_words = _words(context)
+    if words and f" {' '.join(words)} " in f" {' '.join(context_words)} ":
+        return 1.0
+    return _coverage(_content(words), set(_content(context_words)))

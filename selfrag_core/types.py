@@ -51,6 +51,37 @@ class RetrievedDoc:
         }
 
 
+@dataclass
+class Citation:
+    """One sentence of an answer: the sources it cites (1-based, in the order of the
+    result's ``sources``), those that support it, the best support, and what is odd."""
+
+    sentence: str
+    start: int  # offsets of the sentence in the answer
+    end: int
+    cited: list[int] = field(default_factory=list)
+    supported_by: list[int] = field(default_factory=list)
+    support: float = 0.0
+    attributed: bool = False  # the model cited nothing: the library chose supported_by
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def supported(self) -> bool:
+        return bool(self.supported_by)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sentence": self.sentence,
+            "start": self.start,
+            "end": self.end,
+            "cited": list(self.cited),
+            "supported_by": list(self.supported_by),
+            "support": round(self.support, 4),
+            "attributed": self.attributed,
+            "flags": list(self.flags),
+        }
+
+
 # ----------------------------------------------------------------------------- trace
 
 
@@ -248,6 +279,8 @@ class SelfRAGResult:
     sources: list[RetrievedDoc] = field(default_factory=list)
     trace: Trace = field(default_factory=Trace)
     best_iteration: int = 0
+    #: each sentence of the answer with the sources it cites and those that support it
+    citations: list[Citation] = field(default_factory=list)
 
     @property
     def final_answer(self) -> str:
@@ -285,6 +318,7 @@ class SelfRAGResult:
             "final_quality": self.final_quality,
             "history": [s.to_dict() for s in self.history],
             "sources": [d.to_dict() for d in self.sources],
+            "citations": [c.to_dict() for c in self.citations],
             "trace": self.trace.to_dict(),
         }
 
@@ -300,6 +334,8 @@ class HyDEResult:
     num_ranked: int
     sources: list[RetrievedDoc] = field(default_factory=list)
     trace: Trace = field(default_factory=Trace)
+    #: each sentence of the answer with the sources it cites and those that support it
+    citations: list[Citation] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -309,6 +345,7 @@ class HyDEResult:
             "num_ranked": self.num_ranked,
             "hypothetical_docs": list(self.hypothetical_docs),
             "sources": [d.to_dict() for d in self.sources],
+            "citations": [c.to_dict() for c in self.citations],
             "trace": self.trace.to_dict(),
         }
 
@@ -327,12 +364,15 @@ class Answer:
     sources: list[RetrievedDoc] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     trace: Trace = field(default_factory=Trace)
+    #: each sentence of the answer with the sources it cites and those that support it
+    citations: list[Citation] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "answer": self.answer,
             **_json_safe(self.details),
             "sources": [d.to_dict() for d in self.sources],
+            "citations": [c.to_dict() for c in self.citations],
             "trace": self.trace.to_dict(),
         }
 
@@ -365,6 +405,8 @@ class RecursiveRAGResult:
     sources: list[RetrievedDoc] = field(default_factory=list)
     trace: Trace = field(default_factory=Trace)
     reason: str = ""
+    #: each sentence of the answer with the sources it cites and those that support it
+    citations: list[Citation] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -375,6 +417,7 @@ class RecursiveRAGResult:
             "sub_answers": [s.to_dict() for s in self.sub_answers],
             "reason": self.reason,
             "sources": [d.to_dict() for d in self.sources],
+            "citations": [c.to_dict() for c in self.citations],
             "trace": self.trace.to_dict(),
         }
 
@@ -420,6 +463,8 @@ class SelfHealingReport:
     attempt_details: list[HealingAttempt] = field(default_factory=list)
     sources: list[RetrievedDoc] = field(default_factory=list)
     trace: Trace = field(default_factory=Trace)
+    #: each sentence of the answer with the sources it cites and those that support it
+    citations: list[Citation] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -432,6 +477,7 @@ class SelfHealingReport:
             "threshold": self.threshold,
             "attempt_details": [a.to_dict() for a in self.attempt_details],
             "sources": [d.to_dict() for d in self.sources],
+            "citations": [c.to_dict() for c in self.citations],
             "trace": self.trace.to_dict(),
         }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,15 @@ def test_ask_prints_the_strategy_quality_line(capsys, docs, index_dir) -> None: 
     assert "Confidence 0.80" in run(capsys, "ask", "Why do volcanoes erupt?", "--llm", "fake")[1]
     healing = run(capsys, "ask", "Why do volcanoes erupt?", "--llm", "fake", "--strategy", "healing")[1]
     assert "Faithfulness 1.00 (passed" in healing
+
+
+def test_ask_prints_numbered_sources_and_the_citations(capsys, docs, index_dir) -> None:  # type: ignore[no-untyped-def]
+    run(capsys, "index", str(docs), *FAST)
+    out = run(capsys, "ask", "Why do volcanoes erupt?", "--llm", "fake", "--strategy", "plain")[1]
+    sources = [line for line in out.splitlines() if line.startswith("  [")]
+    assert sources and sources[0].startswith("  [1] ") and ": " in sources[0]  # file, score, snippet
+    # the fake model copies a sentence of the context: a source supports it, attributed (no marker)
+    assert re.search(r"Citations: [1-9]\d* of [1-9]\d* sentence\(s\) supported by a source \(0 cited", out)
 
 
 def test_ask_json_is_the_result_dict(capsys, docs, index_dir) -> None:  # type: ignore[no-untyped-def]

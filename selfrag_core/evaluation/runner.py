@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.citations import cite, supported_share
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.contenders import Contender, Outcome, as_contender, timed
 from selfrag_core.evaluation.data import (
@@ -29,11 +30,11 @@ from selfrag_core.evaluation.data import (
 )
 from selfrag_core.evaluation.metrics import doc_ids, exact_match, mrr, ndcg_at_k, recall_at_k, token_f1
 from selfrag_core.evaluation.report import EvalReport, MetricInfo
-from selfrag_core.grounding import assess
+from selfrag_core.grounding import assess, is_refusal
 from selfrag_core.metrics import FaithfulnessMetric
 from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index
 from selfrag_core.replay import CachedLLM
-from selfrag_core.strategies.base import context_text
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, context_text
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import check_int
 
@@ -85,7 +86,9 @@ def evaluate(
     Metrics are computed where the data allows: answer exact match and token F1 (gold
     answers), recall@``k``, nDCG@10 and MRR of the documents each contender used
     (relevance judgements), the share of answers the grounding signals flag as
-    unsupported, and with ``judge`` (an LLM) the judged faithfulness. ``retrieval_only``
+    unsupported, the share of each answer's sentences a source supports
+    (:func:`~selfrag_core.citations.cite`), and with ``judge`` (an LLM) the judged
+    faithfulness. ``retrieval_only``
     (default: when the data has judgements but no answers) ranks ``k`` documents
     instead of answering, for the contenders that can (``plain``, ``hyde``).
 
@@ -229,6 +232,7 @@ def _metrics(data: EvalData, k: int, judged: bool, problems: list[InputProblem])
             )
         )
     metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
+    metrics.append(MetricInfo("sentence_support", "sentences supported"))
     if judged:
         metrics.append(MetricInfo("faithfulness", "faithfulness (judged)"))
     return metrics
@@ -275,6 +279,10 @@ class _Scorer:
             scores["unsupported"] = (
                 0.0 if assess(outcome.answer, question.question, context).supported else 1.0
             )
+            # the share of the answer's sentences a source supports (unknown for a refusal)
+            refused = is_refusal(outcome.answer) or outcome.answer.strip() == GENERATION_FAILED_ANSWER
+            citations = [] if refused else cite(outcome.answer, outcome.sources)
+            scores["sentence_support"] = supported_share(citations)
             if self.faithfulness is not None:
                 texts = [d.text for d in outcome.sources]
                 scores["faithfulness"] = self.faithfulness.score(question.question, outcome.answer, texts)

@@ -4,12 +4,17 @@ one lock. Documents are checked, chunked and embedded outside the lock, then add
 replaced or deleted under it. The raw lexical and dense scores
 :mod:`~selfrag_core.store.search` ranks by come from here, and so do the snapshot a
 save writes and the restore from a saved index (:mod:`~selfrag_core.store.persist`).
+
+A restored index searches the saved vectors and BM25 arrays where they lie, memory-mapped:
+nothing is tokenised or rebuilt. Its chunks' tokens are computed only if the BM25
+statistics must be rebuilt (after documents are added or deleted), all at once then.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,9 +24,11 @@ import numpy as np
 
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name
-from selfrag_core.store.lexical import LexicalIndex, Tokenizer
+from selfrag_core.store.lexical import LexicalIndex, Postings, Tokenizer
 from selfrag_core.store.persist import EmbedderMismatchError, StoredIndex
 from selfrag_core.types import _json_safe
+
+logger = logging.getLogger("selfrag")
 
 _EMBED_BATCH = 256
 _SCALARS = (str, int, float, bool, type(None))
@@ -33,7 +40,7 @@ class IndexedChunk:
     text: str
     source: str
     metadata: dict[str, Any]
-    tokens: list[str]
+    tokens: list[str] | None  # None: not tokenised yet (restored from disk)
 
 
 @dataclass
@@ -120,12 +127,13 @@ class Index:
         self.autorebuild = autorebuild
         self.lock = threading.RLock()
         self.chunks: list[IndexedChunk] = []
-        self.rows: list[np.ndarray] = []  # one unit vector per chunk (with an embedder)
         self.sources: dict[str, str] = {}  # source -> checksum
         self.dim = _declared_dim(embedder)
         self._lexical = LexicalIndex()
         self._lexical_dirty = False
-        self._matrix: np.ndarray | None = None  # the rows stacked, built at the next dense search
+        # the unit vectors of the chunks (with an embedder), in order: blocks stacked into
+        # one matrix at the next dense search; a restored index's is memory-mapped
+        self._vectors: list[np.ndarray] = []
 
     # ------------------------------------------------------------------ adding and deleting
 
@@ -180,23 +188,21 @@ class Index:
             return 0
         vectors = self._embed([c for d in docs for c in d.chunks])
         latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
+        kept = [latest[d.source] is d for d in docs for _ in d.chunks]  # per chunk, as vectors' rows
         with self.lock:
             replaced = {s for s in latest if s in self.sources}
             if replaced:
                 self._keep([i for i, c in enumerate(self.chunks) if c.source not in replaced])
-            row = 0
             added = 0
             for doc in docs:
-                n = len(doc.chunks)
                 if latest[doc.source] is doc:
                     self.chunks.extend(doc.chunks)
-                    if vectors is not None:
-                        self.rows.extend(vectors[row : row + n])
                     self.sources[doc.source] = doc.checksum
-                    added += n
-                row += n
+                    added += len(doc.chunks)
+            if vectors is not None:
+                self._vectors.append(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
             if replaced or added:
-                self._changed()
+                self._lexical_dirty = True
             return added
 
     def delete(self, source: str) -> int:
@@ -207,17 +213,20 @@ class Index:
             before = len(self.chunks)
             self._keep([i for i, c in enumerate(self.chunks) if c.source != source])
             del self.sources[source]
-            self._changed()
+            self._lexical_dirty = True
             return before - len(self.chunks)
 
     def _keep(self, positions: list[int]) -> None:
         self.chunks = [self.chunks[i] for i in positions]
         if self.embedder is not None:
-            self.rows = [self.rows[i] for i in positions]
+            self._vectors = [self.vectors()[np.asarray(positions, dtype=np.int64)]]
 
-    def _changed(self) -> None:
-        self._lexical_dirty = True
-        self._matrix = None
+    def vectors(self) -> np.ndarray:
+        """The chunks' unit vectors as one (chunks, dim) matrix (call under the lock)."""
+        if len(self._vectors) != 1:
+            empty = np.zeros((0, self.dim or 1), np.float32)
+            self._vectors = [np.vstack(self._vectors) if self._vectors else empty]
+        return self._vectors[0]
 
     def _embed(self, chunks: list[IndexedChunk]) -> np.ndarray | None:
         if self.embedder is None or not chunks:
@@ -247,13 +256,16 @@ class Index:
         return self._lexical.rebuilds
 
     def rebuild_lexical(self, *, retokenize: bool = False) -> int:
-        """Rebuild the BM25 statistics now (re-tokenising every chunk first when asked)."""
+        """Rebuild the BM25 statistics now (re-tokenising every chunk first when asked;
+        the chunks of a restored index are tokenised here, the first time)."""
         assert self.tokenizer is not None
         with self.lock:
-            if retokenize:
-                for c in self.chunks:
+            tokens = []
+            for c in self.chunks:
+                if retokenize or c.tokens is None:
                     c.tokens = self.tokenizer(c.text)
-            self._lexical.build([c.id for c in self.chunks], [c.tokens for c in self.chunks])
+                tokens.append(c.tokens)
+            self._lexical.build([c.id for c in self.chunks], tokens)
             self._lexical_dirty = False
             return len(self.chunks)
 
@@ -276,13 +288,13 @@ class Index:
     def dense_scores(self, qvecs: np.ndarray) -> np.ndarray:
         """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix
         (call under the lock)."""
-        if self._matrix is None:
-            self._matrix = np.vstack(self.rows) if self.rows else np.zeros((0, self.dim or 1), np.float32)
-        if self._matrix.shape[1] != qvecs.shape[1] and len(self.rows):
+        matrix = self.vectors()
+        if matrix.shape[1] != qvecs.shape[1] and len(matrix):
             self.check_dim(qvecs.shape[1])
         # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores was
-        # ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py)
-        scores: np.ndarray = np.einsum("ij,kj->ik", self._matrix, qvecs)
+        # ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py). It reads
+        # a memory-mapped matrix where it lies, without copying it.
+        scores: np.ndarray = np.einsum("ij,kj->ik", matrix, qvecs)
         return scores
 
     # ------------------------------------------------------------------ saving and restoring
@@ -294,11 +306,16 @@ class Index:
         return {"name": embedder_name(self.embedder), "dim": self.dim}
 
     def snapshot(self) -> dict[str, Any]:
-        """The chunks, sources and vectors as :func:`~selfrag_core.store.persist.save_index`
-        takes them (call under the lock)."""
+        """The chunks, sources, vectors and BM25 index as
+        :func:`~selfrag_core.store.persist.save_index` takes them (call under the lock).
+        BM25 statistics due for a rebuild are rebuilt first (with ``autorebuild``; else
+        they are left out, and rebuilt by the loader as here), so loading rebuilds nothing."""
         vectors = None
         if self.embedder is not None and self.dim is not None:
-            vectors = np.vstack(self.rows) if self.rows else np.zeros((0, self.dim), np.float32)
+            vectors = self.vectors()
+        if self.tokenizer is not None and self._lexical_dirty and self.autorebuild:
+            self.rebuild_lexical()
+        postings = None if self.tokenizer is None or self._lexical_dirty else self._lexical.postings
         return {
             "chunks": [
                 {"id": c.id, "text": c.text, "source": c.source, "metadata": _json_safe(c.metadata)}
@@ -306,6 +323,7 @@ class Index:
             ],
             "sources": dict(self.sources),
             "vectors": vectors,
+            "postings": postings,
         }
 
     def restore(self, stored: StoredIndex) -> None:
@@ -331,14 +349,31 @@ class Index:
             dim = identity.get("dim")
             if isinstance(dim, int):
                 self.check_dim(dim)
-        chunks = []
-        for c in stored.chunks:
-            tokens = self.tokenizer(c["text"]) if self.tokenizer is not None else []
-            chunks.append(IndexedChunk(c["id"], c["text"], c["source"], dict(c["metadata"]), tokens))
+        chunks = [IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks]
+        postings = self._usable(stored.postings, stored.manifest.get("tokenizer"))
+        vectors = []
+        if stored.vectors is not None and self.embedder is not None:
+            self.check_dim(int(stored.vectors.shape[1]))
+            vectors = [stored.vectors]
         with self.lock:
             self.chunks = chunks
             self.sources = dict(stored.sources)
-            if stored.vectors is not None and self.embedder is not None:
-                self.check_dim(int(stored.vectors.shape[1]))
-                self.rows = list(stored.vectors)
-            self._changed()
+            self._vectors = vectors
+            if postings is not None:
+                self._lexical.restore([c.id for c in chunks], postings)
+            self._lexical_dirty = postings is None
+
+    def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:
+        """A saved BM25 index, if this index tokenises and scores as it was built with;
+        else None: the statistics are rebuilt from the chunks at the first search."""
+        if postings is None or self.tokenizer is None:
+            return None
+        lexical = self._lexical
+        if stemming == self.tokenizer.stemming and (postings.k1, postings.b) == (lexical.k1, lexical.b):
+            return postings
+        logger.info(
+            "selfrag store: the saved BM25 index was built with stemming %r, k1=%s, b=%s, not %r, "
+            "k1=%s, b=%s: it is rebuilt at the first search",
+            stemming, postings.k1, postings.b, self.tokenizer.stemming, lexical.k1, lexical.b,
+        )  # fmt: skip
+        return None

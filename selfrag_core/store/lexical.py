@@ -9,13 +9,15 @@ conjunction/preposition prefixes first (a light stemmer).
 
 The BM25 statistics are owned by ``bm25s`` (never computed here). They are rebuilt
 at most once per batch of changes, lazily, when the next query arrives: indexing N
-documents one by one costs N tokenisations and a single rebuild.
+documents one by one costs N tokenisations and a single rebuild. A saved index keeps
+them (:class:`Postings`), so opening it tokenises and rebuilds nothing.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -126,43 +128,81 @@ class Tokenizer:
         return terms
 
 
+@dataclass(frozen=True)
+class Postings:
+    """A BM25 index as ``bm25s`` builds it: the score of each term in each document that
+    holds it, in compressed sparse column layout (term ``t``'s documents are
+    ``indices[indptr[t]:indptr[t + 1]]``, their scores the same slice of ``data``).
+    ``vocab`` maps each term to its column. Saved as it is, so loading rebuilds nothing."""
+
+    vocab: dict[str, int]
+    data: np.ndarray  # float32, one score per (term, document) pair
+    indices: np.ndarray  # int32 document positions
+    indptr: np.ndarray  # int64, one more than the terms
+    k1: float
+    b: float
+
+    @classmethod
+    def empty(cls, k1: float, b: float) -> Postings:
+        return cls({}, np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64), k1, b)
+
+    def terms(self) -> list[str]:
+        """The terms in column order (how they are saved)."""
+        terms = [""] * (len(self.indptr) - 1)
+        for term, column in self.vocab.items():
+            terms[column] = term
+        return terms
+
+
 class LexicalIndex:
-    """A ``bm25s`` index over token lists, rebuilt in one go when asked."""
+    """A ``bm25s`` index over token lists, rebuilt in one go when asked, or restored."""
 
     def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
         self.k1 = k1
         self.b = b
         self.rebuilds = 0
         self.ids: list[str] = []
-        self._bm25: Any = None
+        self.postings = Postings.empty(k1, b)
 
     def build(self, ids: Sequence[str], tokens: Sequence[list[str]]) -> None:
         bm25s = _import_bm25s()
         self.rebuilds += 1
         self.ids = list(ids)
-        self._bm25 = None
+        self.postings = Postings.empty(self.k1, self.b)
         if any(tokens):
-            retriever = bm25s.BM25(k1=self.k1, b=self.b)
+            retriever = bm25s.BM25(k1=self.k1, b=self.b)  # method "lucene": no non-occurrence scores
             retriever.index([list(t) for t in tokens], show_progress=False)
-            self._bm25 = retriever
+            index = retriever.scores
+            columns = len(index["indptr"]) - 1  # bm25s adds "" to the vocabulary, with no column
+            self.postings = Postings(
+                {t: c for t, c in retriever.vocab_dict.items() if c < columns},
+                np.ascontiguousarray(index["data"], dtype=np.float32),
+                np.ascontiguousarray(index["indices"], dtype=np.int32),
+                np.ascontiguousarray(index["indptr"], dtype=np.int64),
+                self.k1,
+                self.b,
+            )
+
+    def restore(self, ids: list[str], postings: Postings) -> None:
+        """Take a saved index over the documents ``ids`` (as :meth:`build` left it)."""
+        self.ids = ids
+        self.postings = postings
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 score of every indexed document (in ``ids`` order) for the query terms."""
         n = len(self.ids)
-        if self._bm25 is None or not query_tokens:
+        vocab = self.postings.vocab
+        columns = [vocab[t] for t in query_tokens if t in vocab]
+        if not columns:
             return np.zeros(n, dtype=np.float32)
-        ids = self._bm25.get_tokens_ids(query_tokens)
-        if not ids:
-            return np.zeros(n, dtype=np.float32)
-        index = self._bm25.scores  # bm25s's eager index: per-term document scores, CSC layout
-        if self._bm25.nonoccurrence_array is not None or not {"data", "indices", "indptr"} <= index.keys():
-            return np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float32)
         # bm25s adds term by term with np.add.at; one bincount over all the query terms'
-        # entries is the same sum (in float64) at a fraction of the cost on short queries
-        terms = np.asarray(ids, dtype=np.int64)
-        starts = index["indptr"][terms]
-        lengths = index["indptr"][terms + 1] - starts
+        # entries is the same sum (in float64) at a fraction of the cost on short queries.
+        # Only those entries are read: a memory-mapped index is never copied whole.
+        indptr = self.postings.indptr
+        terms = np.asarray(columns, dtype=np.int64)
+        starts = indptr[terms]
+        lengths = indptr[terms + 1] - starts
         gathered_at = np.cumsum(lengths) - lengths  # where each term's entries begin once gathered
         entries = np.repeat(starts - gathered_at, lengths) + np.arange(int(lengths.sum()))
-        scores = np.bincount(index["indices"][entries], weights=index["data"][entries], minlength=n)
+        scores = np.bincount(self.postings.indices[entries], weights=self.postings.data[entries], minlength=n)
         return scores.astype(np.float32)

@@ -3,9 +3,18 @@
 Layout::
 
     index_dir/
-      manifest.json           # format name and version, settings, embedder, file checksums
-      data-<hex>/store.json   # chunks (id, text, source, metadata) and source checksums
-      data-<hex>/vectors.npy  # float32 (chunks, dim), only with an embedder
+      manifest.json                # format name and version, settings, embedder, file checksums
+      data-<hex>/store.json        # chunks (id, text, source, metadata) and source checksums
+      data-<hex>/vectors.npy       # float32 (chunks, dim), only with an embedder
+      data-<hex>/bm25.json         # BM25 parameters and terms (in column order), with BM25 on
+      data-<hex>/bm25_data.npy     # float32: bm25s's per-term document scores (CSC layout)
+      data-<hex>/bm25_indices.npy  # int32: their document positions
+      data-<hex>/bm25_indptr.npy   # int64: where each term's entries start
+
+Opening an index reads the JSON files and memory-maps the arrays (read-only): nothing is
+tokenised, embedded or rebuilt. Format 1 had no BM25 files; an index in that format still
+loads, and its BM25 statistics are rebuilt from the chunks at the first search, as that
+version did (the next save writes the current format).
 
 A save writes a fresh ``data-<hex>`` directory (under a temporary name, renamed when
 complete), then replaces ``manifest.json`` with ``os.replace``: the manifest switch is
@@ -14,15 +23,17 @@ Older data directories are removed afterwards. Loading only reads; a missing,
 corrupt or foreign directory raises :class:`IndexFormatError` and touches nothing.
 Every manifest field is checked (type, range, file names plain and inside the index)
 before any data file is opened, then the checksums, the chunk records and the array's
-header, shape and size; no exception from ``json``, ``numpy`` or the file system gets
-out as anything but an :class:`IndexFormatError`. Arrays are read from the ``.npy``
-header without pickle; nothing is ever unpickled.
+header, shape and size (and the values of the BM25 arrays that index others); no
+exception from ``json``, ``numpy`` or the file system gets out as anything but an
+:class:`IndexFormatError`. Arrays are checked from their ``.npy`` header, then mapped
+with ``allow_pickle=False``; nothing is ever unpickled.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import reprlib
@@ -38,13 +49,19 @@ import numpy as np
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.store.chunking import CHUNKERS, Chunker
 from selfrag_core.store.dense import HashingEmbeddings
+from selfrag_core.store.lexical import Postings
 from selfrag_core.store.rerank import make_reranker
 
 FORMAT = "selfrag-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 STORE_FILE = "store.json"
 VECTORS_FILE = "vectors.npy"
+BM25_FILE = "bm25.json"
+BM25_DATA, BM25_INDICES, BM25_INDPTR = "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"
+BM25_FILES = (BM25_FILE, BM25_DATA, BM25_INDICES, BM25_INDPTR)
+#: the data files each format version may list
+FILES = {1: (STORE_FILE, VECTORS_FILE), 2: (STORE_FILE, VECTORS_FILE, *BM25_FILES)}
 
 
 class IndexFormatError(RAGSystemError):
@@ -60,7 +77,8 @@ class StoredIndex:
     manifest: dict[str, Any]
     chunks: list[dict[str, Any]]
     sources: dict[str, str]
-    vectors: np.ndarray | None
+    vectors: np.ndarray | None  # memory-mapped
+    postings: Postings | None  # memory-mapped; None: rebuild BM25 from the chunks
 
 
 def _sha256(path: Path) -> str:
@@ -91,11 +109,19 @@ def _write_bytes(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _write_vectors(path: Path, vectors: np.ndarray) -> None:
+def _write_array(path: Path, array: np.ndarray) -> None:
     with path.open("wb") as f:
-        np.save(f, np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _write_postings(data: Path, postings: Postings) -> None:
+    params = {"k1": postings.k1, "b": postings.b, "terms": postings.terms()}
+    _write_bytes(data / BM25_FILE, json.dumps(params, ensure_ascii=False).encode("utf-8"))
+    _write_array(data / BM25_DATA, postings.data.astype(np.float32, copy=False))
+    _write_array(data / BM25_INDICES, postings.indices.astype(np.int32, copy=False))
+    _write_array(data / BM25_INDPTR, postings.indptr.astype(np.int64, copy=False))
 
 
 def _read_json(path: Path) -> Any:
@@ -203,12 +229,13 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
     files = manifest["files"]
     if not isinstance(files, dict) or STORE_FILE not in files:
         raise _invalid(
-            where, "files", files, f"an object mapping {STORE_FILE} (and {VECTORS_FILE}) to checksums"
+            where, "files", files, f"an object mapping {STORE_FILE} (and the other data files) to checksums"
         )
+    known = FILES[manifest["format_version"]]
     for name, digest in files.items():
         _plain_name(where, "a name in files", name)
-        if name not in (STORE_FILE, VECTORS_FILE):
-            raise _invalid(where, "a name in files", name, f"{STORE_FILE} or {VECTORS_FILE}")
+        if name not in known:
+            raise _invalid(where, "a name in files", name, f"one of {list(known)}")
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             raise _invalid(where, f"files[{name!r}]", digest, "a SHA-256 hex digest")
     if not _is_int(manifest["chunks"]) or manifest["chunks"] < 0:
@@ -227,6 +254,11 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
         )
     if manifest["tokenizer"] is not None and not isinstance(manifest["tokenizer"], str):
         raise _invalid(where, "tokenizer", manifest["tokenizer"], "a string or null")
+    bm25 = [name for name in BM25_FILES if name in files]
+    if bm25 and (len(bm25) < len(BM25_FILES) or manifest["tokenizer"] is None):
+        raise _invalid(
+            where, "files", sorted(files), f"all of {list(BM25_FILES)} or none, and none without a tokenizer"
+        )
     settings = manifest["settings"]
     _check_keys(where, "settings", settings, set(_SETTINGS) - set(_OPTIONAL_SETTINGS), _OPTIONAL_SETTINGS)
     for key, value in settings.items():
@@ -269,32 +301,89 @@ def _check_store(
     return chunks, sources
 
 
-def _read_vectors(path: Path, rows: int, dim: int | None) -> np.ndarray:
-    """A float32 ``(rows, dim)`` ``.npy`` array, read without pickle and only after its
-    header promised exactly the bytes the file holds."""
+def _map_array(
+    path: Path, dtype: type[np.generic], shape_ok: Callable[[tuple[int, ...]], bool], expected: str
+) -> np.ndarray:
+    """A ``.npy`` array of ``dtype`` (in either byte order) and a shape ``shape_ok``
+    accepts (``expected`` describes it), memory-mapped read-only without pickle, once
+    its header promised exactly the bytes the file holds. One saved in another byte
+    order or in Fortran order is read into memory, converted."""
+    want = np.dtype(dtype)
     try:
         with path.open("rb") as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                shape, _, found = np.lib.format.read_array_header_1_0(f)
             elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                shape, _, found = np.lib.format.read_array_header_2_0(f)
             else:
                 raise ValueError(f"unsupported .npy version {version}")
-            if dtype.kind != "f" or dtype.itemsize != 4:
-                raise ValueError(f"dtype {dtype}, not float32")
-            if len(shape) != 2 or shape[0] != rows or shape[1] == 0 or dim not in (None, shape[1]):
-                raise ValueError(f"shape {shape}, not ({rows}, {dim or 'dim'}) for {rows} chunks")
-            size = shape[0] * shape[1]
-            if os.fstat(f.fileno()).st_size - f.tell() != size * 4:
-                raise ValueError(f"the data is not the {size * 4} bytes its header announces (truncated?)")
-            flat = np.fromfile(f, dtype=dtype, count=size)
+            if found.kind != want.kind or found.itemsize != want.itemsize:
+                raise ValueError(f"dtype {found}, not {want}")
+            if not shape_ok(shape):
+                raise ValueError(f"shape {shape}, not {expected}")
+            size = math.prod(shape) * want.itemsize
+            if os.fstat(f.fileno()).st_size - f.tell() != size:
+                raise ValueError(f"the data is not the {size} bytes its header announces (truncated?)")
+        array: np.ndarray = (
+            np.load(path, mmap_mode="r", allow_pickle=False) if size else np.zeros(shape, want)
+        )
     except (OSError, ValueError, EOFError) as e:
         raise IndexFormatError(f"{path} is not a numeric array as selfrag saves them ({e}); {_FIX}") from e
-    vectors = flat.reshape(shape, order="F" if fortran else "C").astype(np.float32, order="C", copy=False)
-    if not np.isfinite(vectors).all():
+    if array.dtype != want or not array.flags.c_contiguous:
+        return np.ascontiguousarray(array, dtype=want)
+    return array
+
+
+def _finite(array: np.ndarray) -> bool:
+    """Whether every value is finite, checked a block at a time (no full-size temporary)."""
+    flat = array.reshape(-1)
+    step = 1 << 22
+    return all(bool(np.isfinite(flat[i : i + step]).all()) for i in range(0, flat.size, step))
+
+
+def _read_vectors(path: Path, rows: int, dim: int | None) -> np.ndarray:
+    """The float32 ``(rows, dim)`` unit vectors, memory-mapped."""
+    vectors = _map_array(
+        path, np.float32,
+        lambda s: len(s) == 2 and s[0] == rows and s[1] > 0 and dim in (None, s[1]),
+        f"({rows}, {dim or 'dim'}) for {rows} chunks",
+    )  # fmt: skip
+    if not _finite(vectors):
         raise IndexFormatError(f"{path} holds NaN or infinite values; {_FIX}")
     return vectors
+
+
+def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
+    """The saved BM25 index over ``chunks`` documents, its arrays memory-mapped, checked
+    down to the values that index other arrays (term offsets, document positions)."""
+    where = files[BM25_FILE]
+    params = _read_json(where)
+    _check_keys(where, "the BM25 parameters", params, ("k1", "b", "terms"))
+    for key in ("k1", "b"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise _invalid(where, key, value, "a number >= 0")
+    terms = params["terms"]
+    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+        raise _invalid(where, "terms", terms, "a list of strings")
+    vocab = {term: column for column, term in enumerate(terms)}
+    if len(vocab) != len(terms):
+        raise _invalid(where, "terms", terms, "a list of distinct strings")
+    columns = len(terms)
+    indptr = _map_array(files[BM25_INDPTR], np.int64, lambda s: s == (columns + 1,), f"({columns + 1},)")
+    if indptr[0] != 0 or (columns and bool((np.diff(indptr) < 0).any())):
+        raise IndexFormatError(f"{files[BM25_INDPTR]} holds offsets that are not ascending from 0; {_FIX}")
+    entries = int(indptr[-1])
+    data = _map_array(files[BM25_DATA], np.float32, lambda s: s == (entries,), f"({entries},)")
+    if not _finite(data):
+        raise IndexFormatError(f"{files[BM25_DATA]} holds NaN or infinite values; {_FIX}")
+    indices = _map_array(files[BM25_INDICES], np.int32, lambda s: s == (entries,), f"({entries},)")
+    if entries and (int(indices.min()) < 0 or int(indices.max()) >= chunks):
+        raise IndexFormatError(
+            f"{files[BM25_INDICES]} holds document positions outside the {chunks} chunks; {_FIX}"
+        )
+    return Postings(vocab, data, indices, indptr, float(params["k1"]), float(params["b"]))
 
 
 def load_index(path: str | os.PathLike[str]) -> StoredIndex:
@@ -322,7 +411,8 @@ def load_index(path: str | os.PathLike[str]) -> StoredIndex:
     if VECTORS_FILE in files:
         embedder = manifest["embedder"]
         vectors = _read_vectors(files[VECTORS_FILE], len(chunks), embedder["dim"])
-    return StoredIndex(manifest, chunks, sources, vectors)
+    postings = _read_postings(files, len(chunks)) if BM25_FILE in files else None
+    return StoredIndex(manifest, chunks, sources, vectors, postings)
 
 
 def save_index(
@@ -332,8 +422,10 @@ def save_index(
     chunks: list[dict[str, Any]],
     sources: dict[str, str],
     vectors: np.ndarray | None,
+    postings: Postings | None,
 ) -> None:
-    """Write the index to ``path`` atomically (see the module docstring)."""
+    """Write the index to ``path`` atomically (see the module docstring). ``postings``:
+    the BM25 index over the chunks, in their order (None: loading rebuilds it)."""
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise IndexFormatError(f"{root} is a file, not an index directory; choose another path")
@@ -353,7 +445,9 @@ def save_index(
         payload = json.dumps({"chunks": chunks, "sources": sources}, ensure_ascii=False).encode("utf-8")
         _write_bytes(tmp / STORE_FILE, payload)
         if vectors is not None:
-            _write_vectors(tmp / VECTORS_FILE, vectors)
+            _write_array(tmp / VECTORS_FILE, vectors.astype(np.float32, copy=False))
+        if postings is not None:
+            _write_postings(tmp, postings)
         files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
         _fsync_dir(tmp)
         os.replace(tmp, root / data)

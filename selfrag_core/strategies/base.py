@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from selfrag_core.citations import cite
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError, StrategyError
-from selfrag_core.grounding import degenerate_reason
+from selfrag_core.grounding import degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
 from selfrag_core.types import RetrievedDoc
@@ -347,9 +348,17 @@ class Strategy(Generic[R]):
 
     @staticmethod
     def finish_trace(result: T, run: Run) -> T:
+        """The result gets the run's trace and wall time, and the citations of its
+        answer (:func:`~selfrag_core.citations.cite`; none for a refusal or a fallback)."""
         run.trace.wall_s = run.trace.elapsed()
         if hasattr(result, "trace"):
             result.trace = run.trace
+        answer = getattr(result, "answer", None)
+        usable = (
+            isinstance(answer, str) and answer.strip() != GENERATION_FAILED_ANSWER and not is_refusal(answer)
+        )
+        if usable and hasattr(result, "citations"):
+            result.citations = cite(str(answer), list(getattr(result, "sources", [])))
         return result
 
     def add_document(self, text: str, metadata: dict[str, Any] | None = None) -> Any:

@@ -1,0 +1,94 @@
+"""Citations: which source each sentence of an answer cites, and which sources support it.
+
+:func:`cite` splits an answer into sentences, reads the ``[n]`` / ``[n, m]`` markers the
+model wrote after each, and checks every cited source against the sentence with the
+LLM-free :func:`~selfrag_core.grounding.support` signal. A sentence that cites nothing
+is attributed to the source that supports it best (marked ``attributed``), so a model
+that ignores the instruction to cite still gets citations.
+
+Nothing here raises on odd input: a marker that points to no source (``[7]`` with five
+sources), a marker in another shape (``【1】``, ``(1)``, ``[^1]``), a sentence no source
+supports, are flagged on the sentence and the text is kept as the model wrote it.
+Markers inside code (`` `...` `` or fenced blocks) are code, not markers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from selfrag_core.grounding import content_tokens, support
+from selfrag_core.types import Citation, RetrievedDoc
+
+#: support at which a source counts as supporting a sentence
+SUPPORT_THRESHOLD = 0.5
+#: ``[1]``, ``[1, 2]``, ``[1][2]`` (each bracket a marker)
+_MARKER = re.compile(r"\[\s*(\d{1,3}(?:\s*[,;]\s*\d{1,3})*)\s*\]")
+#: markers of other shapes, flagged and left as they are
+_ODD_MARKER = re.compile(
+    r"【\s*\d{1,3}\s*】|\(\s*\d{1,3}\s*\)|\[\^\s*\d{1,3}\s*\]|\[\s*(?:source|doc)\w*\s*\d{1,3}\s*\]", re.I
+)
+_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
+#: a sentence ends at . ! ? ؟ (or a line break), its markers included: "... Paris [1]." or "... Paris. [1]"
+_SENTENCE = re.compile(r"[^.!?؟\n]+(?:[.!?؟]+(?:\s*\[[\d,;\s]+\])*|\n|$)")
+
+
+def _blank_code(text: str) -> str:
+    """``text`` with code replaced by spaces (same length: offsets stay valid)."""
+    return _CODE.sub(lambda m: " " * len(m.group()), text)
+
+
+def cite(
+    answer: str, sources: Sequence[RetrievedDoc], *, threshold: float = SUPPORT_THRESHOLD
+) -> list[Citation]:
+    """The citations of ``answer`` against ``sources`` (see the module docstring)."""
+    texts = [d.text for d in sources]
+    scan = _blank_code(answer)
+    citations = []
+    for match in _SENTENCE.finditer(scan):
+        start, end = match.span()
+        markers = list(_MARKER.finditer(scan, start, end))
+        spans = [(m.start() - start, m.end() - start) for m in markers]
+        if not content_tokens(_without(scan[start:end], spans)):
+            continue  # punctuation, a marker alone, code alone
+        sentence = _without(answer[start:end], spans)
+        cited: list[int] = []
+        flags = [f"odd_marker:{m.group().strip()}" for m in _ODD_MARKER.finditer(scan, start, end)]
+        for number in (int(n) for m in markers for n in re.split(r"[,;]", m.group(1))):
+            if not 1 <= number <= len(texts):
+                flags.append(f"no_such_source:[{number}]")
+            elif number not in cited:
+                cited.append(number)
+        citation = Citation(sentence, start, end, cited, flags=flags, attributed=not cited)
+        # a sentence that cites nothing is attributed to the source that supports it best
+        candidates = cited or range(1, len(texts) + 1)
+        citation.supported_by, citation.support = _best(
+            sentence, texts, candidates, threshold, attributed=not cited
+        )
+        if not citation.supported_by:
+            citation.flags.append("unsupported")
+        citations.append(citation)
+    return citations
+
+
+def _without(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` without the marker ``spans`` (and the blanks before them), on one line."""
+    for begin, finish in reversed(spans):
+        text = text[:begin].rstrip() + text[finish:]
+    return " ".join(text.split())
+
+
+def _best(
+    sentence: str, texts: list[str], numbers: Sequence[int], threshold: float, *, attributed: bool
+) -> tuple[list[int], float]:
+    """The sources among ``numbers`` that support ``sentence``, best first (an
+    attribution keeps only the best one), and the best support."""
+    scores = {n: support(sentence, texts[n - 1]) for n in numbers}
+    best = max(scores.values(), default=0.0)
+    supporting = sorted((n for n, s in scores.items() if s >= threshold), key=lambda n: -scores[n])
+    return supporting[:1] if attributed else supporting, best
+
+
+def supported_share(citations: Sequence[Citation]) -> float | None:
+    """The share of sentences that some source supports (None for an answer without sentences)."""
+    return sum(1 for c in citations if c.supported) / len(citations) if citations else None
