@@ -120,7 +120,7 @@ def evaluate(
     options = dict(limits or {}, top_k=top_k, preset=preset)
     built = _contenders(contenders, rag, lambda name: recorded(llm, name), options)
     ranking = (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
-    metrics = _metrics(data, k, judge is not None, problems)
+    metrics = _metrics(data, k, judge is not None, ranking, problems)
     scorer = _Scorer(k, FaithfulnessMetric(recorded(judge, "judge")) if judge is not None else None)
     run_settings = {
         "k": k,
@@ -213,9 +213,11 @@ def _contenders(
     return built
 
 
-def _metrics(data: EvalData, k: int, judged: bool, problems: list[InputProblem]) -> list[MetricInfo]:
+def _metrics(
+    data: EvalData, k: int, judged: bool, ranking: bool, problems: list[InputProblem]
+) -> list[MetricInfo]:
     metrics = []
-    if data.has_answers():
+    if data.has_answers() and not ranking:
         metrics += [MetricInfo("f1", "answer F1"), MetricInfo("em", "exact match")]
     if data.has_relevance():
         metrics += [
@@ -231,10 +233,11 @@ def _metrics(data: EvalData, k: int, judged: bool, problems: list[InputProblem])
                 "(add 'answers' or 'relevant' to the questions)",
             )
         )
-    metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
-    metrics.append(MetricInfo("sentence_support", "sentences supported"))
-    if judged:
-        metrics.append(MetricInfo("faithfulness", "faithfulness (judged)"))
+    if not ranking:  # what an answer is measured by
+        metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
+        metrics.append(MetricInfo("sentence_support", "sentences supported"))
+        if judged:
+            metrics.append(MetricInfo("faithfulness", "faithfulness (judged)"))
     return metrics
 
 

@@ -186,7 +186,7 @@ def test_retrieval_only_data_ranks_with_plain_and_hyde(tmp_path: Path) -> None:
     hyde_llm = FakeLLM("A passage about where animals live, in some detail for the search.")
     report = evaluate(folder, llm=hyde_llm, embed="none")
     assert report.settings["retrieval_only"] is True
-    assert [m.name for m in report.metrics] == ["recall@10", "ndcg@10", "mrr", "unsupported", "sentence_support"]
+    assert [m.name for m in report.metrics] == ["recall@10", "ndcg@10", "mrr"]
     first = report.to_dict()["questions"][0]["results"]
     assert sorted(first) == ["hyde", "plain"]  # the others cannot rank without answering
     assert first["plain"]["sources"][0]["id"] == "d0" and first["plain"]["metrics"]["ndcg@10"] == 1.0

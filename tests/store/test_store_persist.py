@@ -69,8 +69,11 @@ def test_path_argument_loads_and_saves(tmp_path: Path) -> None:
 def test_no_pickle_anywhere(tmp_path: Path) -> None:
     make(embed="hashing").save(tmp_path)
     data = tmp_path / str(manifest(tmp_path)["data"])
-    assert sorted(p.name for p in data.iterdir()) == ["store.json", "vectors.npy"]
-    np.load(data / "vectors.npy", allow_pickle=False)  # plain numeric array
+    assert sorted(p.name for p in data.iterdir()) == [
+        "bm25.json", "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy", "store.json", "vectors.npy",
+    ]  # fmt: skip
+    for name in ("vectors.npy", "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"):
+        np.load(data / name, allow_pickle=False)  # plain numeric arrays
     # an object array (which needs pickle) is refused, even with a matching checksum
     np.save(data / "vectors.npy", np.array([{"a": 1}] * 3, dtype=object), allow_pickle=True)
     m = manifest(tmp_path)
@@ -86,11 +89,11 @@ def test_failed_save_keeps_the_previous_index(tmp_path: Path, monkeypatch: pytes
     before = snapshot(tmp_path)
     rag.index("Tokyo is the capital of Japan.", source="tokyo")
 
-    def crash(path: Path, vectors: np.ndarray) -> None:
+    def crash(path: Path, array: np.ndarray) -> None:
         path.write_bytes(b"\x93NUMPY half written")
         raise OSError("disk full")
 
-    monkeypatch.setattr(persist, "_write_vectors", crash)
+    monkeypatch.setattr(persist, "_write_array", crash)
     with pytest.raises(OSError, match="disk full"):
         rag.save(tmp_path)
     assert snapshot(tmp_path) == before  # nothing half-written left behind
