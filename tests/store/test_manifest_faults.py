@@ -127,6 +127,9 @@ MANIFEST_FAULTS: dict[str, tuple[Callable[[dict[str, Json]], None], str]] = {
     "file name with NUL": (_rename_file("vectors.npy", "vectors.npy\x00"), PLAIN),
     "file name unknown": (_rename_file("vectors.npy", "extra.bin"), r"one of \['store.json', 'vectors.npy'"),
     "vectors not listed": (lambda m: m["files"].pop("vectors.npy"), "vectors.npy listed exactly when"),
+    "a BM25 array not listed": (lambda m: m["files"].pop("bm25_data.npy"), r"all of \['bm25.json'"),
+    "BM25 files without a tokenizer": (_set("tokenizer", None), "none without a tokenizer"),
+    "BM25 files in format 1": (_set("format_version", 1), r"a name in files is 'bm25.json', expected one of"),
     "data ..": (_set("data", ".."), PLAIN),
     "data with a separator": (_set("data", "data-1/../.."), PLAIN),
     "data absolute": (_set("data", "/tmp"), PLAIN),
@@ -331,7 +334,84 @@ def test_vectors_in_fortran_order_or_big_endian_still_load(index: Path) -> None:
     assert [h.id for h in RAG.load(index).search("river Seine")] == [h.id for h in before]
 
 
-@pytest.mark.parametrize("name", ["store.json", "vectors.npy"])
+def _params(mutate: Callable[[dict[str, Json]], None]) -> Callable[[bytes], bytes]:
+    return _store(mutate)
+
+
+def _array(name: str, change: Callable[[np.ndarray], np.ndarray]) -> Callable[[bytes], bytes]:
+    def rewrite(content: bytes) -> bytes:
+        return npy_bytes(change(np.load(io.BytesIO(content), allow_pickle=False)))
+
+    return rewrite
+
+
+def _poke(at: int, value: Any) -> Callable[[np.ndarray], np.ndarray]:
+    def change(array: np.ndarray) -> np.ndarray:
+        array = array.copy()
+        array[at] = value
+        return array
+
+    return change
+
+
+BM25_FAULTS: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
+    "params truncated": ("bm25.json", lambda b: b[: len(b) // 2], "not JSON"),
+    "params a list": ("bm25.json", lambda b: b"[]", "the BM25 parameters is"),
+    "params with an unknown field": ("bm25.json", _params(lambda p: p.__setitem__("x", 1)), "unknown fields"),
+    "k1 a string": ("bm25.json", _params(lambda p: p.__setitem__("k1", "1.5")), "k1 is '1.5'"),
+    "b negative": ("bm25.json", _params(lambda p: p.__setitem__("b", -1)), "b is -1"),
+    "b a bool": ("bm25.json", _params(lambda p: p.__setitem__("b", True)), "b is True"),
+    "terms a string": ("bm25.json", _params(lambda p: p.__setitem__("terms", "paris")), "terms is 'paris'"),
+    "a term a number": ("bm25.json", _params(lambda p: p["terms"].__setitem__(0, 7)), "a list of strings"),
+    "a term twice": ("bm25.json", _params(lambda p: p["terms"].__setitem__(1, p["terms"][0])), "distinct"),
+    "a term fewer": ("bm25.json", _params(lambda p: p["terms"].pop()), r"bm25_indptr.npy .*shape"),
+    "offsets not from 0": ("bm25_indptr.npy", _array("indptr", _poke(0, 1)), "not ascending from 0"),
+    "offsets descending": ("bm25_indptr.npy", _array("indptr", _poke(1, -5)), "not ascending from 0"),
+    "offsets as floats": ("bm25_indptr.npy", _array("indptr", lambda a: a.astype(float)), "dtype float64"),
+    "offsets past the data": (
+        "bm25_indptr.npy",
+        _array("indptr", _poke(-1, 10**6)),
+        r"bm25_data.npy .*shape",
+    ),
+    "a position past the chunks": (
+        "bm25_indices.npy",
+        _array("indices", _poke(0, 3)),
+        "outside the 3 chunks",
+    ),
+    "a negative position": ("bm25_indices.npy", _array("indices", _poke(-1, -1)), "outside the 3 chunks"),
+    "positions as int64": (
+        "bm25_indices.npy",
+        _array("indices", lambda a: a.astype(np.int64)),
+        "dtype int64",
+    ),
+    "a position fewer": ("bm25_indices.npy", _array("indices", lambda a: a[:-1]), "shape"),
+    "a NaN score": ("bm25_data.npy", _array("data", _poke(0, np.nan)), "NaN"),
+    "scores truncated": ("bm25_data.npy", lambda b: b[:-3], "truncated"),
+    "scores pickled": (
+        "bm25_data.npy",
+        lambda b: npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True),
+        "dtype object",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(BM25_FAULTS))
+def test_a_malformed_bm25_index_is_named(index: Path, fault: str) -> None:
+    name, rewrite, match = BM25_FAULTS[fault]
+    replace_data(index, name, rewrite(data_file(index, name).read_bytes()))
+    load_fails(index, match)
+
+
+def test_bm25_arrays_in_another_byte_order_still_load(index: Path) -> None:
+    before = RAG.load(index).search("river Seine")
+    for name in ("bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"):
+        array = np.load(data_file(index, name), allow_pickle=False)
+        replace_data(index, name, npy_bytes(array.astype(array.dtype.newbyteorder(">"))))
+    after = RAG.load(index).search("river Seine")
+    assert [(h.id, h.score) for h in after] == [(h.id, h.score) for h in before]
+
+
+@pytest.mark.parametrize("name", ["store.json", "vectors.npy", "bm25.json", "bm25_indptr.npy"])
 def test_a_missing_referenced_file_is_named(index: Path, name: str) -> None:
     data_file(index, name).unlink()
     load_fails(index, f"{name} is missing")
@@ -393,7 +473,18 @@ def test_every_field_of_the_store_replaced_by_anything(index: Path) -> None:
             _only_index_format_errors(index)
 
 
-@pytest.mark.parametrize("name", ["manifest.json", "store.json", "vectors.npy"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "manifest.json",
+        "store.json",
+        "vectors.npy",
+        "bm25.json",
+        "bm25_data.npy",
+        "bm25_indices.npy",
+        "bm25_indptr.npy",
+    ],
+)
 def test_every_truncation_is_an_index_format_error(index: Path, name: str) -> None:
     path = index / name if name == "manifest.json" else data_file(index, name)
     content = path.read_bytes()

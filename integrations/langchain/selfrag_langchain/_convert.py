@@ -128,13 +128,15 @@ def question_of(value: Any) -> tuple[str, dict[str, Any] | None]:
     )
 
 
-_LIFTED = ("answer", "sources", "trace")
+_LIFTED = ("answer", "sources", "citations", "trace")
 
 
 def result_output(result: Any, question: str) -> dict[str, Any]:
     """A strategy result as the runnable's output dict.
 
-    ``answer`` (str), ``sources`` (``Document`` list), ``confidence`` (float or None:
+    ``answer`` (str), ``sources`` (``Document`` list, numbered from 1 as the answer's
+    ``[n]`` markers count them), ``citations`` (each sentence of the answer with the
+    sources it cites and those that support it), ``confidence`` (float or None:
     SelfIRAG's confidence, or the best healing score), ``trace`` (dict), ``strategy``,
     ``question`` and ``details``: the rest of the result's ``to_dict()``.
     """
@@ -147,6 +149,7 @@ def result_output(result: Any, question: str) -> dict[str, Any]:
         "question": question,
         "answer": result.answer,
         "sources": [to_document(d) for d in result.sources],
+        "citations": data.get("citations", []),
         "confidence": confidence,
         "trace": data.get("trace", {}),
         "strategy": type(result).__name__,

@@ -50,3 +50,20 @@ def test_an_lcel_chain_is_compared_with_plain_on_the_same_store() -> None:
     )  # the six documents the chain put in its context, read from its output
     assert chain_record["metrics"]["recall@10"] == 1.0  # "paris" is among them
     assert report.comparisons()["my chain"]["f1"]["verdict"] == "no detectable difference"
+
+
+def test_the_runnable_output_has_the_citations_next_to_the_documents() -> None:
+    from selfrag_core import PlainRAG
+    from selfrag_langchain import LangChainLLM, SelfRAGRunnable, as_backend
+
+    vectors = store()
+    model = KeyedChatModel(default="Paris is the capital of France and its largest city [1]. Cats fly [9].")
+    runnable = SelfRAGRunnable(strategy=PlainRAG(as_backend(vectors), LangChainLLM(model), top_k=6))
+    out = runnable.invoke("What is the capital of France?")
+    first, second = out["citations"]
+    cited = out["sources"][0].page_content  # [1] is the first document, as the prompt numbered them
+    right = cited.startswith("Paris is the capital of France")
+    assert first["cited"] == [1] and first["supported_by"] == ([1] if right else [])
+    assert ("unsupported" in first["flags"]) is not right
+    assert "no_such_source:[9]" in second["flags"] and "unsupported" in second["flags"]
+    assert "citations" not in out["details"]

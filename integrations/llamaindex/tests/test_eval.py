@@ -30,3 +30,18 @@ def test_a_query_engine_is_compared_with_plain(index: VectorStoreIndex, make_llm
     record = report.results[0]["llamaindex"]
     assert record["answer"] == "Paris" and len(record["sources"]) == 2  # its source nodes
     assert record["metrics"]["recall@10"] == 1.0  # the node "paris" among them
+
+
+def test_the_response_metadata_has_the_citations_of_the_source_nodes(
+    index: VectorStoreIndex, make_llm: Any
+) -> None:
+    from selfrag_core import PlainRAG
+    from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
+
+    llm = make_llm(rules=[("France", "Paris is the capital of France [1]. Cats fly [7].")])
+    strategy = PlainRAG(as_backend(index.as_retriever(similarity_top_k=2)), LlamaIndexLLM(llm), top_k=2)
+    response = SelfRAGQueryEngine(strategy=strategy).query("What is the capital of France?")
+    first, second = response.metadata["citations"]
+    assert response.source_nodes[0].node.get_content().startswith("Paris is the capital of France")
+    assert first["cited"] == [1] and first["supported_by"] == [1] and first["flags"] == []
+    assert "no_such_source:[7]" in second["flags"]
