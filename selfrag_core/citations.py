@@ -89,6 +89,13 @@ def _best(
     return supporting[:1] if attributed else supporting, best
 
 
+def without_markers(answer: str) -> str:
+    """``answer`` without its ``[n]`` markers (outside code): the text an answer metric
+    such as SQuAD's F1 should score."""
+    scan = _blank_code(answer)
+    return _without(answer, [m.span() for m in _MARKER.finditer(scan)])
+
+
 def supported_share(citations: Sequence[Citation]) -> float | None:
     """The share of sentences that some source supports (None for an answer without sentences)."""
     return sum(1 for c in citations if c.supported) / len(citations) if citations else None

@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.citations import cite, supported_share
+from selfrag_core.citations import cite, supported_share, without_markers
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.contenders import Contender, Outcome, as_contender, timed
 from selfrag_core.evaluation.data import (
@@ -271,8 +271,9 @@ class _Scorer:
         ranked = _matched(doc_ids([doc_key(d) for d in outcome.sources]), question.relevant)
         failed = outcome.error is not None
         if question.answers and answered:
-            scores["f1"] = 0.0 if failed else token_f1(outcome.answer, question.answers)
-            scores["em"] = 0.0 if failed else exact_match(outcome.answer, question.answers)
+            text = without_markers(outcome.answer)  # the citation markers are not the answer
+            scores["f1"] = 0.0 if failed else token_f1(text, question.answers)
+            scores["em"] = 0.0 if failed else exact_match(text, question.answers)
         if question.relevant:
             scores[f"recall@{self.k}"] = recall_at_k(ranked, question.relevant, self.k)
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)

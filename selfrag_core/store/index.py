@@ -34,7 +34,7 @@ _EMBED_BATCH = 256
 _SCALARS = (str, int, float, bool, type(None))
 
 
-@dataclass
+@dataclass(slots=True)  # a million of them in a large index: no per-object dict
 class IndexedChunk:
     id: str
     text: str

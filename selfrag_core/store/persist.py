@@ -290,15 +290,37 @@ def _check_store(
             f"{where} holds {len(chunks)} chunks but the manifest counts {manifest['chunks']}; {_FIX}"
         )
     for i, chunk in enumerate(chunks):
-        _check_keys(where, f"chunks[{i}]", chunk, ("id", "text", "source", "metadata"))
-        for key, kind in (("id", str), ("text", str), ("source", str), ("metadata", dict)):
-            if not isinstance(chunk[key], kind):
-                raise _invalid(
-                    where, f"chunks[{i}].{key}", chunk[key], "a string" if kind is str else "an object"
-                )
-        if chunk["source"] not in sources:
-            raise _invalid(where, f"chunks[{i}].source", chunk["source"], "a source listed in sources")
+        if not _plain_chunk(chunk, sources):
+            _check_chunk(where, i, chunk, sources)
     return chunks, sources
+
+
+_CHUNK_KEYS = frozenset(("id", "text", "source", "metadata"))
+
+
+def _plain_chunk(chunk: Any, sources: dict[str, str]) -> bool:
+    """Whether a chunk record is well-formed: the quick test of every record (``json``
+    makes exact types), before :func:`_check_chunk` names what is wrong with one."""
+    return (
+        type(chunk) is dict
+        and chunk.keys() == _CHUNK_KEYS
+        and type(chunk["id"]) is str
+        and type(chunk["text"]) is str
+        and type(chunk["metadata"]) is dict
+        and type(chunk["source"]) is str
+        and chunk["source"] in sources
+    )
+
+
+def _check_chunk(where: Path, i: int, chunk: Any, sources: dict[str, str]) -> None:
+    _check_keys(where, f"chunks[{i}]", chunk, _CHUNK_KEYS)
+    for key, kind in (("id", str), ("text", str), ("source", str), ("metadata", dict)):
+        if not isinstance(chunk[key], kind):
+            raise _invalid(
+                where, f"chunks[{i}].{key}", chunk[key], "a string" if kind is str else "an object"
+            )
+    if chunk["source"] not in sources:
+        raise _invalid(where, f"chunks[{i}].source", chunk["source"], "a source listed in sources")
 
 
 def _map_array(
