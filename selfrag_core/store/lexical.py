@@ -189,20 +189,14 @@ class LexicalIndex:
         self.postings = postings
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
-        """BM25 score of every indexed document (in ``ids`` order) for the query terms."""
-        n = len(self.ids)
-        vocab = self.postings.vocab
-        columns = [vocab[t] for t in query_tokens if t in vocab]
-        if not columns:
-            return np.zeros(n, dtype=np.float32)
-        # bm25s adds term by term with np.add.at; one bincount over all the query terms'
-        # entries is the same sum (in float64) at a fraction of the cost on short queries.
-        # Only those entries are read: a memory-mapped index is never copied whole.
-        indptr = self.postings.indptr
-        terms = np.asarray(columns, dtype=np.int64)
-        starts = indptr[terms]
-        lengths = indptr[terms + 1] - starts
-        gathered_at = np.cumsum(lengths) - lengths  # where each term's entries begin once gathered
-        entries = np.repeat(starts - gathered_at, lengths) + np.arange(int(lengths.sum()))
-        scores = np.bincount(self.postings.indices[entries], weights=self.postings.data[entries], minlength=n)
-        return scores.astype(np.float32)
+        """BM25 score of every indexed document (in ``ids`` order) for the query terms:
+        bm25s's own sum, term by term in float32 (``np.add.at``, fast since numpy 1.25).
+        Only the query terms' entries are read: a memory-mapped index is never copied."""
+        scores = np.zeros(len(self.ids), dtype=np.float32)
+        vocab, postings = self.postings.vocab, self.postings
+        for term in query_tokens:  # a repeated term counts each time, as in bm25s
+            column = vocab.get(term)
+            if column is not None:
+                start, end = int(postings.indptr[column]), int(postings.indptr[column + 1])
+                np.add.at(scores, postings.indices[start:end], postings.data[start:end])
+        return scores
