@@ -15,7 +15,7 @@ Markers inside code (`` `...` `` or fenced blocks) are code, not markers.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from selfrag_core.grounding import content_tokens, support
 from selfrag_core.types import Citation, RetrievedDoc
@@ -87,6 +87,17 @@ def _best(
     best = max(scores.values(), default=0.0)
     supporting = sorted((n for n, s in scores.items() if s >= threshold), key=lambda n: -scores[n])
     return supporting[:1] if attributed else supporting, best
+
+
+def renumber(answer: str, numbers: Mapping[int, int]) -> str:
+    """``answer`` with the numbers of its ``[n]`` markers (outside code) mapped through
+    ``numbers``: a sub-answer's markers counted in the merged list of sources. A number
+    the mapping does not hold stays as it is."""
+    scan = _blank_code(answer)
+    for marker in reversed(list(_MARKER.finditer(scan))):
+        mapped = (numbers.get(int(n), int(n)) for n in re.split(r"[,;]", marker.group(1)))
+        answer = answer[: marker.start()] + "[" + ", ".join(map(str, mapped)) + "]" + answer[marker.end() :]
+    return answer
 
 
 def without_markers(answer: str) -> str:

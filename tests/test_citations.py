@@ -135,3 +135,34 @@ def test_a_refusal_or_a_fallback_answer_has_no_citations() -> None:
     assert refused.citations == []
     nothing = PlainRAG(backend, FakeLLM("unused")).query("zebra quantum lattice")
     assert nothing.citations == []
+
+
+def test_recursive_merged_answer_cites_the_merged_sources() -> None:
+    from selfrag_core import RecursiveRAG, RecursiveRAGConfig
+    from selfrag_core.testing import first_document
+
+    docs = [
+        "Climate change is caused by greenhouse gas emissions.",
+        "Effects of climate change include rising seas.",
+        "Deforestation is the clearing of forests.",
+    ]
+    subs = [
+        "What causes climate change?",
+        "What are the effects of climate change?",
+        "What is deforestation?",
+    ]
+
+    def model(prompt: str) -> str:
+        if "SUBQUESTIONS:" in prompt:
+            return json.dumps({"items": subs})
+        if "Combine the answers" in prompt:  # copies the sub-answers, markers and all
+            return " ".join(
+                line.removeprefix("Answer: ") for line in prompt.splitlines() if line.startswith("Answer: ")
+            )
+        return first_document(prompt) + " [1]"  # every sub-answer cites its own first document
+
+    question = "What are the causes and effects of climate change, and how do they compare to deforestation?"
+    result = RecursiveRAG(FakeRetriever(docs), FakeLLM(model), RecursiveRAGConfig(top_k=1)).query(question)
+    assert result.decomposed and [s.answer[-3:] for s in result.sub_answers] == ["[1]", "[2]", "[3]"]
+    assert [(c.cited, c.supported_by) for c in result.citations] == [([1], [1]), ([2], [2]), ([3], [3])]
+    assert [d.text for d in result.sources] == docs

@@ -424,7 +424,9 @@ class RAG:
     # ------------------------------------------------------------------ persistence
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write the index to ``path`` (default: the ``path`` given at construction), atomically."""
+        """Write the index to ``path`` (default: the ``path`` given at construction), atomically,
+        with its vectors and BM25 statistics (rebuilt first when changes are pending and
+        ``bm25_autorebuild`` is on), so that opening it rebuilds nothing."""
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("no path to save to: pass save(path) or RAG(path=...)")
@@ -471,7 +473,9 @@ class RAG:
     @classmethod
     def load(cls, path: str | os.PathLike[str], embed: Any = None, **overrides: Any) -> RAG:
         """Open a saved index. Its saved settings apply unless overridden; ``embed`` must be
-        the embedder it was built with (the built-in hashing embedder is recreated)."""
+        the embedder it was built with (the built-in hashing embedder is recreated). The
+        vectors and BM25 arrays are memory-mapped, not rebuilt (an index saved by an older
+        selfrag, or with another ``stemmer``, has its BM25 statistics rebuilt at the first search)."""
         version = manifest_version(Path(path))  # before loading: a later save is seen later
         stored = load_index(path)  # the manifest is validated: settings and embedder have their types
         settings = {k: v for k, v in stored.manifest["settings"].items() if k in CONFIG_KEYS}

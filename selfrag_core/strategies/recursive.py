@@ -22,13 +22,14 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from selfrag_core.citations import renumber
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, without_streaming
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
 from selfrag_core.prompts import DECOMPOSITION_SCHEMA, detect_language
-from selfrag_core.retrieval import _deduplicate
+from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
@@ -36,7 +37,7 @@ from selfrag_core.strategies.base import (
     checked_answer,
     retrieve_and_answer,
 )
-from selfrag_core.types import RecursiveRAGResult, SubAnswer
+from selfrag_core.types import RecursiveRAGResult, RetrievedDoc, SubAnswer
 
 #: token-set overlap (Jaccard) at which a sub-question counts as a copy of the question
 NEAR_COPY = 0.85
@@ -120,6 +121,18 @@ def clean_decomposition(
     return kept, dropped
 
 
+def _renumber_citations(sub_answers: list[SubAnswer], sources: list[RetrievedDoc]) -> None:
+    """Each sub-answer's ``[n]`` markers counted in the merged ``sources`` (the merge
+    copies them into the final answer, whose citations are read against ``sources``)."""
+    position = {_doc_key(d): i for i, d in enumerate(sources, 1)}
+    for sub in sub_answers:
+        if sub.result is not None:
+            local = enumerate(sub.result.sources, 1)
+            sub.answer = renumber(
+                sub.answer, {i: position[_doc_key(d)] for i, d in local if _doc_key(d) in position}
+            )
+
+
 def _failure(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
@@ -198,6 +211,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             else:
                 sub_answers.append(SubAnswer(sub, outcome.answer, depth + 1, result=outcome))
         sources = _deduplicate(d for s in sub_answers if s.result for d in s.result.sources)
+        _renumber_citations(sub_answers, sources)
         answer = yield from self._merge(query, sub_answers)
         if answer != GENERATION_FAILED_ANSWER:
             answer = yield from checked_answer(answer, query, sources)
