@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from selfrag_core.citations import cite, supported_share
 from selfrag_core.config import ExecutionConfig, SelfRAGConfig
 from selfrag_core.engine import Generate, Note, Plan
 from selfrag_core.errors import ParseError, RAGSystemError
@@ -238,14 +239,19 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         return False, f"{verdict}: " + (" and ".join(plans) or "retry")
 
     def _select(self, history: list[RefinementStep]) -> RefinementStep:
-        """Best step: highest confidence among grounded answers, then among
-        non-degenerate ones, then overall; the earliest wins a tie."""
+        """Best step: highest confidence among grounded answers whose sentences are
+        mostly supported by a source (:func:`~selfrag_core.citations.cite`), then among
+        grounded ones, then non-degenerate ones, then overall; the earliest wins a tie."""
         if self.config.grounding.enabled:
             grounded = [s for s in history if s.evaluation.grounding.supported]
+            cited = [s for s in grounded if (supported_share(cite(s.answer, s.sources)) or 0.0) >= 0.5]
             sane = [s for s in history if s.evaluation.grounding.degenerate is None]
-            pool, tier = (
-                (grounded, "grounded") if grounded else (sane, "non-degenerate") if sane else (history, "any")
-            )
+            tiers = [
+                (cited, "grounded, mostly supported sentences"),
+                (grounded, "grounded"),
+                (sane, "non-degenerate"),
+            ]
+            pool, tier = next(((p, t) for p, t in tiers if p), (history, "any"))
         else:
             pool, tier = history, "any"
         best = max(pool, key=lambda s: s.confidence)  # max keeps the first maximum
