@@ -33,6 +33,9 @@ def test_get_and_post_answer_with_sources_and_trace(client: httpx.Client, name: 
         assert any(s["metadata"].get("source") == "france.txt" for s in body["sources"])
         assert body["trace"]["llm_calls"] >= 1
         assert {e["kind"] for e in body["trace"]["events"]} >= {"llm", "retrieval"}
+        # both sentences of the answer are in france.txt: each a citation with its source
+        assert [c["sentence"] for c in body["citations"]] == ANSWER.replace(". ", ".\n").splitlines()
+        assert all(c["supported_by"] and c["flags"] == [] for c in body["citations"])
 
 
 def test_top_k_option_reaches_the_retrieval(client: httpx.Client) -> None:

@@ -33,6 +33,7 @@ def test_stream_sends_trace_tokens_and_the_result(client: httpx.Client) -> None:
     assert {d["kind"] for d in traced} >= {"retrieval", "llm"}
     result = events[-1][1]
     assert result["answer"] == ANSWER and len(result["trace"]["events"]) == len(traced)
+    assert len(result["citations"]) == 2 and all(c["supported_by"] for c in result["citations"])
 
 
 def test_stream_tokens_of_a_sync_only_llm(client: httpx.Client, server: Server) -> None:
