@@ -193,9 +193,9 @@ class LexicalIndex:
         bm25s's own sum, term by term in float32 (``np.add.at``, fast since numpy 1.25).
         Only the query terms' entries are read: a memory-mapped index is never copied."""
         scores = np.zeros(len(self.ids), dtype=np.float32)
-        vocab, postings = self.postings.vocab, self.postings
+        postings = self.postings
         for term in query_tokens:  # a repeated term counts each time, as in bm25s
-            column = vocab.get(term)
+            column = postings.vocab.get(term)
             if column is not None:
                 start, end = int(postings.indptr[column]), int(postings.indptr[column + 1])
                 np.add.at(scores, postings.indices[start:end], postings.data[start:end])

@@ -405,7 +405,7 @@ def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
         raise IndexFormatError(
             f"{files[BM25_INDICES]} holds document positions outside the {chunks} chunks; {_FIX}"
         )
-    return Postings(vocab, data, indices, indptr, float(params["k1"]), float(params["b"]))
+    return Postings(vocab, data, indices, indptr, params["k1"], params["b"])
 
 
 def load_index(path: str | os.PathLike[str]) -> StoredIndex:
