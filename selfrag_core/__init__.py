@@ -24,6 +24,7 @@ from selfrag_core.llm import _acall_llm as _acall_llm  # importable; not in __al
 from selfrag_core.llm import _call_llm
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
+from selfrag_core.openai_llm import OpenAICompatibleLLM
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
@@ -79,6 +80,7 @@ __all__ = [
     "LLMTimeoutError",
     "MissingDependencyError",
     "Note",
+    "OpenAICompatibleLLM",
     "Parallel",
     "ParseError",
     "PlainRAG",

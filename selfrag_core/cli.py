@@ -356,7 +356,13 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _llm(args: argparse.Namespace) -> Any:
     from selfrag_core.local.factory import make_llm
 
-    options = {"n_threads": args.threads} if args.threads else {}
+    options: dict[str, Any] = {"n_threads": args.threads} if args.threads else {}
+    if getattr(args, "llm_base_url", None):
+        if not args.llm.startswith("openai:"):
+            raise CLIError(
+                f"--llm-base-url is for --llm openai:MODEL (an OpenAI-compatible server), not {args.llm!r}"
+            )
+        options = {"base_url": args.llm_base_url}
     try:
         return make_llm(args.llm, **options)
     except (RAGSystemError, ValueError, OSError):
@@ -562,7 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
     llm_opts = argparse.ArgumentParser(add_help=False)
     llm_opts.add_argument(
         "--llm", default="local",
-        help="local (SmolLM2, default), gemma, a .gguf path, fake (no model), or provider:model",
+        help="local (SmolLM2, default), gemma, a .gguf path, fake (no model), openai:MODEL (an "
+             "OpenAI-compatible server, see --llm-base-url), or provider:model",
+    )  # fmt: skip
+    llm_opts.add_argument(
+        "--llm-base-url", metavar="URL",
+        help="the OpenAI-compatible server of --llm openai:MODEL, e.g. http://localhost:8080/v1 "
+             "(default $SELFRAG_LLM_BASE_URL, $OPENAI_BASE_URL; the key is $OPENAI_API_KEY)",
     )  # fmt: skip
     llm_opts.add_argument(
         "--threads",

@@ -123,6 +123,8 @@ def _refuse(spec: str) -> Any:
 
 def test_make_llm_providers_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     # nothing registered (the LangChain adapter not installed): a clear configuration error
+    for name in ("SELFRAG_LLM_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):  # no server named
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(factory, "provider_entry_points", list)
     missing = r"unknown LLM provider 'openai' \(registered: none\).*langchain"
     with pytest.raises(ConfigurationError, match=missing):

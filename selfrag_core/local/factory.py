@@ -3,6 +3,12 @@
 ``local`` / ``smollm2`` (default), ``gemma``, a path to a ``.gguf`` file, ``fake`` (a
 deterministic extractive stand-in for tests and dry runs), or ``provider:model``.
 
+``openai:MODEL`` is the core's own :class:`~selfrag_core.openai_llm.OpenAICompatibleLLM`
+(any OpenAI-compatible server; see :func:`openai_llm`) as soon as a server is named: a
+``base_url`` / ``api_key`` option, or ``$SELFRAG_LLM_BASE_URL``, ``$OPENAI_BASE_URL`` or
+``$OPENAI_API_KEY``. Otherwise (nothing to reach a server with) it is resolved like any
+other provider, and the error says what to set.
+
 Providers. ``provider:model`` is resolved by the first of:
 
 1. ``PROVIDERS[provider]``: a factory taking the model name, added in-process
@@ -29,6 +35,7 @@ registers one in its ``pyproject.toml``::
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from importlib import metadata
@@ -43,7 +50,11 @@ PROVIDER_GROUP = "selfrag.llm_providers"
 #: the name of an entry point that resolves any provider not registered by name
 ANY_PROVIDER = "*"
 
-LLM_CHOICES = ("local", "smollm2", "gemma", "fake", "<path>.gguf", "<provider>:<model>")
+LLM_CHOICES = ("local", "smollm2", "gemma", "fake", "<path>.gguf", "openai:<model>", "<provider>:<model>")
+#: the provider name of the core's OpenAI-compatible LLM
+OPENAI = "openai"
+#: the environment variable naming the base URL of ``openai:MODEL`` (before ``OPENAI_BASE_URL``)
+BASE_URL_ENV = "SELFRAG_LLM_BASE_URL"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?؟])\s")
 
@@ -77,8 +88,34 @@ def fake_llm() -> Any:
     return FakeStructuredLLM(reply)
 
 
+def openai_llm(model: str, *, base_url: str | None = None, **options: Any) -> Any:
+    """``openai:MODEL``: an :class:`~selfrag_core.openai_llm.OpenAICompatibleLLM` for ``model``
+    at ``base_url``, else ``$SELFRAG_LLM_BASE_URL``, else ``$OPENAI_BASE_URL``, else OpenAI's
+    API; the key is ``$OPENAI_API_KEY`` (a server at a base URL may need none). ``options``
+    go to its constructor (``api_key``, ``max_tokens``, ``temperature``, ...)."""
+    from selfrag_core.openai_llm import OpenAICompatibleLLM
+
+    if not model.strip():
+        raise ConfigurationError("--llm openai:MODEL needs a model name, e.g. openai:gpt-4o-mini")
+    url = base_url or os.environ.get(BASE_URL_ENV) or os.environ.get("OPENAI_BASE_URL") or None
+    return OpenAICompatibleLLM(model, base_url=url, **options)
+
+
+def _names_a_server(options: dict[str, Any]) -> bool:
+    """Whether ``openai:MODEL`` can reach a server: a base URL or an API key is given."""
+    if options.get("base_url") or options.get("api_key"):
+        return True
+    return any(os.environ.get(name) for name in (BASE_URL_ENV, "OPENAI_BASE_URL", "OPENAI_API_KEY"))
+
+
+#: the options of ``make_llm`` that only local models take (dropped for ``openai:MODEL``)
+_LOCAL_ONLY = frozenset({"n_threads", "n_ctx", "chat", "verbose", "repeat_penalty", "hold_end_after_colon"})
+
+
 def make_llm(spec: str = "local", **options: Any) -> Any:
-    """Build the LLM named by ``spec``; ``options`` go to ``LocalLLM`` for local models.
+    """Build the LLM named by ``spec``; ``options`` go to ``LocalLLM`` for local models, and
+    to :func:`openai_llm` for ``openai:MODEL`` (``base_url``, ``api_key``, ...; the local
+    models' ``n_threads`` and the like are dropped).
 
     Raises ConfigurationError for an unknown name or provider, MissingDependencyError
     (with the install command) when the model's packages are missing.
@@ -91,6 +128,8 @@ def make_llm(spec: str = "local", **options: Any) -> Any:
         factory = PROVIDERS.get(provider.lower())
         if factory is not None:
             return factory(model)
+        if provider.lower() == OPENAI and _names_a_server(options):
+            return openai_llm(model, **{k: v for k, v in options.items() if k not in _LOCAL_ONLY})
         return _from_entry_points(name, provider.lower())
     from selfrag_core.local.llm import LocalLLM
 
@@ -142,4 +181,10 @@ def _from_entry_points(spec: str, provider: str) -> Any:
         f"unknown LLM provider {provider!r} (registered: {', '.join(named) or 'none'}); for LangChain "
         "chat models install the adapter (pip install -e integrations/langchain) and the provider's "
         "package (e.g. langchain-ollama)"
+        + (
+            f"; for an OpenAI-compatible server set {BASE_URL_ENV} (or OPENAI_BASE_URL) to its URL, "
+            "or OPENAI_API_KEY for OpenAI's API, and pip install 'selfrag[openai]'"
+            if provider == OPENAI
+            else ""
+        )
     )

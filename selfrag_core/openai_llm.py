@@ -1,0 +1,484 @@
+"""``OpenAICompatibleLLM``: any OpenAI-compatible chat-completions server, through the
+official ``openai`` client (``pip install 'selfrag[openai]'``, imported lazily).
+
+The JSON steps ask for structured output, by the first method the server takes:
+
+1. ``json_schema``: ``response_format={"type": "json_schema", ...}`` (OpenAI's structured
+   outputs);
+2. ``tools``: function calling, one function whose parameters are the schema, forced by
+   ``tool_choice`` (the reply is the call's arguments);
+3. ``json_object_schema``: ``response_format={"type": "json_object", "schema": ...}``
+   (llama.cpp's and llama-cpp-python's JSON mode constrained by a schema);
+4. ``json_object``: plain JSON mode;
+5. ``text``: no constraint; the library's tolerant parser reads the reply.
+
+The first structured call probes them in this order; a method the server refuses
+(HTTP 400, 422, 500, 501 or a reply without content) is skipped, and the first one that
+answers is remembered for every later call of this object, so a refused method costs
+one request per object, not one per call (llama.cpp's server answers ``json_schema``
+with HTTP 500, which the library would otherwise retry on every JSON step). Each
+skipped method is logged and kept in :attr:`OpenAICompatibleLLM.structured_fallbacks`.
+A probe that no method survives (the server is down) settles nothing: the error goes to
+the library, which retries, and the next call probes again.
+
+Errors: rejected credentials (401/403), an unknown model or URL (404) and a refused
+request (400/422) raise :class:`~selfrag_core.errors.ConfigurationError` (fatal, no
+retry); timeouts, connection errors, rate limits and 5xx are raised as the client's own
+exceptions, which the library retries with its policy (the client's retries are off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from selfrag_core.errors import ConfigurationError, MissingDependencyError
+from selfrag_core.protocols import LLMOutput
+
+logger = logging.getLogger("selfrag")
+
+INSTALL_HINT = "pip install 'selfrag[openai]'"
+
+#: the structured-output methods, in the order the probe tries them
+STRUCTURED_METHODS = ("json_schema", "tools", "json_object_schema", "json_object", "text")
+#: the name of the schema / function sent to the server
+_FUNCTION = "reply"
+#: the key the client needs when the server takes any (llama.cpp, vLLM, Ollama, ...)
+_PLACEHOLDER_KEY = "not-needed"
+#: statuses of a refused structured-output method (the probe moves on to the next one)
+_REFUSED = frozenset({400, 422, 500, 501})
+
+
+@dataclass(frozen=True)
+class StructuredFallback:
+    """A structured-output method the server refused, and the one used instead."""
+
+    method: str
+    error: str
+    used: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"method": self.method, "error": self.error, "used": self.used}
+
+
+class _Unusable(Exception):
+    """A structured reply without content (e.g. no tool call): the method does not work."""
+
+
+def _require_openai() -> Any:
+    try:
+        import openai  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as e:
+        raise MissingDependencyError(f"OpenAICompatibleLLM needs the openai package: {INSTALL_HINT}") from e
+    return openai
+
+
+class OpenAICompatibleLLM:
+    """An LLM served by an OpenAI-compatible chat-completions API (OpenAI, llama.cpp's
+    server, llama-cpp-python's server, vLLM, Ollama, ...), with the core's protocols:
+    ``generate`` / ``agenerate``, ``generate_structured`` / ``agenerate_structured``,
+    ``stream`` / ``astream``; every reply is an ``LLMOutput`` with the server's token
+    counts.
+
+    ``model``: the model name the server knows. ``base_url``: the API root (e.g.
+    ``http://127.0.0.1:8080/v1``); None reads ``OPENAI_BASE_URL``, else OpenAI's.
+    ``api_key``: None reads ``OPENAI_API_KEY``; with neither, a server at a ``base_url``
+    gets a placeholder key (local servers take any), OpenAI's raises ConfigurationError.
+    ``max_tokens`` caps each reply (sent as ``max_tokens``, which llama.cpp reads; it
+    ignores ``max_completion_tokens``); ``temperature`` / ``seed``: sampling (None: the
+    server's default). ``structured_methods``: the methods the JSON steps may use, in
+    order (see the module docstring); ``("text",)`` turns structured output off.
+    ``timeout``: the client's HTTP timeout in seconds (the library's ``llm_timeout``
+    applies on top). ``client`` / ``async_client``: ready-made ``openai.OpenAI`` /
+    ``openai.AsyncOpenAI`` clients to use instead (their settings win: give them
+    ``max_retries=0``, or the client's retries multiply the library's).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int | None = 512,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+        system_prompt: str | None = None,
+        structured_methods: tuple[str, ...] = STRUCTURED_METHODS,
+        timeout: float = 120.0,
+        client: Any = None,
+        async_client: Any = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError("OpenAICompatibleLLM needs a model name, e.g. model='gpt-4o-mini'")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+            raise ValueError(f"max_tokens must be None or >= 1, got {max_tokens!r}")
+        if temperature is not None and temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        unknown = [m for m in structured_methods if m not in STRUCTURED_METHODS]
+        if unknown or not structured_methods:
+            raise ValueError(
+                f"structured_methods must be a non-empty tuple of {STRUCTURED_METHODS}, "
+                f"got {structured_methods!r}"
+            )
+        _require_openai()
+        self.model = model.strip()
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").strip() or None
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key and client is None and async_client is None:
+            if self.base_url is None:
+                raise ConfigurationError(
+                    "OpenAICompatibleLLM: no API key; set OPENAI_API_KEY or pass api_key=, or give the "
+                    "base_url of a compatible server (OPENAI_BASE_URL)",
+                    component="LLM",
+                )
+            key = _PLACEHOLDER_KEY
+        self._api_key = key
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.seed = seed
+        self.system_prompt = system_prompt
+        self.structured_methods = tuple(structured_methods)
+        self.timeout = timeout
+        #: every structured-output method the server refused, with the one used instead
+        self.structured_fallbacks: list[StructuredFallback] = []
+        self._method: str | None = None  # the structured method settled by the probe
+        self._stream_usage = True  # whether the server takes stream_options
+        self._client = client
+        self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._fixed_async_client = async_client
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()  # guards the lazily built clients and locks
+        self._probe_lock = threading.Lock()  # one sync probe at a time
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleLLM({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def structured_method(self) -> str | None:
+        """The structured-output method the probe settled on (None before the first JSON step)."""
+        return self._method
+
+    @property
+    def cache_identity(self) -> dict[str, Any]:
+        """What decides the replies, as JSON (the key of :class:`selfrag_core.replay.CachedLLM`):
+        the model and the server's host, and the generation settings."""
+        host = urlsplit(self.base_url).netloc if self.base_url else "api.openai.com"
+        return {
+            "model": f"openai:{self.model}@{host}",
+            "max_tokens": self.max_tokens,
+            "temperature": None if self.temperature is None else float(self.temperature),
+            "seed": self.seed,
+            "system_prompt": self.system_prompt,
+        }
+
+    # ------------------------------------------------------------------ clients
+    def _client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0, "timeout": self.timeout}
+        if self.base_url is not None:
+            options["base_url"] = self.base_url
+        return options
+
+    def _sync_client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = _build(lambda openai: openai.OpenAI(**self._client_options()))
+        return self._client
+
+    def _async_client(self) -> Any:
+        """One ``AsyncOpenAI`` per event loop (its connection pool belongs to the loop)."""
+        if self._fixed_async_client is not None:
+            return self._fixed_async_client
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._async_clients.get(loop)
+            if client is None:
+                client = _build(lambda openai: openai.AsyncOpenAI(**self._client_options()))
+                self._async_clients[loop] = client
+        return client
+
+    def _async_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lock = self._async_locks.get(loop)
+            if lock is None:
+                lock = self._async_locks[loop] = asyncio.Lock()
+        return lock
+
+    # ------------------------------------------------------------------ requests
+    def _request(
+        self, prompt: str, method: str | None = None, schema: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            request["temperature"] = self.temperature
+        if self.seed is not None:
+            request["seed"] = self.seed
+        if method == "json_schema":
+            request["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": _FUNCTION, "schema": schema},
+            }
+        elif method == "tools":
+            request["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": _FUNCTION, "description": "Give the reply.", "parameters": schema},
+                }
+            ]
+            request["tool_choice"] = {"type": "function", "function": {"name": _FUNCTION}}
+        elif method == "json_object_schema":
+            request["response_format"] = {"type": "json_object", "schema": schema}
+        elif method == "json_object":
+            request["response_format"] = {"type": "json_object"}
+        return request
+
+    def _stream_request(self, prompt: str) -> dict[str, Any]:
+        request = self._request(prompt)
+        request["stream"] = True
+        if self._stream_usage:
+            request["stream_options"] = {"include_usage": True}
+        return request
+
+    # ------------------------------------------------------------------ protocols
+    def generate(self, prompt: str) -> LLMOutput:
+        response = self._call(lambda: self._sync_client().chat.completions.create(**self._request(prompt)))
+        return _output(response, None)
+
+    async def agenerate(self, prompt: str) -> LLMOutput:
+        client = self._async_client()
+        response = await self._acall(client.chat.completions.create(**self._request(prompt)))
+        return _output(response, None)
+
+    def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        """JSON text for ``schema``, by the method the probe settled on (see the module docstring)."""
+        if self._method is not None:
+            return self._structured_once(prompt, schema, self._method)
+        with self._probe_lock:
+            if self._method is not None:
+                return self._structured_once(prompt, schema, self._method)
+            return self._probe(prompt, schema)
+
+    async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        if self._method is not None:
+            return await self._astructured_once(prompt, schema, self._method)
+        async with self._async_lock():
+            if self._method is not None:
+                return await self._astructured_once(prompt, schema, self._method)
+            return await self._aprobe(prompt, schema)
+
+    def stream(self, prompt: str) -> Iterator[str | LLMOutput]:
+        """The reply piece by piece; a last ``LLMOutput("")`` carries the token counts."""
+        client = self._sync_client()
+        chunks = self._call(lambda: self._open_stream(lambda r: client.chat.completions.create(**r), prompt))
+        try:
+            for chunk in chunks:
+                yield from _pieces(chunk)
+        except Exception as e:
+            raise _translated(e, self) from e
+
+    async def astream(self, prompt: str) -> AsyncIterator[str | LLMOutput]:
+        client = self._async_client()
+        try:
+            chunks = await client.chat.completions.create(**self._stream_request(prompt))
+        except Exception as e:
+            if self._stream_usage and _status(e) in (400, 422):
+                self._no_stream_usage(e)
+                chunks = await self._acall(client.chat.completions.create(**self._stream_request(prompt)))
+            else:
+                raise _translated(e, self) from e
+        try:
+            async for chunk in chunks:
+                for piece in _pieces(chunk):
+                    yield piece
+        except Exception as e:
+            raise _translated(e, self) from e
+
+    # ------------------------------------------------------------------ internals
+    def _open_stream(self, create: Any, prompt: str) -> Any:
+        try:
+            return create(self._stream_request(prompt))
+        except Exception as e:
+            if not (self._stream_usage and _status(e) in (400, 422)):
+                raise
+            self._no_stream_usage(e)
+            return create(self._stream_request(prompt))
+
+    def _no_stream_usage(self, e: Exception) -> None:
+        self._stream_usage = False
+        logger.warning(
+            "%s: the server refused stream_options (%s); streaming without token counts", self, _brief(e)
+        )
+
+    def _call(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as e:
+            raise _translated(e, self) from e
+
+    async def _acall(self, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except Exception as e:
+            raise _translated(e, self) from e
+
+    def _structured_once(self, prompt: str, schema: dict[str, Any], method: str) -> LLMOutput:
+        request = self._request(prompt, method, schema)
+        response = self._call(lambda: self._sync_client().chat.completions.create(**request))
+        return _structured_output(response, method, strict=False)
+
+    async def _astructured_once(self, prompt: str, schema: dict[str, Any], method: str) -> LLMOutput:
+        client = self._async_client()
+        response = await self._acall(client.chat.completions.create(**self._request(prompt, method, schema)))
+        return _structured_output(response, method, strict=False)
+
+    def _probe(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        refused: list[tuple[str, Exception]] = []
+        client = self._sync_client()
+        for method in self.structured_methods:
+            try:
+                response = client.chat.completions.create(**self._request(prompt, method, schema))
+                output = _structured_output(response, method, strict=method != "text")
+            except Exception as e:
+                if not _refused(e) or method == self.structured_methods[-1]:
+                    raise _translated(e, self) from e
+                refused.append((method, e))
+                continue
+            self._settle(method, refused)
+            return output
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _aprobe(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+        refused: list[tuple[str, Exception]] = []
+        client = self._async_client()
+        for method in self.structured_methods:
+            try:
+                response = await client.chat.completions.create(**self._request(prompt, method, schema))
+                output = _structured_output(response, method, strict=method != "text")
+            except Exception as e:
+                if not _refused(e) or method == self.structured_methods[-1]:
+                    raise _translated(e, self) from e
+                refused.append((method, e))
+                continue
+            self._settle(method, refused)
+            return output
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _settle(self, method: str, refused: list[tuple[str, Exception]]) -> None:
+        for failed, error in refused:
+            fallback = StructuredFallback(failed, _brief(error), method)
+            self.structured_fallbacks.append(fallback)
+            logger.warning(
+                "%s: structured output by %s failed (%s); using %s for this server from now on",
+                self, failed, fallback.error, method,
+            )  # fmt: skip
+        self._method = method
+
+
+def _build(make: Any) -> Any:
+    openai = _require_openai()
+    try:
+        return make(openai)
+    except openai.OpenAIError as e:  # missing credentials and other refused settings
+        raise ConfigurationError(f"the openai client refused its settings: {e}", component="LLM") from e
+
+
+def _status(exc: BaseException) -> int | None:
+    value = getattr(exc, "status_code", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _refused(exc: Exception) -> bool:
+    """Whether ``exc`` says the server does not take a structured-output method."""
+    return isinstance(exc, _Unusable) or _status(exc) in _REFUSED
+
+
+def _brief(exc: BaseException) -> str:
+    status = _status(exc)
+    text = " ".join(str(getattr(exc, "message", None) or exc).split())  # one line, for the log
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"HTTP {status}: {text}" if status is not None else f"{type(exc).__name__}: {text}"
+
+
+def _translated(exc: Exception, llm: OpenAICompatibleLLM) -> Exception:
+    """``exc`` as the library should see it: a ConfigurationError for what no retry mends,
+    else the client's exception itself (a transient fault: the library retries)."""
+    if isinstance(exc, _Unusable):
+        return ValueError(str(exc))  # an empty reply: retried like one
+    status = _status(exc)
+    where = f"model {llm.model!r} at {llm.base_url or 'api.openai.com'}"
+    if status in (401, 403):
+        fix = "check the API key (api_key= or OPENAI_API_KEY) and its permissions"
+    elif status == 404:
+        fix = "check the model name and the base URL (it usually ends in /v1)"
+    elif status in (400, 422):
+        fix = "the server refused the request: check the model, max_tokens and the server's context size"
+    else:
+        return exc
+    return ConfigurationError(
+        f"the OpenAI-compatible server refused the {where} ({_brief(exc)}): {fix}", component="LLM"
+    )
+
+
+def _usage(response: Any) -> tuple[int | None, int | None]:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None, None
+    return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+
+
+def _message(response: Any) -> Any:
+    choices = getattr(response, "choices", None) or []
+    return choices[0].message if choices else None
+
+
+def _output(response: Any, text: str | None) -> LLMOutput:
+    if text is None:
+        message = _message(response)
+        text = (getattr(message, "content", None) or "") if message is not None else ""
+    return LLMOutput(text.strip(), *_usage(response))
+
+
+def _structured_output(response: Any, method: str, *, strict: bool) -> LLMOutput:
+    """The JSON text of a structured reply; with ``strict`` (probing), a reply without
+    content raises ``_Unusable`` so that the probe moves on."""
+    message = _message(response)
+    text = ""
+    if message is not None and method == "tools":
+        calls = getattr(message, "tool_calls", None) or []
+        if calls:
+            text = getattr(calls[0].function, "arguments", "") or ""
+    if not text.strip() and message is not None:
+        text = getattr(message, "content", None) or ""
+    if strict and not text.strip():
+        raise _Unusable(f"the server answered {method} without content")
+    return _output(response, text)
+
+
+def _pieces(chunk: Any) -> Iterator[str | LLMOutput]:
+    for choice in getattr(chunk, "choices", None) or []:
+        delta = getattr(choice, "delta", None)
+        content = getattr(delta, "content", None) if delta is not None else None
+        if content:
+            yield content
+    if getattr(chunk, "usage", None) is not None:
+        yield LLMOutput("", *_usage(chunk))
