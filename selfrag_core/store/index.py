@@ -6,8 +6,11 @@ replaced or deleted under it. The raw lexical and dense scores
 save writes and the restore from a saved index (:mod:`~selfrag_core.store.persist`).
 
 A restored index searches the saved vectors and BM25 arrays where they lie, memory-mapped:
-nothing is tokenised or rebuilt. Its chunks' tokens are computed only if the BM25
-statistics must be rebuilt (after documents are added or deleted), all at once then.
+nothing is tokenised or rebuilt. Its chunks stay in their memory-mapped columns
+(:class:`StoredChunks`): a chunk is decoded when it is read (a search's hits), the sources
+when they are first asked for or changed, and all the chunks when the index is first
+changed (they become a list then). Their tokens are computed only if the BM25 statistics
+must be rebuilt (after documents are added or deleted), all at once then.
 """
 
 from __future__ import annotations
@@ -16,16 +19,16 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name
 from selfrag_core.store.lexical import LexicalIndex, Postings, Tokenizer
-from selfrag_core.store.persist import EmbedderMismatchError, StoredIndex
+from selfrag_core.store.persist import ChunkColumns, EmbedderMismatchError, StoredIndex
 from selfrag_core.types import _json_safe
 
 logger = logging.getLogger("selfrag")
@@ -41,6 +44,43 @@ class IndexedChunk:
     source: str
     metadata: dict[str, Any]
     tokens: list[str] | None  # None: not tokenised yet (restored from disk)
+
+
+class StoredChunks(Sequence[IndexedChunk]):
+    """The chunks of a restored index, read from its memory-mapped columns: each
+    :class:`IndexedChunk` is made when it is asked for (its metadata parsed and checked then)."""
+
+    def __init__(self, columns: ChunkColumns) -> None:
+        self.columns = columns
+        self._metadata: list[dict[str, Any]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    @overload
+    def __getitem__(self, i: int) -> IndexedChunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[IndexedChunk]: ...
+
+    def __getitem__(self, i: int | slice) -> IndexedChunk | list[IndexedChunk]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        c = self.columns
+        text = c.texts[i]  # IndexError past the end
+        i = i % len(self)
+        meta = c.metadata_at(i) if self._metadata is None else self._metadata[i]
+        return IndexedChunk(c.ids[i], text, c.source_of(i), meta, None)
+
+    def __iter__(self) -> Iterator[IndexedChunk]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def all_metadata(self) -> list[dict[str, Any]]:
+        """Every chunk's metadata (parsed at the first metadata filter, then kept)."""
+        if self._metadata is None:
+            self._metadata = [self.columns.metadata_at(i) for i in range(len(self))]
+        return self._metadata
 
 
 @dataclass
@@ -126,14 +166,56 @@ class Index:
         self.tokenizer = tokenizer
         self.autorebuild = autorebuild
         self.lock = threading.RLock()
-        self.chunks: list[IndexedChunk] = []
-        self.sources: dict[str, str] = {}  # source -> checksum
+        # a list, or a restored index's columns until the first change (see _chunk_list)
+        self.chunks: Sequence[IndexedChunk] = []
+        self._sources: dict[str, str] | None = {}  # source -> checksum; None: in the columns
         self.dim = _declared_dim(embedder)
         self._lexical = LexicalIndex()
         self._lexical_dirty = False
         # the unit vectors of the chunks (with an embedder), in order: blocks stacked into
         # one matrix at the next dense search; a restored index's is memory-mapped
         self._vectors: list[np.ndarray] = []
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Source -> checksum (a restored index's are decoded from its columns when first asked)."""
+        sources = self._sources
+        if sources is None:
+            with self.lock:  # restore() swaps the chunks and the sources together, under it
+                if self._sources is None:
+                    assert isinstance(self.chunks, StoredChunks)
+                    self._sources = self.chunks.columns.source_dict()
+                sources = self._sources
+        return sources
+
+    @sources.setter
+    def sources(self, sources: dict[str, str]) -> None:
+        self._sources = sources
+
+    def _chunk_list(self) -> list[IndexedChunk]:
+        """The chunks as a list that changes may edit: a restored index's are decoded once,
+        here (then the sources too), before its first change."""
+        chunks = self.chunks
+        if not isinstance(chunks, list):
+            _ = self.sources
+            chunks = list(chunks)
+            self.chunks = chunks
+        return chunks
+
+    def chunk_metadata(self) -> Iterable[dict[str, Any]]:
+        """Every chunk's metadata, in order (what metadata filters test; call under the lock)."""
+        if isinstance(self.chunks, StoredChunks):
+            return self.chunks.all_metadata()
+        return (c.metadata for c in self.chunks)
+
+    def _positions_without(self, sources: set[str]) -> list[int]:
+        """The positions of the chunks of other sources than ``sources``."""
+        if isinstance(self.chunks, StoredChunks):
+            columns = self.chunks.columns
+            drop = [i for i, name in enumerate(columns.sources) if name in sources]
+            kept: list[int] = np.flatnonzero(~np.isin(columns.chunk_sources, drop)).tolist()
+            return kept
+        return [i for i, c in enumerate(self.chunks) if c.source not in sources]
 
     # ------------------------------------------------------------------ adding and deleting
 
@@ -192,11 +274,12 @@ class Index:
         with self.lock:
             replaced = {s for s in latest if s in self.sources}
             if replaced:
-                self._keep([i for i, c in enumerate(self.chunks) if c.source not in replaced])
+                self._keep(self._positions_without(replaced))
+            chunks = self._chunk_list()
             added = 0
             for doc in docs:
                 if latest[doc.source] is doc:
-                    self.chunks.extend(doc.chunks)
+                    chunks.extend(doc.chunks)
                     self.sources[doc.source] = doc.checksum
                     added += len(doc.chunks)
             if vectors is not None:
@@ -211,12 +294,13 @@ class Index:
             if source not in self.sources:
                 return 0
             before = len(self.chunks)
-            self._keep([i for i, c in enumerate(self.chunks) if c.source != source])
+            self._keep(self._positions_without({source}))
             del self.sources[source]
             self._lexical_dirty = True
             return before - len(self.chunks)
 
     def _keep(self, positions: list[int]) -> None:
+        _ = self.sources  # decoded before the chunks leave their columns
         self.chunks = [self.chunks[i] for i in positions]
         if self.embedder is not None:
             self._vectors = [self.vectors()[np.asarray(positions, dtype=np.int64)]]
@@ -261,7 +345,7 @@ class Index:
         assert self.tokenizer is not None
         with self.lock:
             tokens = []
-            for c in self.chunks:
+            for c in self._chunk_list():
                 if retokenize or c.tokens is None:
                     c.tokens = self.tokenizer(c.text)
                 tokens.append(c.tokens)
@@ -316,15 +400,18 @@ class Index:
         if self.tokenizer is not None and self._lexical_dirty and self.autorebuild:
             self.rebuild_lexical()
         postings = None if self.tokenizer is None or self._lexical_dirty else self._lexical.postings
-        return {
-            "chunks": [
-                {"id": c.id, "text": c.text, "source": c.source, "metadata": _json_safe(c.metadata)}
-                for c in self.chunks
-            ],
-            "sources": dict(self.sources),
-            "vectors": vectors,
-            "postings": postings,
-        }
+        if isinstance(self.chunks, StoredChunks):  # unchanged since restored: written as they are
+            columns = self.chunks.columns
+        else:
+            chunks = self.chunks
+            columns = ChunkColumns.build(
+                [c.id for c in chunks],
+                [c.text for c in chunks],
+                [_json_safe(c.metadata) for c in chunks],
+                [c.source for c in chunks],
+                self.sources,
+            )
+        return {"columns": columns, "vectors": vectors, "postings": postings}
 
     def restore(self, stored: StoredIndex) -> None:
         """Replace the contents with a saved index's, once its embedder is checked to be
@@ -335,7 +422,7 @@ class Index:
             raise EmbedderMismatchError(
                 f"this index was built with the embedder {identity.get('name')!r}; pass it: embed=..."
             )
-        if mine is not None and not identity and stored.chunks:
+        if mine is not None and not identity and len(stored):
             raise EmbedderMismatchError(
                 "this index was built without an embedder (lexical only); load it without embed= "
                 "or re-index into a new directory"
@@ -349,7 +436,16 @@ class Index:
             dim = identity.get("dim")
             if isinstance(dim, int):
                 self.check_dim(dim)
-        chunks = [IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks]
+        chunks: Sequence[IndexedChunk]
+        sources: dict[str, str] | None
+        ids: Sequence[str]
+        if stored.columns is not None:
+            chunks, sources, ids = StoredChunks(stored.columns), None, stored.columns.ids
+        else:
+            chunks = [
+                IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks
+            ]
+            sources, ids = dict(stored.sources), [c.id for c in chunks]
         postings = self._usable(stored.postings, stored.manifest.get("tokenizer"))
         vectors = []
         if stored.vectors is not None and self.embedder is not None:
@@ -357,10 +453,10 @@ class Index:
             vectors = [stored.vectors]
         with self.lock:
             self.chunks = chunks
-            self.sources = dict(stored.sources)
+            self._sources = sources
             self._vectors = vectors
             if postings is not None:
-                self._lexical.restore([c.id for c in chunks], postings)
+                self._lexical.restore(ids, postings)
             self._lexical_dirty = postings is None
 
     def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:

@@ -161,7 +161,7 @@ class LexicalIndex:
         self.k1 = k1
         self.b = b
         self.rebuilds = 0
-        self.ids: list[str] = []
+        self.ids: Sequence[str] = []  # a restored index's: its memory-mapped id column
         self.postings = Postings.empty(k1, b)
 
     def build(self, ids: Sequence[str], tokens: Sequence[list[str]]) -> None:
@@ -183,7 +183,7 @@ class LexicalIndex:
                 self.b,
             )
 
-    def restore(self, ids: list[str], postings: Postings) -> None:
+    def restore(self, ids: Sequence[str], postings: Postings) -> None:
         """Take a saved index over the documents ``ids`` (as :meth:`build` left it)."""
         self.ids = ids
         self.postings = postings

@@ -1,20 +1,31 @@
 """Saving and loading an index directory: JSON and ``.npy`` only, written atomically.
 
-Layout::
+Layout (format 3)::
 
     index_dir/
       manifest.json                # format name and version, settings, embedder, file checksums
-      data-<hex>/store.json        # chunks (id, text, source, metadata) and source checksums
+      data-<hex>/store.json        # {"sources": the number of sources}
+      data-<hex>/<column>.npy      # uint8: the column's strings, UTF-8, end to end
+      data-<hex>/<column>_offsets.npy  # int64: where each string starts (one more than strings)
+      data-<hex>/chunk_sources.npy # int32: each chunk's source (its position in "sources")
       data-<hex>/vectors.npy       # float32 (chunks, dim), only with an embedder
       data-<hex>/bm25.json         # BM25 parameters and terms (in column order), with BM25 on
       data-<hex>/bm25_data.npy     # float32: bm25s's per-term document scores (CSC layout)
       data-<hex>/bm25_indices.npy  # int32: their document positions
       data-<hex>/bm25_indptr.npy   # int64: where each term's entries start
 
-Opening an index reads the JSON files and memory-maps the arrays (read-only): nothing is
-tokenised, embedded or rebuilt. Format 1 had no BM25 files; an index in that format still
-loads, and its BM25 statistics are rebuilt from the chunks at the first search, as that
-version did (the next save writes the current format).
+The string columns are the chunks' ``ids``, ``texts`` and ``metadata`` (one JSON object
+each) and the ``sources`` with their ``checksums``. Opening an index reads the manifest and
+``store.json`` and memory-maps every array (read-only): nothing is tokenised, embedded,
+rebuilt or decoded; the columns are checked as wholes, vectorised (headers, shapes,
+offsets ascending from 0 to the blob's end, source positions in range), and a chunk's
+strings are decoded and its metadata parsed and checked when it is read
+(:class:`StringColumn`, :class:`ChunkColumns`).
+
+Formats 1 and 2 kept the chunks and sources in ``store.json`` (JSON records); indexes in
+them still load (read whole, each record checked). Format 1 had no BM25 files either: its
+BM25 statistics are rebuilt from the chunks at the first search, as that version did.
+The next save writes the current format.
 
 A save writes a fresh ``data-<hex>`` directory (under a temporary name, renamed when
 complete), then replaces ``manifest.json`` with ``os.replace``: the manifest switch is
@@ -22,8 +33,9 @@ the single atomic step, so a crash at any point leaves the previous index loadab
 Older data directories are removed afterwards. Loading only reads; a missing,
 corrupt or foreign directory raises :class:`IndexFormatError` and touches nothing.
 Every manifest field is checked (type, range, file names plain and inside the index)
-before any data file is opened, then the checksums, the chunk records and the array's
-header, shape and size (and the values of the BM25 arrays that index others); no
+before any data file is opened, then the checksums, the chunk records (formats 1 and 2;
+in format 3 each record is checked when it is read) and every array's header, shape and
+size (and the values of the arrays that index others: offsets, positions); no
 exception from ``json``, ``numpy`` or the file system gets out as anything but an
 :class:`IndexFormatError`. Arrays are checked from their ``.npy`` header, then mapped
 with ``allow_pickle=False``; nothing is ever unpickled.
@@ -39,10 +51,10 @@ import re
 import reprlib
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, overload
 
 import numpy as np
 
@@ -53,15 +65,28 @@ from selfrag_core.store.lexical import Postings
 from selfrag_core.store.rerank import make_reranker
 
 FORMAT = "selfrag-store"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 STORE_FILE = "store.json"
 VECTORS_FILE = "vectors.npy"
 BM25_FILE = "bm25.json"
 BM25_DATA, BM25_INDICES, BM25_INDPTR = "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"
 BM25_FILES = (BM25_FILE, BM25_DATA, BM25_INDICES, BM25_INDPTR)
+#: the string columns of format 3: the chunks' (one string per chunk), then the sources'
+CHUNK_COLUMNS, SOURCE_COLUMNS = ("ids", "texts", "metadata"), ("sources", "checksums")
+CHUNK_SOURCES = "chunk_sources.npy"
+COLUMN_FILES = (
+    *(f"{c}{suffix}.npy" for c in CHUNK_COLUMNS + SOURCE_COLUMNS for suffix in ("", "_offsets")),
+    CHUNK_SOURCES,
+)
 #: the data files each format version may list
-FILES = {1: (STORE_FILE, VECTORS_FILE), 2: (STORE_FILE, VECTORS_FILE, *BM25_FILES)}
+FILES = {
+    1: (STORE_FILE, VECTORS_FILE),
+    2: (STORE_FILE, VECTORS_FILE, *BM25_FILES),
+    3: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *BM25_FILES),
+}
+#: the data files each format version must list
+REQUIRED = {1: (STORE_FILE,), 2: (STORE_FILE,), 3: (STORE_FILE, *COLUMN_FILES)}
 
 
 class IndexFormatError(RAGSystemError):
@@ -72,13 +97,132 @@ class EmbedderMismatchError(IndexFormatError):
     """The index was built with a different embedder (name or dimension) than the one given."""
 
 
+class StringColumn(Sequence[str]):
+    """Strings stored end to end as one UTF-8 byte array (``blob``, memory-mapped when
+    loaded) with ``offsets`` (int64, one more than the strings): string ``i`` is
+    ``blob[offsets[i]:offsets[i + 1]]``, decoded when it is read. ``where``: the file
+    the strings were read from, named when one is not UTF-8."""
+
+    __slots__ = ("blob", "offsets", "where")
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray, where: Path | None = None) -> None:
+        # plain views of a mapping (np.memmap's own indexing is Python code: slow per string)
+        self.blob = blob.view(np.ndarray)
+        self.offsets = offsets.view(np.ndarray)
+        self.where = where
+
+    @classmethod
+    def of(cls, strings: Iterable[str]) -> StringColumn:
+        encoded = [s.encode("utf-8") for s in strings]
+        offsets = np.zeros(len(encoded) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, encoded), np.int64, count=len(encoded)), out=offsets[1:])
+        return cls(np.frombuffer(b"".join(encoded), np.uint8), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"string {i} of {n}")
+        start, end = self.offsets[i : i + 2].tolist()
+        raw = self.blob[start:end].tobytes()
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise IndexFormatError(f"{self.where}: string {i} is not UTF-8 ({e}); {_FIX}") from e
+
+    def __iter__(self) -> Iterator[str]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+@dataclass(frozen=True)
+class ChunkColumns:
+    """The chunks and sources of an index, column-wise (format 3): what a save writes and
+    a load maps. Chunk ``i`` is ``ids[i]``, ``texts[i]``, ``metadata[i]`` (a JSON object:
+    :meth:`metadata_at` parses and checks it) and the source ``sources[chunk_sources[i]]``,
+    whose checksum is ``checksums[chunk_sources[i]]``."""
+
+    ids: StringColumn
+    texts: StringColumn
+    metadata: StringColumn
+    chunk_sources: np.ndarray  # int32
+    sources: StringColumn
+    checksums: StringColumn
+
+    @classmethod
+    def build(
+        cls,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        metadata: Sequence[Mapping[str, Any]],
+        chunk_sources: Sequence[str],
+        sources: Mapping[str, str],
+    ) -> ChunkColumns:
+        names = list(sources)
+        position = {name: i for i, name in enumerate(names)}
+        codes = np.fromiter((position[s] for s in chunk_sources), np.int32, count=len(chunk_sources))
+        return cls(
+            StringColumn.of(ids),
+            StringColumn.of(texts),
+            StringColumn.of(json.dumps(m, ensure_ascii=False) for m in metadata),
+            codes,
+            StringColumn.of(names),
+            StringColumn.of(sources[name] for name in names),
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def metadata_at(self, i: int) -> dict[str, Any]:
+        text = self.metadata[i]
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise IndexFormatError(
+                f"{self.metadata.where}: chunk {i}'s metadata is not JSON ({e}); {_FIX}"
+            ) from e
+        if type(value) is not dict:
+            raise _invalid(Path(str(self.metadata.where)), f"chunks[{i}].metadata", value, "an object")
+        return value
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunk_sources", self.chunk_sources.view(np.ndarray))
+
+    def source_of(self, i: int) -> str:
+        return self.sources[int(self.chunk_sources[i])]
+
+    def source_dict(self) -> dict[str, str]:
+        """The sources and their checksums, decoded (once the index is changed or asked)."""
+        names = list(self.sources)
+        sources = dict(zip(names, self.checksums, strict=True))
+        if len(sources) != len(names):
+            raise IndexFormatError(f"{self.sources.where} names a source twice; {_FIX}")
+        return sources
+
+
 @dataclass
 class StoredIndex:
     manifest: dict[str, Any]
-    chunks: list[dict[str, Any]]
-    sources: dict[str, str]
+    chunks: list[dict[str, Any]]  # formats 1 and 2 (empty in format 3)
+    sources: dict[str, str]  # formats 1 and 2 (empty in format 3)
     vectors: np.ndarray | None  # memory-mapped
     postings: Postings | None  # memory-mapped; None: rebuild BM25 from the chunks
+    columns: ChunkColumns | None = None  # format 3: the chunks and sources, memory-mapped
+
+    def __len__(self) -> int:
+        return len(self.columns) if self.columns is not None else len(self.chunks)
 
 
 def _sha256(path: Path) -> str:
@@ -122,6 +266,16 @@ def _write_postings(data: Path, postings: Postings) -> None:
     _write_array(data / BM25_DATA, postings.data.astype(np.float32, copy=False))
     _write_array(data / BM25_INDICES, postings.indices.astype(np.int32, copy=False))
     _write_array(data / BM25_INDPTR, postings.indptr.astype(np.int64, copy=False))
+
+
+def _write_columns(data: Path, columns: ChunkColumns) -> None:
+    for name in CHUNK_COLUMNS + SOURCE_COLUMNS:
+        column: StringColumn = getattr(columns, name)
+        _write_array(data / f"{name}.npy", column.blob.astype(np.uint8, copy=False))
+        _write_array(data / f"{name}_offsets.npy", column.offsets.astype(np.int64, copy=False))
+    _write_array(data / CHUNK_SOURCES, columns.chunk_sources.astype(np.int32, copy=False))
+    store = {"sources": len(columns.sources)}
+    _write_bytes(data / STORE_FILE, json.dumps(store).encode("utf-8"))
 
 
 def _read_json(path: Path) -> Any:
@@ -227,10 +381,9 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
     if not data.startswith("data-"):
         raise _invalid(where, "data", data, "a data directory name (data-...)")
     files = manifest["files"]
+    required = REQUIRED[manifest["format_version"]]
     if not isinstance(files, dict) or STORE_FILE not in files:
-        raise _invalid(
-            where, "files", files, f"an object mapping {STORE_FILE} (and the other data files) to checksums"
-        )
+        raise _invalid(where, "files", files, f"an object mapping {list(required)} (and more) to checksums")
     known = FILES[manifest["format_version"]]
     for name, digest in files.items():
         _plain_name(where, "a name in files", name)
@@ -238,6 +391,8 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
             raise _invalid(where, "a name in files", name, f"one of {list(known)}")
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             raise _invalid(where, f"files[{name!r}]", digest, "a SHA-256 hex digest")
+    if not set(required) <= files.keys():
+        raise _invalid(where, "files", sorted(files), f"a list with all of {list(required)}")
     if not _is_int(manifest["chunks"]) or manifest["chunks"] < 0:
         raise _invalid(where, "chunks", manifest["chunks"], "an integer >= 0")
     embedder = manifest["embedder"]
@@ -408,6 +563,38 @@ def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
     return Postings(vocab, data, indices, indptr, params["k1"], params["b"])
 
 
+def _read_strings(files: Mapping[str, Path], name: str, count: int) -> StringColumn:
+    """A string column of ``count`` strings: its offsets checked as a whole, vectorised
+    (ascending from 0 to the end of the blob); each string is decoded when it is read."""
+    blob_path, offsets_path = files[f"{name}.npy"], files[f"{name}_offsets.npy"]
+    blob = _map_array(blob_path, np.uint8, lambda s: len(s) == 1, "(bytes,)")
+    offsets = _map_array(offsets_path, np.int64, lambda s: s == (count + 1,), f"({count + 1},)")
+    if int(offsets[0]) != 0 or int(offsets[-1]) != len(blob) or bool((np.diff(offsets) < 0).any()):
+        raise IndexFormatError(
+            f"{offsets_path} holds offsets that are not ascending from 0 to the {len(blob)} bytes "
+            f"of {blob_path.name}; {_FIX}"
+        )
+    return StringColumn(blob, offsets, blob_path)
+
+
+def _read_columns(files: Mapping[str, Path], manifest: dict[str, Any]) -> ChunkColumns:
+    where = files[STORE_FILE]
+    store = _read_json(where)
+    _check_keys(where, "the store", store, ("sources",))
+    count = store["sources"]
+    if not _is_int(count) or count < 0:
+        raise _invalid(where, "sources", count, "an integer >= 0")
+    rows = manifest["chunks"]
+    ids, texts, metadata = (_read_strings(files, name, rows) for name in CHUNK_COLUMNS)
+    sources, checksums = (_read_strings(files, name, count) for name in SOURCE_COLUMNS)
+    codes = _map_array(files[CHUNK_SOURCES], np.int32, lambda s: s == (rows,), f"({rows},)")
+    if rows and (int(codes.min()) < 0 or int(codes.max()) >= count):
+        raise IndexFormatError(
+            f"{files[CHUNK_SOURCES]} holds source positions outside the {count} sources; {_FIX}"
+        )
+    return ChunkColumns(ids, texts, metadata, codes, sources, checksums)
+
+
 def load_index(path: str | os.PathLike[str]) -> StoredIndex:
     """Read an index directory written by :func:`save_index` (read-only). Every field of
     the manifest is checked before any data file is opened; every problem, down to a
@@ -428,21 +615,27 @@ def load_index(path: str | os.PathLike[str]) -> StoredIndex:
             raise IndexFormatError(f"{file} cannot be read ({e}); check its permissions or re-index") from e
         if digest != manifest["files"][name]:
             raise IndexFormatError(f"{file} is corrupt (checksum mismatch); re-index the documents")
-    chunks, sources = _check_store(_read_json(files[STORE_FILE]), files[STORE_FILE], manifest)
+    columns: ChunkColumns | None = None
+    chunks: list[dict[str, Any]] = []
+    sources: dict[str, str] = {}
+    if manifest["format_version"] >= 3:
+        columns = _read_columns(files, manifest)
+    else:
+        chunks, sources = _check_store(_read_json(files[STORE_FILE]), files[STORE_FILE], manifest)
+    rows = manifest["chunks"]
     vectors = None
     if VECTORS_FILE in files:
         embedder = manifest["embedder"]
-        vectors = _read_vectors(files[VECTORS_FILE], len(chunks), embedder["dim"])
-    postings = _read_postings(files, len(chunks)) if BM25_FILE in files else None
-    return StoredIndex(manifest, chunks, sources, vectors, postings)
+        vectors = _read_vectors(files[VECTORS_FILE], rows, embedder["dim"])
+    postings = _read_postings(files, rows) if BM25_FILE in files else None
+    return StoredIndex(manifest, chunks, sources, vectors, postings, columns)
 
 
 def save_index(
     path: str | os.PathLike[str],
     *,
     settings: dict[str, Any],
-    chunks: list[dict[str, Any]],
-    sources: dict[str, str],
+    columns: ChunkColumns,
     vectors: np.ndarray | None,
     postings: Postings | None,
 ) -> None:
@@ -464,8 +657,7 @@ def save_index(
     tmp.mkdir()
     committed = False
     try:
-        payload = json.dumps({"chunks": chunks, "sources": sources}, ensure_ascii=False).encode("utf-8")
-        _write_bytes(tmp / STORE_FILE, payload)
+        _write_columns(tmp, columns)
         if vectors is not None:
             _write_array(tmp / VECTORS_FILE, vectors.astype(np.float32, copy=False))
         if postings is not None:
@@ -478,7 +670,7 @@ def save_index(
             "format_version": FORMAT_VERSION,
             "data": data,
             "files": files,
-            "chunks": len(chunks),
+            "chunks": len(columns),
             **settings,
         }
         manifest_tmp = root / f"{MANIFEST}.{data}.tmp"

@@ -474,8 +474,9 @@ class RAG:
     def load(cls, path: str | os.PathLike[str], embed: Any = None, **overrides: Any) -> RAG:
         """Open a saved index. Its saved settings apply unless overridden; ``embed`` must be
         the embedder it was built with (the built-in hashing embedder is recreated). The
-        vectors and BM25 arrays are memory-mapped, not rebuilt (an index saved by an older
-        selfrag, or with another ``stemmer``, has its BM25 statistics rebuilt at the first search)."""
+        chunks' columns, the vectors and the BM25 arrays are memory-mapped, not rebuilt, and a
+        chunk is decoded only when a search returns it (an index saved by an older selfrag, or
+        with another ``stemmer``, has its BM25 statistics rebuilt at the first search)."""
         version = manifest_version(Path(path))  # before loading: a later save is seen later
         stored = load_index(path)  # the manifest is validated: settings and embedder have their types
         settings = {k: v for k, v in stored.manifest["settings"].items() if k in CONFIG_KEYS}

@@ -159,7 +159,7 @@ def _mask(index: Index, metadata_filter: Any, filters: Mapping[str, Any]) -> np.
             return False
         return predicate is None or bool(predicate(dict(meta)))
 
-    return np.fromiter((keep(c.metadata) for c in index.chunks), dtype=bool, count=len(index.chunks))
+    return np.fromiter((keep(m) for m in index.chunk_metadata()), dtype=bool, count=len(index.chunks))
 
 
 def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:

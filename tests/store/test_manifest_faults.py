@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ DOCS = {
 Json = Any
 
 
+FORMAT2 = Path(__file__).parent / "data" / "format2" / "hybrid"  # the same DOCS, saved by format 2
+
+
 def build(root: Path, embed: str | None = "hashing") -> Path:
     rag = RAG(embed)
     for source, text in DOCS.items():
@@ -37,6 +41,15 @@ def build(root: Path, embed: str | None = "hashing") -> Path:
 @pytest.fixture
 def index(tmp_path: Path) -> Path:
     return build(tmp_path / "idx")
+
+
+@pytest.fixture
+def format2(tmp_path: Path) -> Path:
+    """An index of the previous format, whose chunks and sources are JSON records (store.json)."""
+    root = tmp_path / "format2"
+    shutil.copytree(FORMAT2, root)
+    assert read_manifest(root)["format_version"] == 2
+    return root
 
 
 def read_manifest(root: Path) -> dict[str, Json]:
@@ -125,7 +138,12 @@ MANIFEST_FAULTS: dict[str, tuple[Callable[[dict[str, Json]], None], str]] = {
     "file name empty": (_rename_file("vectors.npy", ""), PLAIN),
     "file name dot": (_rename_file("vectors.npy", "."), PLAIN),
     "file name with NUL": (_rename_file("vectors.npy", "vectors.npy\x00"), PLAIN),
-    "file name unknown": (_rename_file("vectors.npy", "extra.bin"), r"one of \['store.json', 'vectors.npy'"),
+    "file name unknown": (_rename_file("vectors.npy", "extra.bin"), r"one of \['store.json', 'ids.npy'"),
+    "a column not listed": (lambda m: m["files"].pop("texts.npy"), r"all of \['store.json', 'ids.npy'"),
+    "columns in format 2": (
+        _set("format_version", 2),
+        r"a name in files is 'checksums.npy', expected one of",
+    ),
     "vectors not listed": (lambda m: m["files"].pop("vectors.npy"), "vectors.npy listed exactly when"),
     "a BM25 array not listed": (lambda m: m["files"].pop("bm25_data.npy"), r"all of \['bm25.json'"),
     "BM25 files without a tokenizer": (_set("tokenizer", None), "none without a tokenizer"),
@@ -268,6 +286,26 @@ def _chunk(key: str, value: Json) -> Callable[[dict[str, Json]], None]:
     return mutate
 
 
+def _params(mutate: Callable[[dict[str, Json]], None]) -> Callable[[bytes], bytes]:
+    return _store(mutate)
+
+
+def _array(name: str, change: Callable[[np.ndarray], np.ndarray]) -> Callable[[bytes], bytes]:
+    def rewrite(content: bytes) -> bytes:
+        return npy_bytes(change(np.load(io.BytesIO(content), allow_pickle=False)))
+
+    return rewrite
+
+
+def _poke(at: int, value: Any) -> Callable[[np.ndarray], np.ndarray]:
+    def change(array: np.ndarray) -> np.ndarray:
+        array = array.copy()
+        array[at] = value
+        return array
+
+    return change
+
+
 STORE_FAULTS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "truncated": (lambda b: b[: len(b) // 2], "not JSON"),
     "not UTF-8": (lambda b: b.replace(b"Paris", b"P\xffris"), "not JSON"),
@@ -288,10 +326,103 @@ STORE_FAULTS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
 
 
 @pytest.mark.parametrize("fault", list(STORE_FAULTS))
-def test_a_malformed_store_is_named(index: Path, fault: str) -> None:
+def test_a_malformed_store_of_format_2_is_named(format2: Path, fault: str) -> None:
     rewrite, match = STORE_FAULTS[fault]
-    replace_data(index, "store.json", rewrite(data_file(index, "store.json").read_bytes()))
-    assert "store.json" in str(load_fails(index, match))
+    replace_data(format2, "store.json", rewrite(data_file(format2, "store.json").read_bytes()))
+    assert "store.json" in str(load_fails(format2, match))
+
+
+def _strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    column = persist.StringColumn.of(strings)
+    return column.blob, column.offsets
+
+
+def replace_strings(root: Path, name: str, strings: list[str]) -> None:
+    """Rewrite a string column (blob and offsets, consistent), with their checksums."""
+    blob, offsets = _strings(strings)
+    replace_data(root, f"{name}.npy", npy_bytes(blob))
+    replace_data(root, f"{name}_offsets.npy", npy_bytes(offsets))
+
+
+COLUMN_FAULTS: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
+    "catalogue truncated": ("store.json", lambda b: b[: len(b) // 2], "not JSON"),
+    "catalogue a list": ("store.json", lambda b: b"[]", "the store is"),
+    "catalogue with an unknown field": (
+        "store.json",
+        _store(lambda r: r.__setitem__("x", 1)),
+        "unknown fields",
+    ),
+    "source count a string": ("store.json", lambda b: b'{"sources": "3"}', "sources is '3'"),
+    "source count negative": ("store.json", lambda b: b'{"sources": -1}', "sources is -1"),
+    "a source fewer counted": ("store.json", lambda b: b'{"sources": 2}', r"sources_offsets.npy .*shape"),
+    "texts truncated": ("texts.npy", lambda b: b[:-3], "truncated"),
+    "texts padded": ("texts.npy", lambda b: b + b"\0" * 8, "bytes its header announces"),
+    "texts as int8": ("texts.npy", _array("texts", lambda a: a.astype(np.int8)), "dtype int8"),
+    "texts in two dimensions": ("texts.npy", _array("texts", lambda a: a.reshape(1, -1)), "shape"),
+    "texts pickled": (
+        "texts.npy",
+        lambda b: npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True),
+        "dtype object",
+    ),
+    "texts a pickle": ("texts.npy", lambda b: b"\x80\x04K\x01.", "not a numeric array"),
+    "text offsets not from 0": ("texts_offsets.npy", _array("o", _poke(0, 1)), "not ascending from 0"),
+    "text offsets descending": ("texts_offsets.npy", _array("o", _poke(1, -5)), "not ascending from 0"),
+    "text offsets short of the end": (
+        "texts_offsets.npy",
+        _array("o", lambda a: _poke(-1, a[-1] - 1)(a)),
+        "to the .* bytes of texts.npy",
+    ),
+    "text offsets past the end": ("texts_offsets.npy", _array("o", _poke(-1, 10**6)), "not ascending"),
+    "an id offset fewer": ("ids_offsets.npy", _array("o", lambda a: a[:-1]), r"shape \(3,\)"),
+    "metadata offsets as int32": (
+        "metadata_offsets.npy",
+        _array("o", lambda a: a.astype(np.int32)),
+        "dtype int32",
+    ),
+    "checksum offsets truncated": ("checksums_offsets.npy", lambda b: b[:-1], "truncated"),
+    "a source position past the sources": (
+        "chunk_sources.npy",
+        _array("c", _poke(0, 3)),
+        "outside the 3 sources",
+    ),
+    "a negative source position": ("chunk_sources.npy", _array("c", _poke(-1, -1)), "outside the 3 sources"),
+    "source positions as int64": ("chunk_sources.npy", _array("c", lambda a: a.astype(np.int64)), "int64"),
+    "a source position fewer": ("chunk_sources.npy", _array("c", lambda a: a[:-1]), r"shape \(2,\)"),
+}
+
+
+@pytest.mark.parametrize("fault", list(COLUMN_FAULTS))
+def test_a_malformed_column_is_named(index: Path, fault: str) -> None:
+    name, rewrite, match = COLUMN_FAULTS[fault]
+    replace_data(index, name, rewrite(data_file(index, name).read_bytes()))
+    load_fails(index, match)
+
+
+def test_a_record_is_checked_when_it_is_read(index: Path) -> None:
+    """What only reading a record shows (its UTF-8, its metadata's JSON, distinct source
+    names) is an IndexFormatError naming it when it is read, never at the load."""
+    texts = np.load(data_file(index, "texts.npy"), allow_pickle=False).copy()
+    texts[0] = 0xFF  # the first byte of "Paris is the capital..."
+    replace_data(index, "texts.npy", npy_bytes(texts))
+    rag = RAG.load(index)
+    assert rag.count() == 3 and [h.source for h in rag.search("Berlin Germany", top_k=1)] == ["berlin"]
+    with pytest.raises(IndexFormatError, match=r"texts.npy: string 0 is not UTF-8"):
+        rag.search("river Seine")
+    for strings, match in (
+        (["[]", "{}", "{}"], r"chunks\[0\]\.metadata is \[\]"),
+        (['{"a": ', "{}", "{}"], "chunk 0's metadata is not JSON"),
+    ):
+        replace_strings(index, "metadata", strings)
+        rag = RAG.load(index)
+        with pytest.raises(IndexFormatError, match=match):
+            rag.search("Paris", part=1)  # a metadata filter reads every chunk's
+    replace_strings(index, "metadata", ["{}", "{}", "{}"])
+    replace_strings(index, "sources", ["paris", "paris", "cairo"])
+    rag = RAG.load(index)
+    with pytest.raises(IndexFormatError, match="names a source twice"):
+        rag.sources()
+    with pytest.raises(IndexFormatError, match="names a source twice"):
+        rag.index("Tokyo is the capital of Japan.", source="tokyo")
 
 
 ROWS, DIM = 3, 256
@@ -332,26 +463,6 @@ def test_vectors_in_fortran_order_or_big_endian_still_load(index: Path) -> None:
     vectors = np.load(data_file(index, "vectors.npy"))
     replace_data(index, "vectors.npy", npy_bytes(np.asfortranarray(vectors.astype(">f4"))))
     assert [h.id for h in RAG.load(index).search("river Seine")] == [h.id for h in before]
-
-
-def _params(mutate: Callable[[dict[str, Json]], None]) -> Callable[[bytes], bytes]:
-    return _store(mutate)
-
-
-def _array(name: str, change: Callable[[np.ndarray], np.ndarray]) -> Callable[[bytes], bytes]:
-    def rewrite(content: bytes) -> bytes:
-        return npy_bytes(change(np.load(io.BytesIO(content), allow_pickle=False)))
-
-    return rewrite
-
-
-def _poke(at: int, value: Any) -> Callable[[np.ndarray], np.ndarray]:
-    def change(array: np.ndarray) -> np.ndarray:
-        array = array.copy()
-        array[at] = value
-        return array
-
-    return change
 
 
 BM25_FAULTS: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
@@ -411,7 +522,9 @@ def test_bm25_arrays_in_another_byte_order_still_load(index: Path) -> None:
     assert [(h.id, h.score) for h in after] == [(h.id, h.score) for h in before]
 
 
-@pytest.mark.parametrize("name", ["store.json", "vectors.npy", "bm25.json", "bm25_indptr.npy"])
+@pytest.mark.parametrize(
+    "name", ["store.json", "texts.npy", "chunk_sources.npy", "vectors.npy", "bm25.json", "bm25_indptr.npy"]
+)
 def test_a_missing_referenced_file_is_named(index: Path, name: str) -> None:
     data_file(index, name).unlink()
     load_fails(index, f"{name} is missing")
@@ -464,13 +577,16 @@ def test_every_field_of_the_manifest_replaced_by_anything(index: Path) -> None:
             _only_index_format_errors(index)
 
 
-def test_every_field_of_the_store_replaced_by_anything(index: Path) -> None:
-    original = json.loads(data_file(index, "store.json").read_bytes())
+@pytest.mark.parametrize("version", [2, 3])
+def test_every_field_of_the_store_replaced_by_anything(index: Path, format2: Path, version: int) -> None:
+    root = format2 if version == 2 else index
+    original = json.loads(data_file(root, "store.json").read_bytes())
     paths = [p for p in _leaves(original) if not (len(p) > 1 and p[0] == "chunks" and p[1] > 0)]
+    assert paths
     for path in paths:
         for wrong in WRONG:
-            replace_data(index, "store.json", json.dumps(_replaced(original, path, wrong)).encode())
-            _only_index_format_errors(index)
+            replace_data(root, "store.json", json.dumps(_replaced(original, path, wrong)).encode())
+            _only_index_format_errors(root)
 
 
 @pytest.mark.parametrize(
@@ -478,6 +594,7 @@ def test_every_field_of_the_store_replaced_by_anything(index: Path) -> None:
     [
         "manifest.json",
         "store.json",
+        *persist.COLUMN_FILES,
         "vectors.npy",
         "bm25.json",
         "bm25_data.npy",

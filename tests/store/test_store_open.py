@@ -1,5 +1,6 @@
-"""Opening a saved index rebuilds nothing: the BM25 arrays and the vectors are memory-mapped,
-search results are the ones before saving, and an index of the previous format still loads."""
+"""Opening a saved index rebuilds nothing: the BM25 arrays, the vectors and the chunks' columns
+are memory-mapped, a chunk is decoded only when it is read, search results are the ones
+before saving, and indexes of the previous formats still load."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import numpy as np
 import pytest
 
 from selfrag_core.store import RAG, HashingEmbeddings, Tokenizer, persist
+from selfrag_core.store.index import StoredChunks
 
 bm25s = pytest.importorskip("bm25s")
 
 FORMAT1 = Path(__file__).parent / "data" / "format1"  # written by selfrag's format 1 (same DOCS)
+FORMAT2 = Path(__file__).parent / "data" / "format2"  # and by format 2 (chunks as JSON records)
 DOCS = {
     "paris": "Paris is the capital of France. The city lies on the river Seine.",
     "berlin": "Berlin is the capital of Germany and its largest city.",
@@ -148,6 +151,77 @@ def test_an_index_of_the_previous_format_loads_and_is_rebuilt_once(tmp_path: Pat
         assert set(persist.BM25_FILES) <= set(manifest["files"])
         again = RAG.load(root)
         assert results(again) == results(fresh) and again.bm25_rebuilds == 0
+
+
+def test_an_index_of_format_2_loads_without_rebuilding(tmp_path: Path) -> None:
+    for name, embed in (("lexical", None), ("hybrid", "hashing")):
+        root = tmp_path / name
+        shutil.copytree(FORMAT2 / name, root)
+        assert read_manifest(root)["format_version"] == 2
+        fresh = RAG(embed, chunk_size=300, chunk_overlap=30)
+        for source, text in DOCS.items():
+            fresh.index(text, source=source, lang="ar" if source == "cairo" else "en")
+        loaded = RAG.load(root)
+        assert loaded.sources() == fresh.sources()
+        assert results(loaded) == results(fresh)
+        if read_manifest(root)["tokenizer"] == Tokenizer().stemming:
+            assert loaded.bm25_rebuilds == 0  # its BM25 arrays are used as they are
+        loaded.save()
+        manifest = read_manifest(root)
+        assert manifest["format_version"] == persist.FORMAT_VERSION
+        assert set(persist.COLUMN_FILES) <= set(manifest["files"])
+        again = RAG.load(root)
+        assert isinstance(again._index.chunks, StoredChunks)
+        assert results(again) == results(fresh) and again.sources() == fresh.sources()
+
+
+def test_loading_decodes_no_chunk_and_a_search_only_its_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rag = build(embed="hashing")
+    rag.save(tmp_path)
+    expected = results(rag)
+    decoded: list[int] = []
+    real = persist.StringColumn.__getitem__
+
+    def counting(self: persist.StringColumn, i: Any) -> Any:
+        decoded.append(i)
+        return real(self, i)
+
+    monkeypatch.setattr(persist.StringColumn, "__getitem__", counting)
+    loaded = RAG.load(tmp_path)
+    assert loaded.count() == rag.count() and not decoded
+    index = loaded._index
+    assert isinstance(index.chunks, StoredChunks) and index._sources is None
+    columns = index.chunks.columns
+    for column in (columns.ids, columns.texts, columns.metadata, columns.sources, columns.checksums):
+        assert is_mapped(column.blob) and is_mapped(column.offsets) and not column.blob.flags.writeable
+    assert is_mapped(columns.chunk_sources)
+    hits = loaded.search("castle garden", top_k=3)
+    assert len(hits) == 3 and 0 < len(decoded) <= 4 * 3  # id, text, metadata, source of each hit
+    assert index._sources is None and isinstance(index.chunks, StoredChunks)
+    assert results(loaded) == expected
+    assert results(loaded, part=1) == results(rag, part=1)  # a filter parses the metadata, once
+    assert index.chunks._metadata is not None
+    assert loaded.sources() == rag.sources()
+    assert loaded.index(DOCS["paris"], source="paris") == 0  # the checksum skip reads the sources
+    assert isinstance(index.chunks, StoredChunks)  # unchanged: still the columns
+
+
+def test_an_unchanged_loaded_index_is_saved_as_it_was_read(tmp_path: Path) -> None:
+    build(embed="hashing").save(tmp_path / "a")
+    loaded = RAG.load(tmp_path / "a")
+    loaded.search("capital river")
+    loaded.sources()
+    loaded.save(tmp_path / "b")
+    assert isinstance(loaded._index.chunks, StoredChunks)  # written from the columns, not decoded
+    first, second = read_manifest(tmp_path / "a"), read_manifest(tmp_path / "b")
+    assert first["files"] == second["files"]  # byte for byte
+    loaded.delete("paris")  # a change decodes the chunks once; the next save encodes them
+    assert isinstance(loaded._index.chunks, list)
+    loaded.save(tmp_path / "c")
+    reread = RAG.load(tmp_path / "c")
+    assert "paris" not in reread.sources() and results(reread) == results(loaded)
 
 
 def test_a_saved_bm25_index_of_other_stemming_is_rebuilt(

@@ -69,10 +69,10 @@ def test_path_argument_loads_and_saves(tmp_path: Path) -> None:
 def test_no_pickle_anywhere(tmp_path: Path) -> None:
     make(embed="hashing").save(tmp_path)
     data = tmp_path / str(manifest(tmp_path)["data"])
-    assert sorted(p.name for p in data.iterdir()) == [
-        "bm25.json", "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy", "store.json", "vectors.npy",
-    ]  # fmt: skip
-    for name in ("vectors.npy", "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"):
+    assert sorted(p.name for p in data.iterdir()) == sorted(
+        ["store.json", *persist.COLUMN_FILES, "vectors.npy", *persist.BM25_FILES]
+    )
+    for name in sorted(p.name for p in data.iterdir() if p.suffix == ".npy"):
         np.load(data / name, allow_pickle=False)  # plain numeric arrays
     # an object array (which needs pickle) is refused, even with a matching checksum
     np.save(data / "vectors.npy", np.array([{"a": 1}] * 3, dtype=object), allow_pickle=True)
@@ -119,7 +119,8 @@ def test_crash_before_manifest_switch_keeps_previous_index(tmp_path: Path) -> No
 
 def test_corrupt_data_is_detected_and_left_untouched(tmp_path: Path) -> None:
     make().save(tmp_path)
-    store = tmp_path / str(manifest(tmp_path)["data"]) / "store.json"
+    store = tmp_path / str(manifest(tmp_path)["data"]) / "texts.npy"
+    assert b"Paris" in store.read_bytes()
     store.write_bytes(store.read_bytes().replace(b"Paris", b"Pxris"))
     before = snapshot(tmp_path)
     with pytest.raises(IndexFormatError, match="corrupt"):
