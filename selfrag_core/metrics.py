@@ -92,7 +92,7 @@ class FaithfulnessMetric:
         llm: Any,
         *,
         retries: int = 2,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
         execution: ExecutionConfig | None = None,
     ) -> None:
         if not llm:

@@ -26,6 +26,7 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
+from selfrag_core.prompts import Prompts
 from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 
 logger = logging.getLogger("selfrag")
@@ -83,6 +84,9 @@ def build_strategy(
     if preset not in PRESETS:
         raise ConfigurationError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     small = preset == "small"
+    # a small model never writes [n] markers and can end its answer at one: its citations
+    # are attributed instead (the instruction stays for capable models)
+    prompts = Prompts(cite=not small)
     execution = ExecutionConfig(
         max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
     )
@@ -90,25 +94,25 @@ def build_strategy(
     if ":" in name:
         return load_strategy(name, rag, llm, execution=execution)
     if name == BASELINE:
-        return PlainRAG(rag, llm, **k, execution=execution)
+        return PlainRAG(rag, llm, **k, execution=execution, prompts=prompts)
     if name == "self":
         # two-step (answer, then judge): tiny models answer worse inside a JSON object
         sizes: dict[str, Any] = {"max_refinement_iterations": 2, "fast_mode": False} if small else {}
-        return SelfIRAG(rag, llm, SelfRAGConfig(**sizes, **k), execution=execution)
+        return SelfIRAG(rag, llm, SelfRAGConfig(**sizes, **k), execution=execution, prompts=prompts)
     hyde_sizes: dict[str, Any] = {"num_hypothetical_docs": 1} if small else {}
     if small and top_k is not None:
         hyde_sizes["max_final_docs"] = top_k
-    hyde = HyDERAG(rag, llm, **hyde_sizes, **k, execution=execution)
+    hyde = HyDERAG(rag, llm, **hyde_sizes, **k, execution=execution, prompts=prompts)
     if name == "hyde":
         return hyde
     if name == "recursive":
         sizes = {"max_depth": 1, "max_sub_questions": 3} if small else {}
-        return RecursiveRAG(rag, llm, RecursiveRAGConfig(**sizes, **k), execution=execution)
+        return RecursiveRAG(rag, llm, RecursiveRAGConfig(**sizes, **k), execution=execution, prompts=prompts)
     if name == "healing":
         healing: dict[str, Any] = {"max_retries": 1} if small else {}
         if top_k is not None:
             healing["retrieval_top_k"] = top_k
-        return SelfHealingRAG(llm, [rag, hyde], **healing, execution=execution)
+        return SelfHealingRAG(llm, [rag, hyde], **healing, execution=execution, prompts=prompts)
     raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join((BASELINE, *STRATEGIES))}")
 
 

@@ -166,3 +166,24 @@ def test_recursive_merged_answer_cites_the_merged_sources() -> None:
     assert result.decomposed and [s.answer[-3:] for s in result.sub_answers] == ["[1]", "[2]", "[3]"]
     assert [(c.cited, c.supported_by) for c in result.citations] == [([1], [1]), ([2], [2]), ([3], [3])]
     assert [d.text for d in result.sources] == docs
+
+
+def test_the_small_preset_leaves_out_the_instruction_to_cite() -> None:
+    from selfrag_core.presets import build_strategy
+    from selfrag_core.prompts import Prompts, ar, en
+
+    for lang, module in (("en", en), ("ar", ar)):
+        for name in ("answer", "grounded_answer", "refine", "answer_and_evaluate", "healing_answer"):
+            assert module.CITE in Prompts().get(name, lang).template
+            assert module.CITE not in Prompts(cite=False).get(name, lang).template
+    mine = {"grounded_answer": "Mine: {context} {question}"}
+    assert Prompts(Prompts(mine), cite=False).get("grounded_answer").template == mine["grounded_answer"]
+    backend = FakeRetriever([d.text for d in SOURCES])
+    for preset, cites in (("small", False), ("standard", True)):
+        for name in ("plain", "self", "hyde", "recursive", "healing"):
+            llm = FakeLLM(cited_answers)
+            build_strategy(name, backend, llm, preset=preset).query("What is the capital of France?")
+            answering = [
+                c.prompt for c in llm.calls if "Question:" in c.prompt and "Passage:" not in c.prompt
+            ]
+            assert answering and all((en.CITE in p) is cites for p in answering), (preset, name)

@@ -72,11 +72,22 @@ VARIABLES: dict[str, tuple[str, ...]] = {
 _TEMPLATES: dict[str, Mapping[str, str]] = {"en": en.TEMPLATES, "ar": ar.TEMPLATES}
 
 
-class Prompts:
-    """The templates a strategy uses, with the user's overrides applied."""
+_CITE = {"en": en.CITE, "ar": ar.CITE}
 
-    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
+
+class Prompts:
+    """The templates a strategy uses, with the user's overrides applied. ``cite=False``
+    leaves out the instruction to cite the documents as ``[n]`` (small models do not
+    follow it, and it can end their answer at a marker); citations are then attributed
+    (see :mod:`selfrag_core.citations`). ``overrides`` may be another ``Prompts``."""
+
+    def __init__(self, overrides: Mapping[str, str] | Prompts | None = None, *, cite: bool = True) -> None:
+        self.cite = cite
         self._overrides: dict[str, str] = {}
+        if isinstance(overrides, Prompts):
+            self._overrides.update(overrides._overrides)
+            self.cite = overrides.cite and cite
+            return
         for name, template in (overrides or {}).items():
             if name not in VARIABLES:
                 raise ConfigurationError(f"unknown prompt {name!r}; known prompts: {sorted(VARIABLES)}")
@@ -90,7 +101,11 @@ class Prompts:
     def get(self, name: str, lang: str = "en") -> PromptTemplate:
         if name not in VARIABLES:
             raise KeyError(name)
-        text = self._overrides.get(name) or _TEMPLATES.get(lang, en.TEMPLATES)[name]
+        text = self._overrides.get(name)
+        if text is None:
+            text = _TEMPLATES.get(lang, en.TEMPLATES)[name]
+            if not self.cite:
+                text = text.replace(_CITE.get(lang, en.CITE), "")
         return PromptTemplate(name, text, VARIABLES[name])
 
     def render(self, name: str, lang: str = "en", **values: Any) -> str:

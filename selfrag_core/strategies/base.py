@@ -297,7 +297,7 @@ class Strategy(Generic[R]):
         llm: Any,
         *,
         execution: ExecutionConfig | None = None,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
         if rag_system is None:
             raise ValueError("rag_system is required: pass a retrieval backend (retrieve(query, top_k))")
@@ -305,7 +305,7 @@ class Strategy(Generic[R]):
         self._configure(llm, execution, prompts)
 
     def _configure(
-        self, llm: Any, execution: ExecutionConfig | None, prompts: Mapping[str, str] | None
+        self, llm: Any, execution: ExecutionConfig | None, prompts: Mapping[str, str] | Prompts | None
     ) -> None:
         """What every strategy has: its LLM, its ``ExecutionConfig`` and its prompts."""
         self.llm = require_llm(llm)

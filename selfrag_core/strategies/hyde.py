@@ -37,7 +37,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
-from selfrag_core.prompts import detect_language
+from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -134,7 +134,7 @@ class HyDERAG(Strategy[HyDEResult]):
         max_workers: int = 4,
         *,
         execution: ExecutionConfig | None = None,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
         check_int("max_workers", max_workers, 1)
         if execution is None:

@@ -11,6 +11,7 @@ from typing import Any
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Note, Plan
 from selfrag_core.errors import RAGSystemError
+from selfrag_core.prompts import Prompts
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
@@ -37,7 +38,7 @@ class PlainRAG(Strategy[Answer]):
         top_k: int = 5,
         llm_retries: int = 2,
         execution: ExecutionConfig | None = None,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
         self.top_k = check_int("top_k", top_k, 1)

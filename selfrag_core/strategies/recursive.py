@@ -28,7 +28,7 @@ from selfrag_core.engine import Generate, Note, Parallel, Plan, without_streamin
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
-from selfrag_core.prompts import DECOMPOSITION_SCHEMA, detect_language
+from selfrag_core.prompts import DECOMPOSITION_SCHEMA, Prompts, detect_language
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -155,7 +155,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         config: RecursiveRAGConfig | None = None,
         *,
         execution: ExecutionConfig | None = None,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
         leaf: Any = None,
     ) -> None:
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)

@@ -29,7 +29,7 @@ from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
-from selfrag_core.prompts import detect_language
+from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
@@ -93,7 +93,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         tracer: Any = None,
         metric: Any = None,
         execution: ExecutionConfig | None = None,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
         self._configure(llm, execution, prompts)
         if isinstance(strategies, (str, bytes)) or not isinstance(strategies, Sequence):

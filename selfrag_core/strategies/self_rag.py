@@ -29,6 +29,7 @@ from selfrag_core.parsing import parse_json_object
 from selfrag_core.prompts import (
     ANSWER_EVALUATION_SCHEMA,
     EVALUATION_SCHEMA,
+    Prompts,
     detect_language,
     without_document_tags,
 )
@@ -130,7 +131,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         config: SelfRAGConfig | None = None,
         *,
         execution: ExecutionConfig | None = None,
-        prompts: Mapping[str, str] | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
         if config is not None and not isinstance(config, SelfRAGConfig):
