@@ -25,10 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError, StrategyError
 from selfrag_core.retrieval import normalize_results
 from selfrag_core.strategies.base import run_query
-from selfrag_core.types import RetrievedDoc, Trace
+from selfrag_core.types import Answer, RetrievedDoc, Trace
 
 _ANSWER_KEYS = ("answer", "result", "output", "response")
 _DOCUMENT_KEYS = ("context", "source_documents", "documents", "sources", "source_nodes")
@@ -99,15 +100,18 @@ def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
             return outcome
 
     rank: Callable[[str, int], Outcome] | None = None
-    if hasattr(strategy, "retrieve_documents"):  # HyDE
+    if hasattr(strategy, "documents_plan"):  # HyDE: its fused ranking, one LLM round
 
         def rank(question: str, k: int) -> Outcome:
-            return Outcome("", list(strategy.retrieve_documents(question, top_k=k)))
+            run = Run(strategy.execution)
+            docs = run_sync(strategy.documents_plan(question, None, k), run)
+            run.trace.wall_s = run.trace.elapsed()
+            return _from_result(Answer("", list(docs), trace=run.trace))  # with its calls and tokens
 
     elif rag is not None and type(strategy).__name__ == "PlainRAG":
 
         def rank(question: str, k: int) -> Outcome:
-            return Outcome("", normalize_results(rag.retrieve(question, k)))
+            return Outcome("", normalize_results(rag.retrieve(question, k)), llm_calls=0)  # a search
 
     return Contender(name, answer, rank)
 

@@ -192,6 +192,10 @@ def test_retrieval_only_data_ranks_with_plain_and_hyde(tmp_path: Path) -> None:
     assert first["plain"]["sources"][0]["id"] == "d0" and first["plain"]["metrics"]["ndcg@10"] == 1.0
     assert len(first["plain"]["sources"]) == 10  # k documents ranked
     assert report.summary()["self"]["questions"] == 0
+    # HyDE's ranking costs its passage: one LLM call a question, in the report
+    assert report.summary()["hyde"]["llm_calls"] == 1.0 and first["hyde"]["timeline"][0]["kind"] == "llm"
+    assert report.summary()["plain"]["llm_calls"] == 0.0  # a search alone
+    assert report.comparisons()["hyde"]["llm_calls"]["mean"] == 1.0
 
 
 def test_an_interrupted_run_keeps_what_finished(data: tuple[Path, Path], tmp_path: Path) -> None:
