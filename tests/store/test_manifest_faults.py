@@ -8,13 +8,13 @@ import contextlib
 import io
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from old_index import copy_old_index
 
 from selfrag_core.store import RAG, IndexFormatError, persist
 
@@ -47,7 +47,7 @@ def index(tmp_path: Path) -> Path:
 def format2(tmp_path: Path) -> Path:
     """An index of the previous format, whose chunks and sources are JSON records (store.json)."""
     root = tmp_path / "format2"
-    shutil.copytree(FORMAT2, root)
+    copy_old_index(FORMAT2, root)
     assert read_manifest(root)["format_version"] == 2
     return root
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from old_index import copy_old_index
 
 from selfrag_core.store import RAG, HashingEmbeddings, Tokenizer, persist
 from selfrag_core.store.index import StoredChunks
@@ -136,7 +136,7 @@ def test_loading_neither_tokenises_nor_indexes_nor_embeds(
 def test_an_index_of_the_previous_format_loads_and_is_rebuilt_once(tmp_path: Path) -> None:
     for name, embed in (("lexical", None), ("hybrid", "hashing")):
         root = tmp_path / name
-        shutil.copytree(FORMAT1 / name, root)
+        copy_old_index(FORMAT1 / name, root)
         assert read_manifest(root)["format_version"] == 1
         fresh = RAG(embed, chunk_size=300, chunk_overlap=30)
         for source, text in DOCS.items():
@@ -156,7 +156,7 @@ def test_an_index_of_the_previous_format_loads_and_is_rebuilt_once(tmp_path: Pat
 def test_an_index_of_format_2_loads_without_rebuilding(tmp_path: Path) -> None:
     for name, embed in (("lexical", None), ("hybrid", "hashing")):
         root = tmp_path / name
-        shutil.copytree(FORMAT2 / name, root)
+        copy_old_index(FORMAT2 / name, root)
         assert read_manifest(root)["format_version"] == 2
         fresh = RAG(embed, chunk_size=300, chunk_overlap=30)
         for source, text in DOCS.items():
