@@ -1,6 +1,6 @@
-"""Evaluation metrics: answer exact match and token F1 (SQuAD v1.1), retrieval recall,
-nDCG and MRR (as BEIR / pytrec_eval compute them), a paired bootstrap of the difference
-between two systems, and percentiles.
+"""Evaluation metrics: answer exact match and token F1 (SQuAD v1.1), whether a gold
+answer occurs in the answer, retrieval recall, nDCG and MRR (as BEIR / pytrec_eval
+compute them), a paired bootstrap of the difference between two systems, and percentiles.
 
 Every per-question metric returns ``None`` when it cannot be computed (no gold answers,
 no relevant document), so averages skip those questions instead of counting them as 0.
@@ -49,6 +49,16 @@ def token_f1(prediction: str, golds: Sequence[str]) -> float | None:
     if not golds:
         return None
     return max(_f1(normalize_answer(prediction).split(), normalize_answer(gold).split()) for gold in golds)
+
+
+def answer_contains_gold(prediction: str, golds: Sequence[str]) -> float | None:
+    """1.0 when a normalised gold answer occurs in the normalised prediction as a run of
+    whole tokens ("1916" in "the answer is 1916", not "191"), else 0.0; None without gold
+    answers."""
+    if not golds:
+        return None
+    predicted = f" {normalize_answer(prediction)} "
+    return max(float(f" {normalize_answer(gold)} " in predicted) for gold in golds)
 
 
 def _f1(predicted: list[str], gold: list[str]) -> float:

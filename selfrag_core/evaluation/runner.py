@@ -28,7 +28,15 @@ from selfrag_core.evaluation.data import (
     load_corpus,
     load_questions,
 )
-from selfrag_core.evaluation.metrics import doc_ids, exact_match, mrr, ndcg_at_k, recall_at_k, token_f1
+from selfrag_core.evaluation.metrics import (
+    answer_contains_gold,
+    doc_ids,
+    exact_match,
+    mrr,
+    ndcg_at_k,
+    recall_at_k,
+    token_f1,
+)
 from selfrag_core.evaluation.report import EvalReport, MetricInfo
 from selfrag_core.grounding import assess, is_refusal
 from selfrag_core.metrics import FaithfulnessMetric
@@ -218,7 +226,11 @@ def _metrics(
 ) -> list[MetricInfo]:
     metrics = []
     if data.has_answers() and not ranking:
-        metrics += [MetricInfo("f1", "answer F1"), MetricInfo("em", "exact match")]
+        metrics += [
+            MetricInfo("f1", "answer F1"),
+            MetricInfo("em", "exact match"),
+            MetricInfo("gold_in_answer", "gold answer in the answer"),
+        ]
     if data.has_relevance():
         metrics += [
             MetricInfo(f"recall@{k}", f"recall@{k}"),
@@ -274,6 +286,7 @@ class _Scorer:
             text = without_markers(outcome.answer)  # the citation markers are not the answer
             scores["f1"] = 0.0 if failed else token_f1(text, question.answers)
             scores["em"] = 0.0 if failed else exact_match(text, question.answers)
+            scores["gold_in_answer"] = 0.0 if failed else answer_contains_gold(text, question.answers)
         if question.relevant:
             scores[f"recall@{self.k}"] = recall_at_k(ranked, question.relevant, self.k)
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)

@@ -96,6 +96,48 @@ def test_partial_answers_give_the_squad_f1() -> None:
     assert report.summary()["half"]["metrics"]["em"]["mean"] == 0.0
 
 
+def test_gold_in_answer_flows_to_the_summary_comparisons_table_and_files(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    wrong = {"lion", "penguin", "kangaroo"}  # "Kenyan": the gold is only part of a token
+
+    def verbose(question: str) -> str:
+        animal, place = next((a, p) for a, p in PLACES.items() if f" {a} " in question)
+        return f"The {animal} lives in {place}{'n' if animal in wrong else ''}."
+
+    out = tmp_path / "out"
+    contenders = {"plain": "plain", "verbose": verbose, "clueless": lambda q: "I do not know"}
+    report = run(data, contenders, llm=reader(), output=out)
+    assert [m.name for m in report.metrics][:3] == ["f1", "em", "gold_in_answer"]
+    summary = report.summary()
+    assert summary["plain"]["metrics"]["gold_in_answer"] == {"mean": 1.0, "n": 12}  # the answer is the gold
+    verbose_metrics = summary["verbose"]["metrics"]
+    # 9 of 12 sentences hold the place as a token; none equals it; "lion lives in kenya"
+    # vs "kenya": P = 1/4, R = 1, F1 = 0.4 on those 9, 0 on the 3 others -> 0.3
+    assert verbose_metrics["gold_in_answer"] == {"mean": 0.75, "n": 12}
+    assert verbose_metrics["em"]["mean"] == 0.0 and verbose_metrics["f1"]["mean"] == pytest.approx(0.3)
+    assert summary["clueless"]["metrics"]["gold_in_answer"] == {"mean": 0.0, "n": 12}
+    comparisons = report.comparisons()
+    assert comparisons["verbose"]["gold_in_answer"]["mean"] == -0.25
+    assert comparisons["verbose"]["gold_in_answer"]["n"] == 12
+    assert comparisons["verbose"]["em"]["verdict"] == "worse"
+    clueless = comparisons["clueless"]["gold_in_answer"]
+    assert clueless["mean"] == -1.0 and clueless["verdict"] == "worse"
+    # the table: a column after em, and a comparison row per contender
+    table = report.table()
+    header = table.splitlines()[1].split()
+    assert header[header.index("em") + 1] == "gold_in_answer"
+    assert re.search(r"verbose\s+gold_in_answer\s+-0\.250", table)
+    assert re.search(r"clueless\s+gold_in_answer\s+-1\.000\s+\[-1\.000, -1\.000\]\s+12\s+worse", table)
+    written = json.loads((out / "summary.json").read_text())
+    gold_info = {"name": "gold_in_answer", "label": "gold answer in the answer", "higher_is_better": True}
+    assert gold_info in written["metrics"]
+    assert written["summary"]["verbose"]["metrics"]["gold_in_answer"]["mean"] == 0.75
+    assert written["comparisons"]["clueless"]["gold_in_answer"]["verdict"] == "worse"
+    if (out / "report.html").exists():  # with matplotlib
+        assert "gold answer in the answer" in (out / "report.html").read_text()
+
+
 def test_a_contender_that_raises_is_counted_and_the_others_still_run(data: tuple[Path, Path]) -> None:
     def flaky(question: str) -> str:
         if "lion" in question:
@@ -107,6 +149,7 @@ def test_a_contender_that_raises_is_counted_and_the_others_still_run(data: tuple
     lion = report.to_dict()["questions"][0]["results"]["flaky"]
     assert lion["error"] == "flaky: ValueError: backend down" and lion["answer"] == ""
     assert lion["metrics"]["f1"] == 0.0  # a failure scores as a wrong answer, not as missing
+    assert lion["metrics"]["gold_in_answer"] == 0.0
     assert report.summary()["flaky"]["metrics"]["em"]["mean"] == pytest.approx(11 / 12)
 
 

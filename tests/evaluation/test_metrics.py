@@ -9,6 +9,7 @@ import pytest
 
 from selfrag_core.evaluation.metrics import (
     PairedDifference,
+    answer_contains_gold,
     doc_ids,
     exact_match,
     mrr,
@@ -62,6 +63,31 @@ def test_token_f1_when_a_gold_normalises_to_nothing() -> None:
     assert token_f1("", ["The"]) == 1.0  # agrees with exact match
     assert exact_match("", ["The"]) == 1.0
     assert token_f1("Paris", ["The"]) == 0.0
+
+
+def test_answer_contains_gold_finds_a_whole_token_span() -> None:
+    # "the denver broncos won" -> "denver broncos won": "denver broncos" is its first two tokens
+    assert answer_contains_gold("The Denver Broncos won the game", ["Denver Broncos"]) == 1.0
+    assert answer_contains_gold("The answer is 1916.", ["1916"]) == 1.0  # "answer is 1916"
+    assert answer_contains_gold("The answer is 1916.", ["191"]) == 0.0  # a part of a token is not a match
+    assert answer_contains_gold("It was Kenyan.", ["Kenya"]) == 0.0
+    assert answer_contains_gold("Broncos Denver", ["Denver Broncos"]) == 0.0  # the tokens in order
+    assert answer_contains_gold("Carolina Panthers", ["Denver Broncos"]) == 0.0
+    # articles, punctuation and case are normalised on both sides:
+    # "In 1916, the U.S.A. joined" -> "in 1916 usa joined"; "The u.s.a!" -> "usa"
+    assert answer_contains_gold("In 1916, the U.S.A. joined", ["The u.s.a!"]) == 1.0
+    assert answer_contains_gold("He said: an APPLE, a day.", ["apple day"]) == 1.0  # "he said apple day"
+
+
+def test_answer_contains_gold_takes_the_best_gold() -> None:
+    assert answer_contains_gold("Kenya and Tanzania", ["Uganda", "tanzania"]) == 1.0
+    assert answer_contains_gold("Kenya and Tanzania", ["Uganda", "Tanzanian"]) == 0.0
+    assert answer_contains_gold("anything", []) is None
+
+
+def test_answer_contains_gold_when_a_gold_normalises_to_nothing() -> None:
+    assert answer_contains_gold("", ["The"]) == 1.0  # as exact match: nothing contains nothing
+    assert answer_contains_gold("Paris", ["The"]) == 0.0  # the padded "  " is not in " paris "
 
 
 # -- retrieval -----------------------------------------------------------------------
