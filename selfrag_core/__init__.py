@@ -25,6 +25,7 @@ from selfrag_core.llm import _call_llm
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
 from selfrag_core.openai_llm import OpenAICompatibleLLM
+from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile, profile_of
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
@@ -59,6 +60,8 @@ from selfrag_core.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CAPABLE",
+    "SMALL_LOCAL",
     "Answer",
     "BudgetExceededError",
     "CacheMissError",
@@ -79,6 +82,7 @@ __all__ = [
     "LLMOutput",
     "LLMTimeoutError",
     "MissingDependencyError",
+    "ModelProfile",
     "Note",
     "OpenAICompatibleLLM",
     "Parallel",
@@ -116,6 +120,7 @@ __all__ = [
     "astream_query",
     "check_strategy",
     "observe_trace",
+    "profile_of",
     "retrieve_or_empty",
     "run_query",
     "stream_query",

@@ -7,7 +7,7 @@ an application module: it may use the library (the strategies, the configs) and 
 store and local models, and the library never imports it (pyproject's import-linter
 contracts).
 
-    build_strategy(name, rag, llm, *, preset="small", top_k=3, ...)   # one strategy
+    build_strategy(name, rag, llm, *, preset="small", top_k=3, ...)   # one strategy (or a ModelProfile)
     default_strategies(rag, llm)                                      # create_app's four
     open_index(directory, *, create, embed="auto", ...)               # the embedded index
     open_backend(index_dir)                                           # ... or one in memory
@@ -26,6 +26,7 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
+from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import Prompts
 from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 
@@ -35,10 +36,12 @@ logger = logging.getLogger("selfrag")
 STRATEGIES = ("self", "hyde", "recursive", "healing")
 #: one retrieval, one answer (``PlainRAG``): the baseline of ``selfrag eval``, and a strategy too
 BASELINE = "plain"
-#: how the strategies are sized: "small" for a small local model (two-step Self-RAG with
-#: at most two iterations, one hypothetical document, one level of decomposition, one
-#: healing retry: the CLI's and ``selfrag serve``'s), "standard" for each strategy's own
-#: defaults (``create_app``'s and ``python -m selfrag_core.serve``'s)
+#: how the strategies are sized, by name: "small" for a small local model
+#: (``SMALL_LOCAL``: two-step Self-RAG with at most two iterations, one hypothetical
+#: document, no decomposition, one healing retry: the CLI's and ``selfrag serve``'s),
+#: "standard" for a capable one (``CAPABLE``: each strategy's own defaults,
+#: ``create_app``'s and ``python -m selfrag_core.serve``'s); ``build_strategy`` takes a
+#: :class:`~selfrag_core.profiles.ModelProfile` too
 PRESETS = ("small", "standard")
 #: seconds one LLM attempt may take, and one question, unless --llm-timeout / --timeout say otherwise
 DEFAULT_LLM_TIMEOUT = 120.0
@@ -60,6 +63,20 @@ def preset_for(llm_spec: str) -> str:
     return "standard" if sep and len(provider) > 1 and not name.lower().endswith(".gguf") else "small"
 
 
+def profile_for(preset: str | ModelProfile) -> ModelProfile:
+    """The model profile a preset names ("small": ``SMALL_LOCAL``, "standard": ``CAPABLE``),
+    or ``preset`` itself when it is one. Raises ConfigurationError for another value."""
+    if isinstance(preset, ModelProfile):
+        return preset
+    if preset == "small":
+        return SMALL_LOCAL
+    if preset == "standard":
+        return CAPABLE
+    raise ConfigurationError(
+        f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)} or pass a ModelProfile"
+    )
+
+
 def build_strategy(
     name: str,
     rag: Any,
@@ -69,50 +86,60 @@ def build_strategy(
     max_llm_calls: int | None = 12,
     llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
     query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
-    preset: str = "small",
+    preset: str | ModelProfile = "small",
 ) -> Strategy[Any]:
     """The strategy ``name`` (``BASELINE`` or one of ``STRATEGIES``, or a strategy of your own named
     ``"package.module:Name"`` or ``"path/to/file.py:Name"``: see :func:`load_strategy`)
     over ``rag`` and ``llm``, bounded in time.
 
-    ``preset`` sizes it (see ``PRESETS``; default "small", for a small local model).
-    Either way ``top_k`` passages are retrieved per search (None: the strategy's own
-    default) and the query runs under ``ExecutionConfig(max_llm_calls, llm_timeout,
-    query_timeout)`` (None: no limit). Raises ConfigurationError for an unknown name or
-    preset.
+    ``preset`` sizes it: a :class:`~selfrag_core.profiles.ModelProfile`, or one named in
+    ``PRESETS`` (default "small", ``SMALL_LOCAL``, for a small local model; "standard" is
+    ``CAPABLE``, whose sizes are each strategy's own defaults). From the profile follow
+    Self-RAG's ``fast_mode`` and refinement rounds, HyDE's hypothetical documents, the
+    healing retries, whether the instruction to cite is given, and whether RecursiveRAG
+    decomposes: a profile that does not decompose (``SMALL_LOCAL``) gets ``max_depth=0``,
+    one retrieval and one answer (the "small" preset used ``max_depth=1`` before profiles).
+    ``top_k`` passages are retrieved per search (None: the profile's ``top_k``, which
+    for ``CAPABLE`` is every strategy's own default, 5); in a small context window HyDE's
+    fused passages are capped at ``top_k`` too. The query runs under
+    ``ExecutionConfig(max_llm_calls, llm_timeout, query_timeout)`` (None: no limit).
+    Raises ConfigurationError for an unknown name or preset.
     """
-    if preset not in PRESETS:
-        raise ConfigurationError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    small = preset == "small"
+    profile = profile_for(preset)
     # a small model never writes [n] markers and can end its answer at one: its citations
-    # are attributed instead (the instruction stays for capable models)
-    prompts = Prompts(cite=not small)
+    # are attributed instead (the instruction stays for models that cite)
+    prompts = Prompts(cite=profile.cites)
     execution = ExecutionConfig(
         max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
     )
-    k: dict[str, Any] = {} if top_k is None else {"top_k": top_k}
+    k = profile.top_k if top_k is None else top_k
     if ":" in name:
         return load_strategy(name, rag, llm, execution=execution)
     if name == BASELINE:
-        return PlainRAG(rag, llm, **k, execution=execution, prompts=prompts)
+        return PlainRAG(rag, llm, top_k=k, execution=execution, prompts=prompts)
     if name == "self":
-        # two-step (answer, then judge): tiny models answer worse inside a JSON object
-        sizes: dict[str, Any] = {"max_refinement_iterations": 2, "fast_mode": False} if small else {}
-        return SelfIRAG(rag, llm, SelfRAGConfig(**sizes, **k), execution=execution, prompts=prompts)
-    hyde_sizes: dict[str, Any] = {"num_hypothetical_docs": 1} if small else {}
-    if small and top_k is not None:
-        hyde_sizes["max_final_docs"] = top_k
-    hyde = HyDERAG(rag, llm, **hyde_sizes, **k, execution=execution, prompts=prompts)
+        config = SelfRAGConfig(
+            max_refinement_iterations=profile.refinement_iterations, fast_mode=profile.fast_mode, top_k=k
+        )
+        return SelfIRAG(rag, llm, config, execution=execution, prompts=prompts)
+    # a small context window holds no more fused passages than one search returns
+    fused: dict[str, Any] = {"max_final_docs": k} if profile.small_context else {}
+    hyde = HyDERAG(
+        rag, llm, num_hypothetical_docs=profile.hypothetical_docs, top_k=k, **fused,
+        execution=execution, prompts=prompts,
+    )  # fmt: skip
     if name == "hyde":
         return hyde
     if name == "recursive":
-        sizes = {"max_depth": 1, "max_sub_questions": 3} if small else {}
-        return RecursiveRAG(rag, llm, RecursiveRAGConfig(**sizes, **k), execution=execution, prompts=prompts)
+        # a model that cannot keep JSON writes junk sub-question lists: it answers directly
+        depth: dict[str, Any] = {} if profile.decompose else {"max_depth": 0}
+        sizes = RecursiveRAGConfig(**depth, top_k=k)
+        return RecursiveRAG(rag, llm, sizes, execution=execution, prompts=prompts)
     if name == "healing":
-        healing: dict[str, Any] = {"max_retries": 1} if small else {}
-        if top_k is not None:
-            healing["retrieval_top_k"] = top_k
-        return SelfHealingRAG(llm, [rag, hyde], **healing, execution=execution, prompts=prompts)
+        return SelfHealingRAG(
+            llm, [rag, hyde], max_retries=profile.healing_retries, retrieval_top_k=k,
+            execution=execution, prompts=prompts,
+        )  # fmt: skip
     raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join((BASELINE, *STRATEGIES))}")
 
 

@@ -29,7 +29,8 @@ def test_public_api_is_exactly_the_documented_one() -> None:
     import selfrag_core
 
     assert sorted(selfrag_core.__all__) == sorted(
-        ["Answer", "BudgetExceededError", "CacheMissError", "CachedLLM", "ConfigurationError",
+        ["CAPABLE", "SMALL_LOCAL", "ModelProfile", "profile_of",
+         "Answer", "BudgetExceededError", "CacheMissError", "CachedLLM", "ConfigurationError",
          "ConversationMemory", "EvaluationResult",
          "ExecutionConfig", "FaithfulnessMetric", "FaithfulnessScore", "Generate", "Grounding",
          "GroundingConfig", "HealingAttempt", "HyDERAG", "HyDEResult", "LLMCallError", "LLMOutput",

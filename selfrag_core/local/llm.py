@@ -10,6 +10,7 @@ call in a worker thread so the event loop stays free.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag_core.local.models import check_model_name, require_llama, resolve_model
+from selfrag_core.profiles import SMALL_LOCAL, ModelProfile
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.validation import check_int
 
@@ -134,6 +136,15 @@ class LocalLLM:
             "repeat_penalty": float(self._sampling["repeat_penalty"]),
             "seed": int(self._sampling["seed"]),
         }
+
+    @property
+    def profile(self) -> ModelProfile:
+        """What this model can do, which sizes the strategies built for it
+        (:func:`selfrag_core.profiles.profile_of`): ``SMALL_LOCAL``, not deterministic when
+        it samples (``temperature`` > 0)."""
+        if self._sampling["temperature"] == 0:
+            return SMALL_LOCAL
+        return dataclasses.replace(SMALL_LOCAL, deterministic=False)
 
     # ------------------------------------------------------------------ protocols
     def generate(self, prompt: str) -> LLMOutput:
