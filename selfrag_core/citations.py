@@ -29,8 +29,9 @@ _ODD_MARKER = re.compile(
     r"【\s*\d{1,3}\s*】|\(\s*\d{1,3}\s*\)|\[\^\s*\d{1,3}\s*\]|\[\s*(?:source|doc)\w*\s*\d{1,3}\s*\]", re.I
 )
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
-#: a sentence ends at . ! ? ؟ (or a line break), its markers included: "... Paris [1]." or "... Paris. [1]"
-_SENTENCE = re.compile(r"[^.!?؟\n]+(?:[.!?؟]+(?:\s*\[[\d,;\s]+\])*|\n|$)")
+#: a sentence ends at . ! ? ؟ (or a line break), its markers included: "... Paris [1]." or "... Paris. [1]";
+#: a point between digits ("99.9") is a decimal point, not an end
+_SENTENCE = re.compile(r"(?:[^.!?؟\n]|\.(?=\d))+(?:[.!?؟]+(?:\s*\[[\d,;\s]+\])*|\n|$)")
 
 
 def _blank_code(text: str) -> str:

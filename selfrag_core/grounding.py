@@ -127,6 +127,26 @@ _INSTRUCTION = re.compile(
     r"|تجاهل[^.!؟\n]{0,40}?(?:التعليمات|الأوامر|السياق))"
 )  # matched against case-folded text; bounded gaps, so linear in the context
 _SENTENCE = re.compile(r"[^.!?؟\n]+")
+#: the JSON keys of the prompts' schemas: an answer that is one of them copied a key, not a value
+_SCHEMA_KEYS = frozenset(
+    ("answer", "relevance", "accuracy", "completeness", "clarity", "issues", "suggestions", "claims")
+) | {"claim", "supported", "items"}
+#: an identifier (snake_case, camelCase): a fragment of code or of a title line, not an answer
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
+#: a date or timestamp written as ISO (2019-08-31, 2019-08-31T10:00:00Z), or a bare year
+_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?|1\d{3}|20\d{2}"
+)
+#: what a model writes before its answer ("The answer to the question is:", "Improved answer:",
+#: "الإجابة هي:"): the answer is what follows
+_PREAMBLE = re.compile(
+    r"^\s*(?:here\s+is\s+)?(?:the\s+|my\s+|an?\s+)?(?:final\s+|improved\s+|refined\s+|correct\s+|short\s+|best\s+)?"
+    r"answer(?:\s+to\s+(?:the|this|your)\s+question)?\s*(?:is\s*:?|:)\s*"
+    r"|^\s*(?:ال)?(?:إجابة|اجابة|جواب)(?:\s+(?:المحسنة|النهائية|الصحيحة))?(?:\s*(?:هي|هو)\s*:?|\s*:)\s*",
+    re.IGNORECASE,
+)
+_NEGATED = re.compile(r"(?:not|no|unknown|unclear)\b|(?:غير|لا|ليس)\s", re.IGNORECASE)
+_QUOTED = re.compile(r'^\s*["“«\'](.+)["”»\']\s*([.!]?)\s*$', re.S)
 
 
 def _words(text: str) -> list[str]:
@@ -147,6 +167,12 @@ def _strip_ar_prefix(token: str) -> str:
         if token.startswith(prefix) and len(token) - len(prefix) >= 2:
             return token[len(prefix) :]
     return token
+
+
+def content_stems(text: str, length: int = 5) -> set[str]:
+    """The first ``length`` letters of the text's content words, Arabic proclitics
+    stripped too: words that count as the same ("directed", "director")."""
+    return {t[:length] for token in content_tokens(text) for t in (token, _strip_ar_prefix(token))}
 
 
 def _coverage(tokens: list[str], vocab: set[str]) -> float:
@@ -179,6 +205,40 @@ def _planted(answer_tokens: list[str], context: str) -> bool:
         if _INSTRUCTION.search(sentence):
             vocab.update(_words(sentence))
     return set(answer_tokens) <= vocab
+
+
+def clean_answer(answer: str) -> str:
+    """``answer`` without what is not part of it: a preamble ("The answer to the question
+    is:", "Improved answer:", "الإجابة هي:"), quotes around the whole of what follows one,
+    and a first line that is a bare identifier (a title such as "Martin_Luther" copied
+    from a document) before the text. The rest is kept as written."""
+    text = answer.strip()
+    first, newline, rest = text.partition("\n")
+    if newline and rest.strip() and _IDENTIFIER.fullmatch(first.strip()):
+        text = rest.strip()
+    match = _PREAMBLE.match(text)
+    if match is None or not text[match.end() :].strip() or _NEGATED.match(text[match.end() :]):
+        return text  # "The answer is not in the context" says something as a whole
+    text = text[match.end() :].strip()
+    quoted = _QUOTED.match(text)
+    return f"{quoted.group(1).strip()}{quoted.group(2)}" if quoted and '"' not in quoted.group(1) else text
+
+
+def _fragment(answer: str, words: list[str], context: str) -> str | None:
+    """Why a short answer is a fragment rather than an answer: a key of the prompts' JSON
+    schemas ("relevance"), an identifier ("some_key"), or a date or year that the context
+    does not hold ("2019-08-31" when the context says 2019)."""
+    bare = answer.strip().strip("\"'“”«».,;:!?()[]{}` ").strip()
+    if not bare or len(words) > 8:
+        return None
+    if bare.casefold() in _SCHEMA_KEYS:
+        return "key_name"
+    if _IDENTIFIER.fullmatch(bare):
+        return "identifier"
+    dates = _DATE.findall(bare)
+    if dates and not _DATE.sub(" ", bare).strip(" ,.;:-/TZ") and any(d not in context for d in dates):
+        return "date_not_in_context"
+    return None
 
 
 def degenerate_reason(answer: str, question: str, context: str) -> str | None:
@@ -216,7 +276,7 @@ def _degenerate(answer: str, words: list[str], refusal: bool, question: str, con
             return "refusal_with_evidence"
     if _planted(answer_tokens or words, context):
         return "planted_instruction"
-    return None
+    return _fragment(answer, words, context)
 
 
 def assess(answer: str, question: str, context: str, *, min_token_support: float = 0.5) -> Grounding:
@@ -242,3 +302,30 @@ def support(claim: str, context: str) -> float:
     if words and f" {' '.join(words)} " in f" {' '.join(context_words)} ":
         return 1.0
     return _coverage(_content(words), set(_content(context_words)))
+
+
+#: words that frame a question rather than say what it is about ("What does the SLA say about uptime?")
+_QUESTION_FRAMING = frozenset([
+    "about", "say", "says", "said", "tell", "describe", "explain", "mention", "mentioned", "according",
+    "many", "much", "also", "can", "could", "would", "should", "will", "has", "have", "had", "name",
+])  # fmt: skip
+
+
+def question_coverage(answer: str, question: str, context: str) -> float:
+    """How far the answer speaks to the question, in [0, 1], without an LLM: the share of
+    the question's content words found in the answer or in the place in the context the
+    answer comes from (the sentences that share most words with it). "1916" to "When was
+    Dada founded?" is covered by "Dada was founded in Zurich in 1916"; an answer taken
+    from a passage on another subject is not. 1.0 for a question with no content word."""
+    q_tokens = sorted(set(content_tokens(question)) - _QUESTION_FRAMING)
+    if not q_tokens:
+        return 1.0
+    a_tokens = set(content_tokens(answer))
+    sentences = [set(content_tokens(s)) for s in _SENTENCE.findall(context)]
+    overlaps = [len(a_tokens & s) for s in sentences]
+    window: set[str] = set(a_tokens)
+    most = max(overlaps, default=0)
+    for sentence, overlap in zip(sentences, overlaps, strict=True):
+        if most and overlap == most:
+            window |= sentence
+    return _coverage(q_tokens, window)

@@ -197,6 +197,9 @@ class Grounding:
     span_supported: bool = False
     degenerate: str | None = None
     supported: bool = False
+    #: the share of the answer's sentences some source supports (``citations.supported_share``),
+    #: where the sources were at hand (SelfIRAG's steps), else None
+    sentence_support: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -204,6 +207,7 @@ class Grounding:
             "span_supported": self.span_supported,
             "degenerate": self.degenerate,
             "supported": self.supported,
+            "sentence_support": None if self.sentence_support is None else round(self.sentence_support, 4),
         }
 
 
@@ -220,12 +224,15 @@ class EvaluationResult:
     suggestions: list[str] = field(default_factory=list)
     grounding: Grounding = field(default_factory=Grounding)
     parsed: bool = True  # False when the judge's output could not be read
+    #: why the judge's scores carry no information and were ignored (they walk the schema,
+    #: repeat for answers the grounding tells apart, or contradict it), or None
+    ignored: str | None = None
 
     @property
     def known_confidence(self) -> float | None:
-        """The confidence, or None when the judge's output could not be read (the 0.5
-        that stands in for it then is not a score)."""
-        return self.confidence if self.parsed else None
+        """The confidence, or None when the judge's output could not be read or carries no
+        information (the number that stands in for it then is not a score)."""
+        return self.confidence if self.parsed and self.ignored is None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -238,6 +245,7 @@ class EvaluationResult:
             "suggestions": list(self.suggestions),
             "grounding": self.grounding.to_dict(),
             "parsed": self.parsed,
+            "ignored": self.ignored,
         }
 
 
@@ -427,6 +435,10 @@ class RecursiveRAGResult:
 
 @dataclass
 class HealingAttempt:
+    """One attempt of SelfHealingRAG. ``score`` is what the threshold is compared with:
+    the metric's score (``metric_score``) blended with the LLM-free ``evidence`` (see
+    ``SelfHealingRAG``'s ``evidence_weight``)."""
+
     strategy: str
     answer: str
     score: float
@@ -436,12 +448,20 @@ class HealingAttempt:
     input_tokens: int = 0
     output_tokens: int = 0
     latency_s: float = 0.0
+    #: the metric's own score (the faithfulness judge's, by default), before the blend
+    metric_score: float | None = None
+    #: LLM-free evidence in [0, 1]: support of the answer's sentences by the sources
+    #: times the coverage of the question's content words (geometric mean); 0 for a
+    #: degenerate answer
+    evidence: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy,
             "answer": self.answer,
             "score": self.score,
+            "metric_score": self.metric_score,
+            "evidence": None if self.evidence is None else round(self.evidence, 4),
             "error": self.error,
             "llm_calls": self.llm_calls,
             "input_tokens": self.input_tokens,

@@ -137,7 +137,7 @@ def test_claims_are_capped() -> None:
 
 @pytest.mark.usefixtures("hang_guard")
 def test_cleaning_reads_a_bounded_prefix_in_linear_time() -> None:
-    items = [f"Sub-question number {i} about topic {i}?" for i in range(100_000)]
+    items = [f"What is climate change factor number {i}?" for i in range(100_000)]
     kept, dropped = clean_decomposition(COMPLEX, items, limit=4)
     assert kept == items[:4] and dropped == ["99996 past max_sub_questions"]
     copies = ["What causes climate change?"] * 100_000
@@ -265,10 +265,10 @@ async def test_recursive_unreadable_decomposition_is_answered_directly(reply: st
 @pytest.mark.usefixtures("hang_guard")
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_recursive_100k_sub_questions_are_capped_before_cleaning(mode: str) -> None:
-    lines = "\n".join(f"{i}. Sub-question number {i} about topic {i}?" for i in range(100_000))
+    lines = "\n".join(f"{i}. What is climate change factor number {i}?" for i in range(100_000))
     result = await ask(recursive(lines), COMPLEX, mode)
     assert result.decomposed and result.answer == "merged answer"
-    assert result.sub_questions == [f"Sub-question number {i} about topic {i}?" for i in range(4)]
+    assert result.sub_questions == [f"What is climate change factor number {i}?" for i in range(4)]
     assert "past max_sub_questions" in result.reason and len(result.reason) < 500
 
 

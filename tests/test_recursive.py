@@ -106,7 +106,7 @@ def test_regex_fallback_for_a_numbered_list() -> None:
 
 
 def test_truncation_to_max_sub_questions() -> None:
-    many = [f"Sub-question number {i} about topic {i}?" for i in range(6)]
+    many = [f"What is climate change factor number {i}?" for i in range(6)]
     llm = llm_for(decomposition(many))
     result = rag(llm, max_sub_questions=2).query(COMPLEX)
     assert result.sub_questions == many[:2]
@@ -314,7 +314,7 @@ async def test_sixteen_concurrent_aqueries_do_not_mix() -> None:
     def reply(prompt: str) -> str:
         if "SUBQUESTIONS:" in prompt:
             topic = prompt.split("topic", 1)[1].split()[0]
-            return decomposition([f"What causes item{topic}?", f"What follows item{topic}?"])
+            return decomposition([f"What causes topic {topic}?", f"What follows topic {topic}?"])
         if "Combine the answers" in prompt:
             return "merged " + prompt.split("Main question: ", 1)[1].split("\n")[0]
         return "leaf " + prompt.rsplit("Question: ", 1)[1].split("\n")[0]
@@ -327,7 +327,7 @@ async def test_sixteen_concurrent_aqueries_do_not_mix() -> None:
     for i, (q, r) in enumerate(zip(queries, results, strict=True)):
         assert r.answer == f"merged {q}"
         assert [s.answer for s in r.sub_answers] == [
-            f"leaf What causes item{i}?",
-            f"leaf What follows item{i}?",
+            f"leaf What causes topic {i}?",
+            f"leaf What follows topic {i}?",
         ]
         assert r.trace.llm_calls == 4

@@ -124,7 +124,10 @@ def test_heals_with_the_next_strategy_and_reports_each_attempt() -> None:
     rag = SelfHealingRAG(llm, [FakeRetriever([OFF_DOC]), KeywordBackend([GOOD_DOC])])
     report = rag.ask_with_report_sync(QUESTION)
     assert report.success and report.attempts == 2 and report.retries == 1
-    assert report.scores == [pytest.approx(1 / 3), 1.0]
+    # the metric's score blended with the evidence: the answer is in no sentence of OFF_DOC
+    assert [a.metric_score for a in report.attempt_details] == [pytest.approx(1 / 3), 1.0]
+    assert [a.evidence for a in report.attempt_details] == [0.0, 1.0]
+    assert report.scores == [pytest.approx(1 / 6), 1.0]
     assert report.strategy == "KeywordBackend" and report.threshold == 0.75
     assert [a.llm_calls for a in report.attempt_details] == [2, 2]
     assert report.sources[0].text == GOOD_DOC
@@ -135,10 +138,49 @@ def test_heals_with_the_next_strategy_and_reports_each_attempt() -> None:
 
 def test_no_strategy_clears_the_threshold_returns_the_best() -> None:
     llm = judge_llm({OFF_DOC: claims(True, False), GOOD_DOC: claims(True, True, False)})
-    rag = SelfHealingRAG(llm, [FakeRetriever([OFF_DOC]), KeywordBackend([GOOD_DOC])])
+    rag = SelfHealingRAG(llm, [FakeRetriever([OFF_DOC]), KeywordBackend([GOOD_DOC])], quality_threshold=0.9)
     report = rag.ask_with_report_sync(QUESTION)
     assert not report.success and report.attempts == 2
-    assert report.strategy == "KeywordBackend" and report.scores[1] == pytest.approx(2 / 3)
+    assert report.strategy == "KeywordBackend"
+    assert report.scores == [pytest.approx(0.25), pytest.approx(5 / 6)]
+
+
+def test_the_metric_alone_does_not_replace_the_first_answer() -> None:
+    """A later attempt that the judge likes better but the evidence supports less loses
+    to the first (the plain retrieve-and-answer)."""
+    answers = iter(
+        ["The SLA guarantees 99.9 percent uptime.", "The office is in Berlin, and uptime is great."]
+    )
+
+    def reply(prompt: str) -> str:
+        if "factual claims" in prompt:
+            return claims(True, False) if "99.9" in prompt.split("Answer:")[-1] else claims(True, True)
+        return next(answers)
+
+    backends = [FakeRetriever([GOOD_DOC]), FakeRetriever([OFF_DOC])]
+    report = SelfHealingRAG(FakeLLM(reply), backends, quality_threshold=0.95).ask_with_report_sync(QUESTION)
+    first, second = report.attempt_details
+    assert (first.metric_score, second.metric_score) == (0.5, 1.0)
+    assert first.evidence is not None and second.evidence is not None and first.evidence > second.evidence
+    assert second.score > first.score  # blended, the second scores higher ...
+    assert report.answer == first.answer and report.strategy == "FakeRetriever"  # ... but has less evidence
+
+
+def test_an_off_topic_answer_cannot_pass_on_a_perfect_judge_score() -> None:
+    """From the local model's runs: "Frank has made significant contributions to
+    world-systems theory" for a question on Dadaism, which the judge scored 1.0."""
+    docs = [
+        "Dada was an art movement of the European avant-garde, founded in Zurich in 1916.",
+        "Frank has made significant contributions to world-systems theory.",
+    ]
+    answer = "Frank has made significant contributions to world-systems theory."
+    llm = judge_llm({"Dada": claims(True)}, answer=answer)
+    report = SelfHealingRAG(llm, [FakeRetriever(docs)], max_retries=0).ask_with_report_sync(
+        "What movement was Dadaism part of?"
+    )
+    attempt = report.attempt_details[0]
+    assert attempt.metric_score == 1.0 and attempt.evidence == 0.0
+    assert attempt.score == 0.5 and not report.success
 
 
 def test_max_retries_limits_the_attempts() -> None:
@@ -214,10 +256,12 @@ def test_custom_metric_objects() -> None:
     backends = [FakeRetriever([OFF_DOC]), FakeRetriever([GOOD_DOC])]
     llm = FakeLLM("The SLA guarantees 99.9 percent uptime.")
     report = SelfHealingRAG(llm, backends, metric=Sync()).ask_with_report_sync(QUESTION)
-    assert report.scores == [0.1, 0.9]
+    assert [a.metric_score for a in report.attempt_details] == [0.1, 0.9]
+    assert report.scores == [0.05, 0.95]  # blended with the evidence: 0 in OFF_DOC, 1 in GOOD_DOC
     assert [e.name for e in report.trace.events if e.kind == "llm"].count("metric") == 2
     report = SelfHealingRAG(llm, backends, metric=Async()).ask_with_report_sync(QUESTION)
-    assert report.scores == [1.0]
+    assert [a.metric_score for a in report.attempt_details] == [1.0, 1.0]  # clamped
+    assert report.scores == [0.5, 1.0]  # 1.0 passes only where the evidence is there too
     with pytest.raises(TypeError):
         SelfHealingRAG(llm, backends, metric=object())
 

@@ -157,9 +157,15 @@ def test_grounding_rejects_confident_degenerate_answer(
     # the judge loves "Yes." (a weak model's habit); the grounded answer scores lower
     llm = FakeLLM(script([judged("Yes.", 10)], evaluate=[judged(None, 7)], refine=[GOOD]))
     result = make(llm, backend, instant).query(Q)
-    assert result.history[0].evaluation.grounding.degenerate == "bare_yes_no"
-    assert "not grounded" in result.history[0].reason
+    first = result.history[0]
+    assert first.evaluation.grounding.degenerate == "bare_yes_no"
+    # a perfect score for an answer the context does not support: the judge is ignored
+    assert "maximum" in (first.evaluation.ignored or "") and "degenerate" in first.reason
     assert result.answer == GOOD and result.best_iteration == 2
+    assert "step 2 is grounded" in result.history[1].reason
+    # the refined answer was judged without the LLM: answer+judge, refine, no second judge
+    assert llm.n_calls == 2
+    assert [f.name for f in result.trace.fallbacks] == ["judge_uninformative"]
 
 
 def test_an_answer_with_mostly_unsupported_sentences_loses_to_a_supported_one(

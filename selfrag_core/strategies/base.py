@@ -16,7 +16,7 @@ from selfrag_core.citations import cite
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError, StrategyError
-from selfrag_core.grounding import degenerate_reason, is_refusal
+from selfrag_core.grounding import clean_answer, degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
 from selfrag_core.types import RetrievedDoc
@@ -50,13 +50,20 @@ def context_text(docs: list[RetrievedDoc]) -> str:
     return "\n\n".join(d.text.strip() for d in docs)
 
 
+def answer_text(reply: str) -> str:
+    """The answer in a model's reply: without the document fences it copied from its
+    prompt, a preamble ("The answer is:", "Improved answer:", "الإجابة هي:") or a title
+    line (:func:`~selfrag_core.grounding.clean_answer`)."""
+    return clean_answer(without_document_tags(reply))
+
+
 def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
     """A strategy's final answer, or :data:`GENERATION_FAILED_ANSWER` when it is unusable
     (``grounding.degenerate_reason``: empty, an echo of the prompt or the question, a
     refusal although the context covers the question, a copy of an instruction planted
-    in a document), with the reason in the trace. Document fences the model copied from
-    its prompt are taken out first."""
-    answer = without_document_tags(answer)
+    in a document, a key name, an identifier, a date the context does not hold), with
+    the reason in the trace. :func:`answer_text` cleans it first."""
+    answer = answer_text(answer)
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
         return answer

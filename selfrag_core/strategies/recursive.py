@@ -26,6 +26,7 @@ from selfrag_core.citations import renumber
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, without_streaming
 from selfrag_core.errors import RAGSystemError
+from selfrag_core.grounding import content_stems
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
 from selfrag_core.prompts import DECOMPOSITION_SCHEMA, Prompts, detect_language
@@ -87,10 +88,27 @@ def _copies(item: frozenset[str], question: frozenset[str]) -> bool:
     return bool(question) and (item >= question or len(item & question) / len(item | question) >= NEAR_COPY)
 
 
+#: how a question opens when it has no question mark (English auxiliaries and wh-words, Arabic particles)
+_QUESTION_OPENERS = frozenset([
+    "what", "who", "whom", "whose", "when", "where", "which", "why", "how", "is", "are", "was", "were",
+    "do", "does", "did", "can", "could", "will", "would", "should", "has", "have", "had", "in", "on",
+    "ما", "ماذا", "من", "متى", "أين", "كيف", "لماذا", "كم", "أي", "هل", "في",
+])  # fmt: skip
+
+
+def _is_question(item: str) -> bool:
+    """Whether ``item`` reads as a question: it ends with a question mark or opens as one
+    (a timestamp, a key name or a bare phrase does not)."""
+    words = _tokens(item)
+    return item.rstrip().endswith(("?", "؟")) or (len(words) >= 3 and words[0] in _QUESTION_OPENERS)
+
+
 def clean_decomposition(
     question: str, items: list[str], limit: int | None = None
 ) -> tuple[list[str], list[str]]:
-    """Drop empty items, copies of the question and duplicates; return (kept, what was dropped).
+    """Drop empty items, items that are not questions (timestamps, key names, fragments),
+    items that share no content word with the question, copies of the question and
+    duplicates; return (kept, what was dropped).
 
     With ``limit``, at most ``limit`` items are kept and only the first
     ``READ_PER_KEPT * limit`` are read, so the work (and the list of what was dropped)
@@ -100,6 +118,7 @@ def clean_decomposition(
     seen: set[frozenset[str]] = set()
     dropped: list[str] = []
     question_words = frozenset(_tokens(question))
+    question_stems = content_stems(question)
     read = 0
     for raw in items if limit is None else items[: READ_PER_KEPT * limit]:
         if limit is not None and len(kept) >= limit:
@@ -109,6 +128,10 @@ def clean_decomposition(
         words = frozenset(_tokens(item))
         if not words:
             dropped.append("an empty item")
+        elif not _is_question(item):
+            dropped.append(f"not a question ({item[:60]!r})")
+        elif question_stems and not content_stems(item) & question_stems:
+            dropped.append(f"off the question ({item[:60]!r})")
         elif _copies(words, question_words):
             dropped.append(f"a copy of the question ({item[:60]!r})")
         elif words in seen:

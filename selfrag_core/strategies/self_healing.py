@@ -1,9 +1,15 @@
 """SelfHealingRAG: try strategies in order until an answer is faithful enough.
 
 Each attempt retrieves with one strategy and answers, then the answer is scored
-(default: :class:`~selfrag_core.metrics.FaithfulnessMetric`, one LLM call). The
-first answer scoring at least ``quality_threshold`` is returned; otherwise the
-best-scoring one. A strategy is either
+(default: :class:`~selfrag_core.metrics.FaithfulnessMetric`, one LLM call) and the
+score is blended with LLM-free evidence (the share of the answer's sentences a source
+supports, and how far the answer and the place it comes from cover the question's
+content words), so that an off-topic answer cannot pass and a judge that says the
+same thing of every answer does not decide (the reference specification trusts the
+metric alone: ``evidence_weight=0``). The first answer scoring at least
+``quality_threshold`` is returned; otherwise the first attempt's (the plain
+retrieve-and-answer, with the default strategies) unless a later one scores higher
+with at least as much evidence. A strategy is either
 
 * a retrieval backend (anything ``_retrieve_safe`` accepts: sync or async
   ``retrieve``, with or without ``metadata_filter``, which is passed only where
@@ -19,13 +25,16 @@ The whole thing is one plan, so ``ask`` (async) and ``ask_sync`` share it.
 from __future__ import annotations
 
 import contextvars
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from selfrag_core.citations import cite, supported_share
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, without_streaming
 from selfrag_core.errors import RAGSystemError, StrategyError
+from selfrag_core.grounding import assess, question_coverage
 from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
@@ -33,7 +42,9 @@ from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
+    answer_text,
     checked_answer,
+    context_text,
     format_context,
 )
 from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
@@ -55,7 +66,7 @@ def _is_strategy(obj: Any) -> bool:
 class SelfHealingRAG(Strategy[SelfHealingReport]):
     """``SelfHealingRAG(llm, strategies, *, quality_threshold=0.75, max_retries=2,
     system_prompt=DEFAULT_SYSTEM_PROMPT, retrieval_top_k=5, memory=None, tracer=None,
-    metric=None, execution=None, prompts=None)``.
+    metric=None, evidence_weight=0.5, execution=None, prompts=None)``.
 
     A :class:`Strategy` like the others: ``query``/``aquery``/``stream``/``astream``
     answer with a :class:`SelfHealingReport`; ``context`` may carry ``top_k``,
@@ -73,7 +84,9 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     every caller of a shared object saw every other caller's questions and answers.)
     ``tracer``: an object with ``record(attempt: HealingAttempt)`` (or a callable),
     told each attempt's strategy, score, LLM calls, tokens and latency. ``metric``: see
-    ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``).
+    ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``). ``evidence_weight``:
+    the weight of the LLM-free evidence in each attempt's score (0: the metric alone,
+    as the specification scores; 1: the evidence alone, no metric call is saved).
 
     A query never raises for a failure one attempt can absorb; when every attempt
     raises it raises :class:`StrategyError` (``.report`` holds the report) from the
@@ -92,6 +105,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         memory: ConversationMemory | None = None,
         tracer: Any = None,
         metric: Any = None,
+        evidence_weight: float = 0.5,
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
@@ -113,6 +127,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             raise TypeError("tracer must have record(attempt) or be callable")
         self.tracer = tracer
         self.metric = check_metric(metric) if metric is not None else FaithfulnessMetric(llm, prompts=prompts)
+        self.evidence_weight = check_unit("evidence_weight", evidence_weight)
         self._last: contextvars.ContextVar[SelfHealingReport | None] = contextvars.ContextVar(
             f"selfhealing_last_report_{id(self)}", default=None
         )
@@ -272,16 +287,35 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             history=history, context=format_context(docs), question=query,
         )  # fmt: skip
         reply: LLMReply = yield Generate(self.llm, prompt, "answer")
-        return reply.text.strip(), docs
+        return answer_text(reply.text), docs
 
     def _score(self, query: str, attempt: HealingAttempt) -> Plan[tuple[float, str]]:
+        """The attempt's score: the metric's blended with the evidence (both recorded on
+        the attempt), and why."""
         contexts = [d.text for d in attempt.sources]
+        attempt.evidence = evidence(query, attempt.answer, attempt.sources)
+        weight = self.evidence_weight
         try:
             scored = yield from metric_plan(self.metric, query, attempt.answer, contexts)
         except (RAGSystemError, ValueError, TypeError) as e:
             yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
-            return 0.0, "the metric failed"
-        return scored.score, scored.reason
+            return weight * attempt.evidence, "the metric failed"
+        attempt.metric_score = scored.score
+        score = (1 - weight) * scored.score + weight * attempt.evidence
+        return score, f"{scored.reason}; evidence {attempt.evidence:.2f}"
+
+
+def evidence(question: str, answer: str, sources: Sequence[RetrievedDoc]) -> float:
+    """LLM-free evidence for an answer, in [0, 1]: the geometric mean of the share of its
+    sentences a source supports (:func:`~selfrag_core.citations.supported_share`) and the
+    coverage of the question's content words by the answer and the place in the context
+    it comes from (:func:`~selfrag_core.grounding.question_coverage`). 0 for a degenerate
+    answer or one without sources."""
+    context = context_text(list(sources))
+    if not context or assess(answer, question, context).degenerate is not None:
+        return 0.0
+    share = supported_share(cite(answer, list(sources))) or 0.0
+    return math.sqrt(share * question_coverage(answer, question, context))
 
 
 def _context(
@@ -298,11 +332,15 @@ def _check_memory(memory: object) -> ConversationMemory | None:
 
 
 def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingReport:
-    """The first attempt that cleared the threshold, else the best-scoring (earliest on ties)."""
+    """The first attempt that cleared the threshold; else the first answered one unless a
+    later one scores higher with at least as much evidence (never on the metric alone)."""
     answered = [a for a in attempts if a.error is None]
     chosen = next((a for a in answered if a.score >= threshold), None)
     if chosen is None and answered:
-        chosen = max(answered, key=lambda a: a.score)
+        chosen = answered[0]
+        for attempt in answered[1:]:
+            if attempt.score > chosen.score and (attempt.evidence or 0.0) >= (chosen.evidence or 0.0):
+                chosen = attempt
     return SelfHealingReport(
         success=chosen is not None and chosen.score >= threshold,
         attempts=len(attempts),

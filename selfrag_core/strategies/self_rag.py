@@ -7,16 +7,29 @@ Differences from the reference implementation, on purpose:
   from) instead of generating a fresh answer, so refinement can actually win.
 * Beside the judge's confidence (kept exactly as specified: the geometric mean of
   relevance, accuracy, completeness and clarity, each clamped to [0, 1]) every
-  evaluation carries LLM-free grounding signals (``selfrag_core.grounding``). The
-  early stop and best-step selection never accept a degenerate or unsupported
-  answer while a supported one exists; ``steps[i].reason`` says why.
+  evaluation carries LLM-free grounding signals (``selfrag_core.grounding``) and the
+  share of the answer's sentences a source supports (``selfrag_core.citations``).
+* Plain first, improve only on evidence: the first answer is the plain
+  retrieve-and-answer (the ``grounded_answer`` prompt over the first retrieval, what
+  ``PlainRAG`` answers; in ``fast_mode`` the combined answer-and-judge call's answer).
+  It is the reference; a later step replaces it only when it is better grounded, or
+  as well grounded and both the judge and the sentence support say so, never on the
+  judge's score alone. When no step is supported, the best-supported one is kept.
+* A judge whose scores carry no information (they walk the schema: 1, 2, 3, 4; every
+  criterion has the same score in two evaluations; every criterion at the schema's
+  bound against the grounding signals) is recorded as ignored in the trace, and the
+  query makes no further judge call. A first answer whose sentences are mostly
+  supported then stops the loop: the question costs two LLM calls.
+  ``steps[i].reason`` says why each decision was taken.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag_core.citations import cite, supported_share
@@ -31,18 +44,18 @@ from selfrag_core.prompts import (
     EVALUATION_SCHEMA,
     Prompts,
     detect_language,
-    without_document_tags,
 )
 from selfrag_core.retrieval import _deduplicate
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
+    answer_text,
     context_text,
     format_context,
     retrieval_options,
     retrieve_or_empty,
 )
-from selfrag_core.types import EvaluationResult, RefinementStep, RetrievedDoc, SelfRAGResult
+from selfrag_core.types import EvaluationResult, Grounding, RefinementStep, RetrievedDoc, SelfRAGResult
 
 _DIMENSIONS = ("relevance", "accuracy", "completeness", "clarity")
 #: a score written as text: a number, then optionally "/10" or "out of 10" (see _unit)
@@ -115,6 +128,49 @@ def unparsed_evaluation() -> EvaluationResult:
     return EvaluationResult(0.5, 0.5, 0.5, 0.5, 0.5, parsed=False)
 
 
+def _points(evaluation: EvaluationResult) -> list[int]:
+    """The four scores on the schema's 0-10 scale."""
+    return [round(getattr(evaluation, d) * 10) for d in _DIMENSIONS]
+
+
+def uninformative(evaluation: EvaluationResult, earlier: list[EvaluationResult]) -> str | None:
+    """Why the judge's scores carry no information, or None. Small models fill the
+    schema instead of judging: their four scores walk it (1, 2, 3, 4 or 0, 1, 2, 3, in
+    the order the schema lists the criteria), repeat one number on every criterion for
+    answers the grounding signals tell apart (one supported by the context, one not),
+    or sit at the schema's bound against them (10 everywhere for an answer the context
+    does not support, 0 everywhere for one the context holds word for word).
+    ``evaluation.grounding`` must be set."""
+    if not evaluation.parsed:
+        return None
+    points = _points(evaluation)
+    steps = {b - a for a, b in itertools.pairwise(points)}
+    if len(steps) == 1 and abs(next(iter(steps))) == 1:
+        return f"the scores walk the schema ({', '.join(map(str, points))})"
+    if len(set(points)) > 1:
+        return None
+    g = evaluation.grounding
+    if any(e.parsed and _points(e) == points and e.grounding.supported != g.supported for e in earlier):
+        return f"the same score ({points[0]}) on every criterion for a supported and an unsupported answer"
+    if points[0] == 10 and not g.supported:
+        return "every criterion at the schema's maximum for an answer the context does not support"
+    if points[0] == 0 and g.span_supported:
+        return "every criterion at the schema's minimum for an answer the context holds word for word"
+    return None
+
+
+@dataclass
+class _Judge:
+    """The judge's record in one query: its evaluations, and why it was switched off."""
+
+    evaluations: list[EvaluationResult] = field(default_factory=list)
+    off: str | None = None
+
+
+#: evidence tiers of a step, weakest first (see SelfIRAG._tier)
+_TIERS = ("degenerate", "unsupported", "grounded", "grounded with mostly supported sentences")
+
+
 class SelfIRAG(Strategy[SelfRAGResult]):
     """Iterative self-evaluation and refinement over any backend and any LLM.
 
@@ -155,6 +211,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         lang = detect_language(query)
         options = retrieval_options(context)
         history: list[RefinementStep] = []
+        judge = _Judge()
         current_query = query
         candidate: str | None = None  # the refined answer carried into the next iteration
         previous_docs: list[RetrievedDoc] = []
@@ -165,7 +222,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 docs = _deduplicate(docs + previous_docs)
             ctx = format_context(docs)
             if candidate is None:
-                generated = yield from self._answer_and_evaluate(query, ctx, lang)
+                generated = yield from self._answer_and_evaluate(query, ctx, docs, lang, judge, iteration)
                 if generated is None:  # the LLM is unreachable: stop, nothing to refine
                     if not history:
                         history.append(self._failed_step(iteration, current_query, docs))
@@ -174,23 +231,22 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 action = "generate" if iteration == 1 else "regenerate"
             else:
                 answer, action = candidate, "evaluate_refined"
-                evaluation = yield from self._evaluate(query, ctx, answer, lang)
-            evaluation.grounding = assess(
-                answer, query, context_text(docs), min_token_support=cfg.grounding.min_token_support
-            )
+                evaluation = yield from self._evaluate(query, ctx, docs, answer, lang, judge)
             step = RefinementStep(
                 iteration, answer, evaluation, evaluation.confidence,
                 query=current_query, action=action, sources=docs,
             )  # fmt: skip
             history.append(step)
 
-            stop, step.reason = self._stop_decision(step, last=iteration == cfg.max_refinement_iterations)
+            stop, step.reason = self._stop_decision(
+                step, judge, last=iteration == cfg.max_refinement_iterations
+            )
             if stop:
                 break
             candidate = None
             if cfg.enable_answer_refinement:
                 candidate = yield from self._refine(query, ctx, docs, answer, evaluation, lang)
-            if cfg.enable_retrieval_refinement and evaluation.suggestions:
+            if cfg.enable_retrieval_refinement and evaluation.suggestions and judge.off is None:
                 current_query = _expand(current_query, evaluation.suggestions[:2])
             previous_docs = docs
 
@@ -211,14 +267,23 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         )
 
     # ------------------------------------------------------------------ decisions
-    def _acceptable(self, step: RefinementStep) -> bool:
+    def _tier(self, step: RefinementStep) -> int:
+        """How strong the LLM-free evidence for a step's answer is (an index of ``_TIERS``)."""
         g = step.evaluation.grounding
-        return g.supported if self.config.grounding.enabled else True
+        if g.degenerate is not None:
+            return 0
+        if not g.supported:
+            return 1
+        return 3 if (g.sentence_support or 0.0) >= 0.5 else 2
 
-    def _stop_decision(self, step: RefinementStep, *, last: bool) -> tuple[bool, str]:
+    def _stop_decision(self, step: RefinementStep, judge: _Judge, *, last: bool) -> tuple[bool, str]:
         cfg, g = self.config, step.evaluation.grounding
-        conf = f"confidence {step.confidence:.2f}"
-        if step.confidence >= cfg.confidence_threshold:
+        known = step.evaluation.known_confidence
+        if cfg.grounding.enabled and known is None and self._tier(step) == 3:
+            why = judge.off or "the judge's reply could not be read"
+            return True, f"{_TIERS[3]} and no judge score to improve on ({why}): stop"
+        conf = f"confidence {step.confidence:.2f}" if known is not None else "no judge score"
+        if known is not None and known >= cfg.confidence_threshold:
             if self._acceptable(step) and cfg.skip_refinement_on_high_confidence:
                 return True, f"{conf} >= threshold {cfg.confidence_threshold:.2f}: stop"
             if self._acceptable(step):  # the user asked for every iteration
@@ -228,36 +293,67 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 return False, verdict
             why = g.degenerate or f"token support {g.token_support:.2f}"
             verdict = f"judge confident ({conf}) but the answer is not grounded ({why})"
-        else:
+        elif known is not None:
             verdict = f"{conf} < threshold {cfg.confidence_threshold:.2f}"
+        else:
+            verdict = f"{conf}, the answer is {_TIERS[self._tier(step)]}"
         if last:
             return True, f"{verdict}; iteration cap reached"
         plans = []
         if cfg.enable_answer_refinement:
             plans.append("refine the answer")
-        if cfg.enable_retrieval_refinement and step.evaluation.suggestions:
+        if cfg.enable_retrieval_refinement and step.evaluation.suggestions and judge.off is None:
             plans.append(f"expand the query with {step.evaluation.suggestions[:2]}")
         return False, f"{verdict}: " + (" and ".join(plans) or "retry")
 
+    def _acceptable(self, step: RefinementStep) -> bool:
+        return step.evaluation.grounding.supported if self.config.grounding.enabled else True
+
     def _select(self, history: list[RefinementStep]) -> RefinementStep:
-        """Best step: highest confidence among grounded answers whose sentences are
-        mostly supported by a source (:func:`~selfrag_core.citations.cite`), then among
-        grounded ones, then non-degenerate ones, then overall; the earliest wins a tie."""
-        if self.config.grounding.enabled:
-            grounded = [s for s in history if s.evaluation.grounding.supported]
-            cited = [s for s in grounded if (supported_share(cite(s.answer, s.sources)) or 0.0) >= 0.5]
-            sane = [s for s in history if s.evaluation.grounding.degenerate is None]
-            tiers = [
-                (cited, "grounded, mostly supported sentences"),
-                (grounded, "grounded"),
-                (sane, "non-degenerate"),
-            ]
-            pool, tier = next(((p, t) for p, t in tiers if p), (history, "any"))
-        else:
-            pool, tier = history, "any"
-        best = max(pool, key=lambda s: s.confidence)  # max keeps the first maximum
-        best.reason += f" | selected: highest confidence among {tier} answers"
+        """The first step (the plain answer) unless a later one is better on evidence
+        (:meth:`_better`); with grounding disabled, the highest confidence (as the
+        specification selects). The earliest wins a tie."""
+        if not self.config.grounding.enabled:
+            best = max(history, key=lambda s: s.confidence)  # max keeps the first maximum
+            best.reason += " | selected: highest confidence"
+            return best
+        best, why = history[0], "the first answer, no later one better on evidence"
+        for step in history[1:]:
+            verdict = self._better(step, best)
+            if verdict is not None:
+                best, why = step, verdict
+        if self._tier(best) <= 1:
+            why += "; no step is supported by the context: the best-supported one"
+        best.reason += f" | selected: {why}"
         return best
+
+    def _better(self, step: RefinementStep, reference: RefinementStep) -> str | None:
+        """Why ``step`` is better than ``reference`` on evidence, or None: a higher tier;
+        in the same unsupported tier, clearly more of its words in the context; in the
+        same grounded tier, a higher readable judge confidence AND at least the same
+        share of supported sentences (two independent signals agree)."""
+        tier, ref_tier = self._tier(step), self._tier(reference)
+        if tier != ref_tier:
+            return (
+                f"step {step.iteration} is {_TIERS[tier]}, step {reference.iteration} {_TIERS[ref_tier]}"
+                if tier > ref_tier
+                else None
+            )
+        g, ref = step.evaluation.grounding, reference.evaluation.grounding
+        if tier <= 1:
+            if g.token_support > ref.token_support + 0.1:
+                support = f"{g.token_support:.2f} > {ref.token_support:.2f}"
+                return f"step {step.iteration} is better supported (token support {support})"
+            return None
+        conf, ref_conf = step.evaluation.known_confidence, reference.evaluation.known_confidence
+        if conf is None or ref_conf is None or conf <= ref_conf:
+            return None
+        if (g.sentence_support or 0.0) < (ref.sentence_support or 0.0):
+            return None
+        return (
+            f"step {step.iteration}: the judge ({conf:.2f} > {ref_conf:.2f}) and the sentence support "
+            f"({g.sentence_support or 0.0:.2f} >= {ref.sentence_support or 0.0:.2f}) agree"
+        )
 
     def _failed_step(self, iteration: int, query: str, docs: list[RetrievedDoc]) -> RefinementStep:
         evaluation = EvaluationResult(0.0, 0.0, 0.0, 0.0, 0.0, parsed=False)
@@ -271,11 +367,19 @@ class SelfIRAG(Strategy[SelfRAGResult]):
     def _gen(self, purpose: str, prompt: str, schema: Mapping[str, Any] | None = None) -> Generate:
         return Generate(self.llm, prompt, purpose, self.config.llm_retries, schema)
 
+    def _grounding(self, answer: str, query: str, docs: list[RetrievedDoc]) -> Grounding:
+        grounding = assess(
+            answer, query, context_text(docs), min_token_support=self.config.grounding.min_token_support
+        )
+        grounding.sentence_support = supported_share(cite(answer, docs)) if grounding.supported else None
+        return grounding
+
     def _answer_and_evaluate(
-        self, query: str, ctx: str, lang: str
+        self, query: str, ctx: str, docs: list[RetrievedDoc], lang: str, judge: _Judge, iteration: int
     ) -> Plan[tuple[str, EvaluationResult] | None]:
-        """Generate and evaluate: one call in fast mode (two-step on a parse failure)."""
-        if self.config.fast_mode:
+        """Generate and evaluate: one call in fast mode (two-step on a parse failure);
+        two-step, the first answer is the plain one (the ``grounded_answer`` prompt)."""
+        if self.config.fast_mode and judge.off is None:
             prompt = self.prompts.render("answer_and_evaluate", lang, context=ctx, question=query)
             try:
                 reply: LLMReply = yield self._gen("answer_and_evaluate", prompt, ANSWER_EVALUATION_SCHEMA)
@@ -283,33 +387,62 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 answer = data.get("answer")
                 if not isinstance(answer, str) or not answer.strip():
                     raise ParseError("the reply has no 'answer' string", raw=reply.text)
-                return without_document_tags(answer), evaluation_from(data, reply.text)
+                answer = answer_text(answer)
+                evaluation = evaluation_from(data, reply.text)
+                evaluation.grounding = self._grounding(answer, query, docs)
+                return answer, (yield from self._read(evaluation, judge))
             except ParseError as e:
                 yield Note("fast_mode_parse_failed", str(e), {"raw": e.raw[:500], "then": "two-step"})
             except RAGSystemError as e:
                 yield Note("generation_failed", f"{type(e).__name__}: {e}")
                 return None
+        template = "grounded_answer" if iteration == 1 else "answer"
         try:
             reply = yield self._gen(
-                "answer", self.prompts.render("answer", lang, context=ctx, question=query)
+                "answer", self.prompts.render(template, lang, context=ctx, question=query)
             )
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
-        answer = without_document_tags(reply.text)
-        evaluation = yield from self._evaluate(query, ctx, answer, lang)
+        answer = answer_text(reply.text)
+        evaluation = yield from self._evaluate(query, ctx, docs, answer, lang, judge)
         return answer, evaluation
 
-    def _evaluate(self, query: str, ctx: str, answer: str, lang: str) -> Plan[EvaluationResult]:
+    def _evaluate(
+        self, query: str, ctx: str, docs: list[RetrievedDoc], answer: str, lang: str, judge: _Judge
+    ) -> Plan[EvaluationResult]:
+        """The judge's evaluation of ``answer`` with its grounding signals; no LLM call
+        once the judge was found to carry no information in this query."""
+        grounding = self._grounding(answer, query, docs)
+        if judge.off is not None:
+            evaluation = unparsed_evaluation()
+            evaluation.grounding, evaluation.ignored = grounding, f"judge off for this query: {judge.off}"
+            return evaluation
         prompt = self.prompts.render("evaluate", lang, context=ctx, question=query, answer=answer)
         try:
             reply: LLMReply = yield self._gen("evaluate", prompt, EVALUATION_SCHEMA)
-            return evaluation_from(parse_json_object(reply.text), reply.text)
+            evaluation = evaluation_from(parse_json_object(reply.text), reply.text)
         except ParseError as e:
             yield Note("evaluation_parse_failed", str(e), {"raw": e.raw[:500], "then": "neutral scores"})
+            evaluation = unparsed_evaluation()
         except RAGSystemError as e:
             yield Note("evaluation_failed", f"{type(e).__name__}: {e}", {"then": "neutral scores"})
-        return unparsed_evaluation()
+            evaluation = unparsed_evaluation()
+        evaluation.grounding = grounding
+        return (yield from self._read(evaluation, judge))
+
+    def _read(self, evaluation: EvaluationResult, judge: _Judge) -> Plan[EvaluationResult]:
+        """Record the judge's evaluation; when it carries no information, mark it ignored,
+        say so in the trace and switch the judge off for the rest of the query."""
+        if not self.config.grounding.enabled:  # the specification's behaviour: the judge decides
+            return evaluation
+        reason = uninformative(evaluation, judge.evaluations)
+        judge.evaluations.append(evaluation)
+        if reason is not None:
+            evaluation.ignored = judge.off = reason
+            detail = {"scores": _points(evaluation), "then": "no more judge calls in this query"}
+            yield Note("judge_uninformative", reason, detail)
+        return evaluation
 
     def _refine(
         self,
@@ -329,7 +462,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         except RAGSystemError as e:
             yield Note("refinement_failed", f"{type(e).__name__}: {e}", {"then": "regenerate"})
             return None
-        refined = without_document_tags(reply.text)
+        refined = answer_text(reply.text)
         reason = degenerate_reason(refined, query, context_text(docs))
         if reason is not None:
             yield Note("refinement_discarded", reason, {"refined": refined[:200], "then": "regenerate"})
