@@ -10,14 +10,25 @@ Nothing here raises on odd input: a marker that points to no source (``[7]`` wit
 sources), a marker in another shape (``【1】``, ``(1)``, ``[^1]``), a sentence no source
 supports, are flagged on the sentence and the text is kept as the model wrote it.
 Markers inside code (`` `...` `` or fenced blocks) are code, not markers.
+
+An optional LLM check reuses the faithfulness judge's one call, which splits the answer
+into claims and judges each: :func:`check_with_claims` maps every judged claim to the
+sentence it shares most content words with and sets that sentence's ``llm_supported``
+(and the flag ``llm_unsupported`` when the judge rejects a claim of it). SelfHealingRAG
+does this for the attempt it returns, from the call it made to score it. For any other
+result it costs that one call::
+
+    judged = FaithfulnessMetric(llm).judge(question, result.answer, [d.text for d in result.sources])
+    result.citations = check_with_claims(result.citations, judged.claims)
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from selfrag_core.grounding import content_tokens, support
+from selfrag_core.grounding import content_stems, content_tokens, support
 from selfrag_core.types import Citation, RetrievedDoc
 
 #: support at which a source counts as supporting a sentence
@@ -111,3 +122,29 @@ def without_markers(answer: str) -> str:
 def supported_share(citations: Sequence[Citation]) -> float | None:
     """The share of sentences that some source supports (None for an answer without sentences)."""
     return sum(1 for c in citations if c.supported) / len(citations) if citations else None
+
+
+def check_with_claims(citations: Sequence[Citation], claims: Sequence[tuple[str, bool]]) -> list[Citation]:
+    """``citations`` checked against an LLM judge's ``(claim, supported)`` verdicts (the
+    ``claims`` of a :class:`~selfrag_core.metrics.FaithfulnessScore`): each claim goes to
+    the sentence it shares the most content words with (word stems, Arabic proclitics
+    stripped; on a tie, the sentence it covers more of, then the first), and a claim
+    sharing none with any sentence is ignored. A sentence that received claims gets
+    ``llm_supported`` (True when the judge supported every one of them) and, when not,
+    the flag ``llm_unsupported``; the others are returned as they were. The input is
+    not modified."""
+    stems = [content_stems(c.sentence) for c in citations]
+    verdicts: dict[int, list[bool]] = {}
+    for claim, supported in claims:
+        words = content_stems(claim)
+        overlaps = [(len(words & s), len(words & s) / len(s) if s else 0.0) for s in stems]
+        best = max(range(len(overlaps)), key=lambda i: overlaps[i], default=None)
+        if best is not None and overlaps[best][0] > 0:
+            verdicts.setdefault(best, []).append(supported)
+    checked = list(citations)
+    for i, judged in verdicts.items():
+        flags = list(checked[i].flags)
+        if not all(judged) and "llm_unsupported" not in flags:
+            flags.append("llm_unsupported")
+        checked[i] = replace(checked[i], flags=flags, llm_supported=all(judged))
+    return checked

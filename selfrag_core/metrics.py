@@ -79,8 +79,9 @@ class FaithfulnessMetric:
     """``FaithfulnessMetric(llm, *, retries=2, prompts=None, execution=None)``.
 
     ``score`` / ``ascore`` / ``plan`` give a continuous score in [0, 1]: supported
-    claims / claims, from ONE LLM call. LLM-free guards from ``selfrag_core.grounding``
-    come first: a degenerate answer (empty, echo of the question or prompt, bare
+    claims / claims, from ONE LLM call; ``judge`` / ``ajudge`` the whole
+    :class:`FaithfulnessScore`, the judged claims included. LLM-free guards from
+    ``selfrag_core.grounding`` come first: a degenerate answer (empty, echo of the question or prompt, bare
     yes/no to a wh-question, refusal despite evidence) or a refusal scores 0 with no
     call, and so does an answer with no context; none can clear any threshold. When
     the judge fails or its reply cannot be read, the score falls back to the
@@ -133,11 +134,21 @@ class FaithfulnessMetric:
             supported / len(claims), claims, f"{supported}/{len(claims)} claims supported"
         )
 
+    def judge(self, question: str, answer: str, contexts: Sequence[str]) -> FaithfulnessScore:
+        """The whole verdict: the score, the judged claims and why (``score`` is its number).
+        The claims can check an answer's citations sentence by sentence
+        (:func:`~selfrag_core.citations.check_with_claims`)."""
+        return run_sync(self.plan(question, answer, contexts), Run(self.execution))
+
+    async def ajudge(self, question: str, answer: str, contexts: Sequence[str]) -> FaithfulnessScore:
+        """Async :meth:`judge`."""
+        return await run_async(self.plan(question, answer, contexts), Run(self.execution))
+
     def score(self, question: str, answer: str, contexts: Sequence[str]) -> float:
-        return run_sync(self.plan(question, answer, contexts), Run(self.execution)).score
+        return self.judge(question, answer, contexts).score
 
     async def ascore(self, question: str, answer: str, contexts: Sequence[str]) -> float:
-        return (await run_async(self.plan(question, answer, contexts), Run(self.execution))).score
+        return (await self.ajudge(question, answer, contexts)).score
 
 
 # --------------------------------------------------------------------- any metric

@@ -64,6 +64,9 @@ class Citation:
     support: float = 0.0
     attributed: bool = False  # the model cited nothing: the library chose supported_by
     flags: list[str] = field(default_factory=list)
+    #: the LLM judge's verdict on the claims of this sentence (``citations.check_with_claims``):
+    #: None when unchecked, True when every claim mapped to it is supported, else False
+    llm_supported: bool | None = None
 
     @property
     def supported(self) -> bool:
@@ -79,6 +82,7 @@ class Citation:
             "support": round(self.support, 4),
             "attributed": self.attributed,
             "flags": list(self.flags),
+            "llm_supported": self.llm_supported,
         }
 
 
@@ -454,6 +458,9 @@ class HealingAttempt:
     #: times the coverage of the question's content words (geometric mean); 0 for a
     #: degenerate answer
     evidence: float | None = None
+    #: the claims the metric judged, as (claim, supported) (the faithfulness judge's;
+    #: empty for a metric that gives a number only, or when the judge failed)
+    claims: list[tuple[str, bool]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -468,6 +475,7 @@ class HealingAttempt:
             "output_tokens": self.output_tokens,
             "latency_s": round(self.latency_s, 6),
             "num_sources": len(self.sources),
+            "claims": [{"claim": c, "supported": s} for c, s in self.claims],
         }
 
 

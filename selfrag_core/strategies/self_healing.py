@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from selfrag_core.citations import cite, supported_share
+from selfrag_core.citations import check_with_claims, cite, supported_share
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, without_streaming
 from selfrag_core.errors import RAGSystemError, StrategyError
@@ -196,8 +196,13 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         return self.query(query, _context(top_k, metadata_filter, memory))
 
     def finish(self, result: SelfHealingReport, run: Run) -> SelfHealingReport:
-        """The trace, each attempt's calls, tokens and latency, the tracer, ``last_report``."""
+        """The trace, the citations checked against the claims the metric judged for the
+        chosen attempt (no extra call), each attempt's calls, tokens and latency, the
+        tracer, ``last_report``."""
         report = Strategy.finish_trace(result, run)
+        chosen = _chosen(report.attempt_details, report.threshold)
+        if chosen is not None and chosen.claims and chosen.answer == report.answer:
+            report.citations = check_with_claims(report.citations, chosen.claims)
         _attempt_usage(report.attempt_details, run.trace)
         if self.tracer is not None:
             record = getattr(self.tracer, "record", None) or self.tracer
@@ -300,7 +305,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         except (RAGSystemError, ValueError, TypeError) as e:
             yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
             return weight * attempt.evidence, "the metric failed"
-        attempt.metric_score = scored.score
+        attempt.metric_score, attempt.claims = scored.score, list(scored.claims)
         score = (1 - weight) * scored.score + weight * attempt.evidence
         return score, f"{scored.reason}; evidence {attempt.evidence:.2f}"
 
@@ -331,7 +336,7 @@ def _check_memory(memory: object) -> ConversationMemory | None:
     raise TypeError("memory must be a ConversationMemory or None")
 
 
-def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingReport:
+def _chosen(attempts: list[HealingAttempt], threshold: float) -> HealingAttempt | None:
     """The first attempt that cleared the threshold; else the first answered one unless a
     later one scores higher with at least as much evidence (never on the metric alone)."""
     answered = [a for a in attempts if a.error is None]
@@ -341,6 +346,12 @@ def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingRepo
         for attempt in answered[1:]:
             if attempt.score > chosen.score and (attempt.evidence or 0.0) >= (chosen.evidence or 0.0):
                 chosen = attempt
+    return chosen
+
+
+def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingReport:
+    """The report of the :func:`_chosen` attempt."""
+    chosen = _chosen(attempts, threshold)
     return SelfHealingReport(
         success=chosen is not None and chosen.score >= threshold,
         attempts=len(attempts),
