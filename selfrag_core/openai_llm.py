@@ -313,6 +313,12 @@ class OpenAICompatibleLLM:
         except Exception as e:
             raise _translated(e, self) from e
 
+    async def aping(self) -> None:
+        """Check that the server answers, without generating: one models-list request
+        (``GET /models``). Raises as a call would (ConfigurationError for rejected
+        credentials or a wrong URL). The HTTP service's /readyz uses it."""
+        await self._acall(self._async_client().models.list())
+
     # ------------------------------------------------------------------ internals
     def _open_stream(self, create: Any, prompt: str) -> Any:
         try:

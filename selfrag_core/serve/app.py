@@ -5,6 +5,12 @@
 everything it uses in ``app.state`` (no globals), so tests and replicas each build their
 own. Queries run on the event loop with the strategies' async path; a query's events
 reach a streaming client as server-sent events.
+
+Operations: ``/healthz`` is liveness (the process answers), ``/readyz`` readiness (the
+backend and the LLM answer: ``serve/readiness.py``); ``/metrics`` serves Prometheus
+metrics when ``settings.metrics`` is on (``serve/metrics.py``). On shutdown (the ASGI
+lifespan) the app stops taking queries, /readyz answers 503 ``shutting_down``, and the
+queries in flight get ``settings.shutdown_grace_s`` seconds to finish.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import asyncio
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
@@ -25,13 +33,14 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise MissingDependencyError(f"selfrag serve needs FastAPI ({e}): pip install 'selfrag[serve]'") from e
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
 from selfrag_core.serve.errors import CONFIGURATION_ERROR, INTERNAL_ERROR, error_body, error_response
 from selfrag_core.serve.execution import Outcome, execute, prepare
+from selfrag_core.serve.metrics import ServiceMetrics
 from selfrag_core.serve.middleware import GuardMiddleware
 from selfrag_core.serve.models import (
     DeleteResponse,
@@ -43,16 +52,19 @@ from selfrag_core.serve.models import (
     QueryParams,
     QueryRequest,
     QueryResponse,
+    ReadyResponse,
     StatsResponse,
 )
+from selfrag_core.serve.readiness import ReadinessProbe
 from selfrag_core.serve.responses import FastJSONResponse, dumps
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
+from selfrag_core.types import Trace
 from selfrag_core.validation import validate_query
 
 logger = logging.getLogger("selfrag.serve")
 
 T = TypeVar("T")
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 500, 502, 503, 504)
 }
@@ -68,10 +80,12 @@ class ApiError(Exception):
         type_: str | None = None,
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        cause: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.headers = status, message, type_, headers
         self.extra = extra or {}
+        self.cause = cause  # the type of the error that failed a query (for the metrics)
 
 
 @dataclass
@@ -87,6 +101,13 @@ class ServiceState:
     counters: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("served", "rejected", "exceeded", "failed", "abandoned"), 0)
     )
+    shutting_down: bool = False
+    readiness: ReadinessProbe = field(init=False)
+    metrics: ServiceMetrics | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.readiness = ReadinessProbe(self.rag, self.llm, timeout=self.settings.readiness_timeout)
+        self.metrics = ServiceMetrics() if self.settings.metrics else None
 
     def try_acquire(self) -> bool:
         if self.active >= self.settings.max_concurrent_queries:
@@ -97,6 +118,21 @@ class ServiceState:
 
     def release(self) -> None:
         self.active -= 1
+
+    async def drain(self) -> None:
+        """Stop taking queries (/readyz answers 503 from now on) and give those in flight
+        up to ``shutdown_grace_s`` seconds to finish."""
+        self.shutting_down = True
+        if self.active:
+            logger.info("shutting down: waiting for %d queries in flight", self.active)
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        while self.active > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.active:
+            logger.warning(
+                "shutting down with %d queries still running after shutdown_grace_s=%ss",
+                self.active, self.settings.shutdown_grace_s,
+            )  # fmt: skip
 
 
 def create_app(
@@ -111,7 +147,7 @@ def create_app(
     ``strategies`` maps URL names to strategy instances (default: every strategy this
     library has, built over ``rag`` and ``llm``; see ``default_strategies``).
     ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``: with
-    ``SELFRAG_API_TOKEN`` set, every endpoint but /healthz needs the bearer token. Settings
+    ``SELFRAG_API_TOKEN`` set, every endpoint but /healthz and /readyz needs the bearer token. Settings
     passed explicitly are used as given (``ServeSettings.from_env(...)`` keeps the token);
     without a token the app is open, and says so in the log.
     """
@@ -130,12 +166,19 @@ def create_app(
     if not strategies:
         raise ConfigurationError("no strategies to serve: pass strategies={'self': SelfIRAG(rag, llm)}")
     state = ServiceState(rag, llm, dict(strategies), settings, DocumentStore(rag, settings.index_dir))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await state.drain()
+
     app = FastAPI(
         title="selfrag",
         summary="Self-improving retrieval-augmented generation as a service",
         version="0.1.0",
         responses=_ERRORS,
         default_response_class=FastJSONResponse,
+        lifespan=lifespan,
     )
     app.state.service = state
     _install_errors(app)
@@ -186,6 +229,16 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
 
 
 async def _answer(state: ServiceState, name: str, body: QueryRequest, request: Request) -> Response:
+    try:
+        return await _run_query(state, name, body, request)
+    except ApiError as e:  # refused before it ran (bad option, busy, shutting down)
+        if state.metrics is not None:
+            state.metrics.query(name, e.status)
+        raise
+
+
+async def _run_query(state: ServiceState, name: str, body: QueryRequest, request: Request) -> Response:
+    started = time.perf_counter()
     settings = state.settings
     try:
         question = validate_query(body.question, name="question", max_chars=settings.max_question_chars)
@@ -203,6 +256,12 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest, request: R
         strategy, execution = prepare(state.strategies[name], body, settings)
     except ConfigurationError as e:
         raise ApiError(422, str(e)) from e
+    if state.shutting_down:
+        raise ApiError(
+            503,
+            "the server is shutting down; retry (another replica will answer)",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
     await state.store.sync()  # what another worker saved since
     if not state.try_acquire():
         raise ApiError(
@@ -210,14 +269,36 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest, request: R
             f"the server is answering {settings.max_concurrent_queries} queries already; retry shortly",
             headers={"Retry-After": str(settings.retry_after_s)},
         )
-    query = execute(strategy, question, body, execution, settings, push if body.stream else None)
+    traces: list[Trace] = []  # the query's trace, kept even when the query raises
+    query = execute(
+        strategy, question, body, execution, settings, push if body.stream else None, on_trace=traces.append
+    )
+
+    def finish(outcome: Outcome | ApiError | BaseException | None) -> tuple[int, dict[str, Any]]:
+        """The reply, and the query counted once in the stats and the metrics."""
+        if isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
+            status, content, error = 500, error_body(500, INTERNAL_ERROR), type(outcome).__name__
+        elif outcome is None:  # nobody is waiting for the answer
+            state.counters["abandoned"] += 1
+            status, content, error = 499, {}, None
+        else:
+            status, content = _reply(state, outcome, execution)
+            error = outcome.cause if isinstance(outcome, ApiError) else outcome.exceeded
+        if state.metrics is not None:
+            seconds = time.perf_counter() - started
+            state.metrics.query(name, status, seconds, traces[0] if traces else None, error)
+        return status, content
+
     if not body.stream:
         try:
-            outcome = await _unless_disconnected(request, _guarded(query))
-            if outcome is None:  # nobody is waiting for the answer
-                state.counters["abandoned"] += 1
+            try:
+                outcome = await _unless_disconnected(request, _guarded(query))
+                status, content = finish(outcome)
+            except Exception as e:  # answered as a 500 by the middleware
+                finish(e)
+                raise
+            if outcome is None:
                 return Response(status_code=499)
-            status, content = _reply(state, outcome, execution)
             return FastJSONResponse(content, status_code=status)
         finally:
             state.release()
@@ -225,11 +306,12 @@ async def _answer(state: ServiceState, name: str, body: QueryRequest, request: R
     async def produce() -> None:
         push("start", {"strategy": name, "question": question})
         try:
-            status, content = _reply(state, await _guarded(query), execution)
+            try:
+                status, content = finish(await _guarded(query))
+            except Exception as e:  # headers are sent: the error goes in the stream
+                logger.error("streamed query failed: %s: %s", type(e).__name__, e, exc_info=e)
+                status, content = finish(e)
             push("result" if status == 200 else "error", content)
-        except Exception as e:  # headers are sent: the error goes in the stream
-            logger.error("streamed query failed: %s: %s", type(e).__name__, e, exc_info=e)
-            push("error", error_body(500, INTERNAL_ERROR))
         finally:
             loop.call_soon_threadsafe(events.put_nowait, None)
 
@@ -276,7 +358,7 @@ async def _guarded(query: Any) -> Outcome | ApiError:
         logger.warning("query failed: %s: %s", type(e).__name__, e)
         report = getattr(e, "report", None)
         extra = {"trace": report.trace.to_dict()} if report is not None else {}
-        return ApiError(502, f"{type(e).__name__}: {e}", extra=extra)
+        return ApiError(502, f"{type(e).__name__}: {e}", extra=extra, cause=type(e).__name__)
 
 
 def _misconfigured(e: ConfigurationError) -> ApiError:
@@ -291,6 +373,7 @@ def _misconfigured(e: ConfigurationError) -> ApiError:
         f"{type(e).__name__}: {e}",
         CONFIGURATION_ERROR,
         extra={"component": component} if component else {},
+        cause=type(e).__name__,
     )
 
 
@@ -336,6 +419,35 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     async def healthz() -> HealthResponse:
         return HealthResponse(status="ok", strategies=sorted(state.strategies), documents=state.store.count())
 
+    @app.get(
+        "/readyz",
+        response_model=ReadyResponse,
+        tags=["service"],
+        responses={503: {"model": ReadyResponse, "description": "Not ready, or shutting down"}},
+    )
+    async def readyz() -> Response:
+        """Readiness: 200 when the backend answers a ``top_k=1`` retrieval and the LLM its
+        ping (``unchecked`` when it has none) within ``readiness_timeout``; 503 with the
+        failing check and its error otherwise, or ``shutting_down`` once shutdown began.
+        Probes are cached for a second. Liveness is /healthz."""
+        headers = {"Cache-Control": "no-store"}
+        if state.shutting_down:
+            return FastJSONResponse({"status": "shutting_down"}, status_code=503, headers=headers)
+        readiness = await state.readiness.check()
+        if state.shutting_down:  # began while probing
+            return FastJSONResponse({"status": "shutting_down"}, status_code=503, headers=headers)
+        status = 200 if readiness.ready else 503
+        return FastJSONResponse(readiness.to_dict(), status_code=status, headers=headers)
+
+    if state.metrics is not None:
+        metrics = state.metrics
+
+        @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+        async def prometheus_metrics() -> Response:
+            """Prometheus metrics (on with ``SELFRAG_METRICS=1`` / ``--metrics``)."""
+            data, content_type = metrics.render()
+            return Response(data, media_type=content_type)
+
     @app.get("/stats", response_model=StatsResponse, tags=["service"])
     async def stats() -> StatsResponse:
         limits = dataclasses.asdict(state.settings)
@@ -361,6 +473,8 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             for doc in docs:
                 check_text(doc, settings.max_document_chars)
             added = await state.store.add(docs)
+            if state.metrics is not None:
+                state.metrics.documents_changed("add", len(docs))
         except ConfigurationError:
             raise  # the backend's setup, not the request (answered by the handler, as a 500)
         except (DocumentError, TypeError, ValueError) as e:
@@ -382,6 +496,8 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             raise ApiError(404, f"no document with source {source!r}", "unknown_source") from e
         except UnsupportedError as e:
             raise ApiError(501, str(e)) from e
+        if state.metrics is not None:
+            state.metrics.documents_changed("delete")
         return DeleteResponse(source=source, deleted=removed, count=state.store.count(), persisted=persisted)
 
 

@@ -138,9 +138,14 @@ async def execute(
     execution: ExecutionConfig,
     settings: ServeSettings,
     listener: Listener | None = None,
+    *,
+    on_trace: Callable[[Trace], None] | None = None,
 ) -> Outcome:
     """Run ``question`` through the prepared ``strategy`` (anything with ``plan(query,
     context)``: the four strategies) on the running loop.
+
+    ``on_trace`` is given the query's trace as it starts, so a caller counting the LLM
+    work (the metrics) has it even when the query raises.
 
     A StrategyError (SelfHealingRAG: every attempt raised) is re-raised with its
     report finished, unless the budget or the timeout caused it.
@@ -157,6 +162,8 @@ async def execute(
     if listener is not None:
         run.trace.listener = lambda event: listener("trace", event.to_dict())
     trace = run.trace
+    if on_trace is not None:
+        on_trace(trace)
     hard_limit = None if execution.query_timeout is None else execution.query_timeout + settings.timeout_grace
     try:
         result = await within(arun_query(strategy, question, context, run=run), hard_limit)

@@ -138,6 +138,14 @@ class HealthResponse(BaseModel):
     documents: int | None
 
 
+class ReadyResponse(BaseModel):
+    status: str = Field(description="ready, not_ready or shutting_down")
+    checks: dict[str, str] = Field(
+        default_factory=dict, description="each check (backend, llm): ok, unchecked or failed"
+    )
+    errors: dict[str, str] = Field(default_factory=dict, description="what each failed check raised")
+
+
 class StatsResponse(BaseModel):
     strategies: dict[str, dict[str, Any]]
     documents: int | None

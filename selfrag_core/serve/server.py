@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings, is_loopback
+from selfrag_core.serve.settings import METRICS_ENV, TOKEN_ENV, ServeSettings, is_loopback
 
 logger = logging.getLogger("selfrag.serve")
 
@@ -114,7 +114,8 @@ def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> No
     if service is not None:
         warn_if_open(host, service.settings.api_token)
     freeze_startup_objects()
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    grace = service.settings.shutdown_grace_s if service is not None else ServeSettings().shutdown_grace_s
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=_grace(grace))
 
 
 def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
@@ -134,14 +135,23 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
         raise ConfigurationError(
             "--workers above 1 needs --index DIR: the workers share their documents through it"
         )
-    warn_if_open(args.host, ServeSettings.from_env().api_token)  # as every worker reads it
+    settings = ServeSettings.from_env()  # as every worker reads it
+    warn_if_open(args.host, settings.api_token)
     plain = (str, int, float, bool, list, type(None))
     options = {k: v for k, v in vars(args).items() if isinstance(v, plain)}
     os.environ[WORKER_ENV] = json.dumps({"builder": builder, "args": options})
     _uvicorn().run(
         f"{__name__}:worker_app", factory=True, workers=workers, host=args.host, port=args.port,
-        log_level=args.log_level, timeout_graceful_shutdown=10,
+        log_level=args.log_level, timeout_graceful_shutdown=_grace(settings.shutdown_grace_s),
     )  # fmt: skip
+
+
+def _grace(seconds: float) -> int:
+    """uvicorn's ``timeout_graceful_shutdown`` (whole seconds, at least 1 unless 0) for
+    ``shutdown_grace_s``: on SIGTERM uvicorn stops accepting connections, lets the requests
+    in flight finish for that long, then runs the app's lifespan shutdown (which marks
+    the app shutting down and waits for any query still running, as long again at most)."""
+    return max(1, round(seconds)) if seconds > 0 else 0
 
 
 def worker_app() -> Any:
@@ -196,21 +206,30 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
         metavar="ORIGIN",
         help="allow a CORS origin (repeatable)",
     )
+    add(
+        "--metrics",
+        action="store_true",
+        help=f"serve Prometheus metrics at /metrics (or {METRICS_ENV}=1; pip install 'selfrag[metrics]')",
+    )
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.epilog = (
-        f"Set {TOKEN_ENV} to require 'Authorization: Bearer <token>' on every endpoint but /healthz."
+        f"Set {TOKEN_ENV} to require 'Authorization: Bearer <token>' on every endpoint but /healthz "
+        "and /readyz."
     )
 
 
 def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -> ServeSettings:
     """The settings given by :func:`add_arguments`' options (the token from the environment)."""
-    return ServeSettings.from_env(
+    settings = ServeSettings.from_env(
         max_concurrent_queries=args.max_concurrent,
         query_timeout=args.timeout,
         max_llm_calls=args.max_llm_calls,
         cors_origins=tuple(args.cors_origin),
         index_dir=index_dir if index_dir is not None else args.index,
     )
+    if getattr(args, "metrics", False):  # --metrics; else SELFRAG_METRICS decides
+        settings = dataclasses.replace(settings, metrics=True)
+    return settings
 
 
 def run_from_args(args: argparse.Namespace) -> None:

@@ -12,6 +12,9 @@ from selfrag_core.validation import check_int, check_positive_or_none
 
 #: the environment variable holding the optional bearer token
 TOKEN_ENV = "SELFRAG_API_TOKEN"
+#: the environment variable turning on /metrics (``1``/``true``/``yes``/``on``, or ``0``/...)
+METRICS_ENV = "SELFRAG_METRICS"
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,12 @@ class ServeSettings:
     cors_origins: allowed CORS origins; empty (the default) means no CORS headers.
     index_dir: when set and the backend has ``save``, the index is saved there after
         every ingestion or deletion.
+    readiness_timeout: seconds the /readyz probes (a ``top_k=1`` retrieval, the LLM's
+        ``aping``/``ping`` where it has one) may take before the check fails.
+    metrics: serve Prometheus metrics at /metrics (needs ``pip install 'selfrag[metrics]'``);
+        :meth:`from_env` reads it from ``SELFRAG_METRICS``.
+    shutdown_grace_s: on shutdown, seconds the queries in flight get to finish (uvicorn's
+        ``timeout_graceful_shutdown``, and the app's own wait in its lifespan).
     """
 
     max_body_bytes: int = 1_000_000
@@ -50,6 +59,9 @@ class ServeSettings:
     api_token: str | None = field(default=None, repr=False)
     cors_origins: tuple[str, ...] = ()
     index_dir: str | None = None
+    readiness_timeout: float = 2.0
+    metrics: bool = False
+    shutdown_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_question_chars", "max_concurrent_queries", "max_top_k"):
@@ -62,6 +74,12 @@ class ServeSettings:
         check_positive_or_none("query_timeout", self.query_timeout)
         if self.timeout_grace < 0:
             raise ConfigurationError("timeout_grace must be >= 0")
+        if not self.readiness_timeout > 0:
+            raise ConfigurationError(f"readiness_timeout must be > 0 seconds, got {self.readiness_timeout!r}")
+        if not self.shutdown_grace_s >= 0:
+            raise ConfigurationError(f"shutdown_grace_s must be >= 0 seconds, got {self.shutdown_grace_s!r}")
+        if not isinstance(self.metrics, bool):
+            raise ConfigurationError(f"metrics must be True or False, got {self.metrics!r}")
         if self.api_token is not None:
             _check_token(self.api_token)
         if isinstance(self.cors_origins, str):
@@ -70,9 +88,10 @@ class ServeSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServeSettings:
-        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` (unless overridden);
-        the value is stripped. A variable that is set but empty (``SELFRAG_API_TOKEN=$UNSET``)
-        is a ConfigurationError, not an open service: unset it to serve without a token."""
+        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` and ``metrics`` from
+        ``SELFRAG_METRICS`` (unless overridden); the values are stripped. A token variable
+        that is set but empty (``SELFRAG_API_TOKEN=$UNSET``) is a ConfigurationError, not an
+        open service: unset it to serve without a token."""
         env = os.environ if environ is None else environ
         raw = env.get(TOKEN_ENV)
         token = None if raw is None else raw.strip()
@@ -80,7 +99,18 @@ class ServeSettings:
             raise ConfigurationError(
                 f"{TOKEN_ENV} is set but empty; unset it to serve without a token, or give it a value"
             )
-        return cls(**{"api_token": token, **overrides})  # type: ignore[arg-type]
+        read: dict[str, object] = {"api_token": token}
+        flag = env.get(METRICS_ENV)
+        if flag is not None and "metrics" not in overrides:
+            read["metrics"] = _flag(METRICS_ENV, flag)
+        return cls(**{**read, **overrides})  # type: ignore[arg-type]
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    raise ConfigurationError(f"{name}={raw!r} is not a yes/no value; use 1 or 0 (true/false, on/off)")
 
 
 def _check_token(token: object) -> None:

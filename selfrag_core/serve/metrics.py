@@ -1,0 +1,110 @@
+"""Prometheus metrics (``GET /metrics``), off unless ``ServeSettings.metrics`` is on.
+
+Uses the official ``prometheus-client`` (``pip install 'selfrag[metrics]'``), imported
+only when metrics are on. Each app has its own ``CollectorRegistry``, so two apps in one
+process never share or collide on a metric. Every query is counted once, when it
+finishes, from its trace (:meth:`ServiceMetrics.query`):
+
+=============================================  ==============================================
+``selfrag_requests_total{strategy,status}``    query requests by HTTP status (499: client gone)
+``selfrag_request_seconds{strategy}``          histogram of the time to answer a query
+``selfrag_llm_calls_total{strategy}``          LLM calls, retries included
+``selfrag_llm_tokens_total{strategy,kind}``    tokens the model reported (``input``/``output``)
+``selfrag_fallbacks_total{strategy,name}``     failures absorbed by a fallback, by its name
+``selfrag_errors_total{strategy,type}``        failed queries, by error type
+``selfrag_documents_total{op}``                documents added / deleted (``add``/``delete``)
+=============================================  ==============================================
+
+With several uvicorn workers each process counts on its own; set
+``PROMETHEUS_MULTIPROC_DIR`` (an empty directory, the same for every worker, emptied
+between runs) before start and /metrics answers for all of them, through
+prometheus-client's multiprocess mode. Without it a scrape sees one worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from selfrag_core.errors import MissingDependencyError
+from selfrag_core.types import Trace
+
+INSTALL_HINT = "pip install 'selfrag[metrics]'"
+#: prometheus-client's multiprocess directory variable
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"metrics are on but prometheus-client is not installed ({e}): {INSTALL_HINT}, "
+            "or turn metrics off (SELFRAG_METRICS=0)"
+        ) from e
+    return prometheus_client
+
+
+class ServiceMetrics:
+    """The service's metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        prom = _prometheus()
+        self._prom = prom
+        self.registry = prom.CollectorRegistry()
+        r = self.registry
+        self.requests = prom.Counter(
+            "selfrag_requests", "Query requests by HTTP status", ["strategy", "status"], registry=r
+        )
+        self.seconds = prom.Histogram(
+            "selfrag_request_seconds", "Seconds to answer a query", ["strategy"], registry=r
+        )
+        self.llm_calls = prom.Counter(
+            "selfrag_llm_calls", "LLM calls (retries included)", ["strategy"], registry=r
+        )
+        self.tokens = prom.Counter(
+            "selfrag_llm_tokens", "Tokens the LLM reported", ["strategy", "kind"], registry=r
+        )
+        self.fallbacks = prom.Counter(
+            "selfrag_fallbacks", "Failures absorbed by a fallback", ["strategy", "name"], registry=r
+        )
+        self.errors = prom.Counter(
+            "selfrag_errors", "Failed queries by error type", ["strategy", "type"], registry=r
+        )
+        self.documents = prom.Counter("selfrag_documents", "Documents added or deleted", ["op"], registry=r)
+
+    def query(
+        self,
+        strategy: str,
+        status: int,
+        seconds: float | None = None,
+        trace: Trace | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Count one finished (or refused) query: its status, time, LLM work and error."""
+        self.requests.labels(strategy, str(status)).inc()
+        if seconds is not None:
+            self.seconds.labels(strategy).observe(seconds)
+        if error is not None:
+            self.errors.labels(strategy, error).inc()
+        if trace is None:
+            return
+        self.llm_calls.labels(strategy).inc(trace.llm_calls)
+        self.tokens.labels(strategy, "input").inc(trace.input_tokens)
+        self.tokens.labels(strategy, "output").inc(trace.output_tokens)
+        for event in trace.fallbacks:
+            self.fallbacks.labels(strategy, event.name).inc()
+
+    def documents_changed(self, op: str, count: int = 1) -> None:
+        self.documents.labels(op).inc(count)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type (every worker's in multiprocess mode)."""
+        prom = self._prom
+        registry = self.registry
+        if os.environ.get(MULTIPROC_ENV):
+            multiprocess: Any = importlib.import_module("prometheus_client.multiprocess")
+            registry = prom.CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        return prom.generate_latest(registry), str(prom.CONTENT_TYPE_LATEST)

@@ -1,0 +1,135 @@
+"""Readiness (``GET /readyz``): whether this replica can answer queries now.
+
+``/healthz`` says the process is up (liveness); ``/readyz`` says its dependencies answer,
+so a load balancer sends it traffic. Two checks, run together under
+``ServeSettings.readiness_timeout``:
+
+* ``backend``: a ``top_k=1`` retrieval of a fixed short query through the library's own
+  retrieval path (``_aretrieve_safe``); an empty result is still "ok".
+* ``llm``: the LLM's ``aping()`` (or ``ping()``, in a thread) where it has one, else
+  "unchecked": no probe ever spends a generation.
+
+A probe's result is kept for ``ttl`` seconds (1 by default), and concurrent requests share
+one probe, so a load balancer polling hard does not load the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from selfrag_core.llm import within
+from selfrag_core.retrieval import _aretrieve_safe
+
+#: the query of the backend probe
+PROBE_QUERY = "readiness probe"
+#: the longest error message a check reports
+_MAX_ERROR = 300
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One probe's outcome: ``checks`` maps each check to "ok", "unchecked" or "failed";
+    ``errors`` maps each failed one to what went wrong and what to do."""
+
+    checks: dict[str, str]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"status": "ready" if self.ready else "not_ready", "checks": self.checks}
+        if self.errors:
+            body["errors"] = self.errors
+        return body
+
+
+class ReadinessProbe:
+    """Probes ``backend`` and ``llm``, keeping each outcome for ``ttl`` seconds."""
+
+    def __init__(
+        self,
+        backend: Any,
+        llm: Any,
+        *,
+        timeout: float,
+        ttl: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend, self.llm = backend, llm
+        self.timeout, self.ttl, self.clock = timeout, ttl, clock
+        self.probes = 0  # probes run (not answered from the cache)
+        self._cached: tuple[float, Readiness] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def check(self) -> Readiness:
+        """The latest outcome if younger than ``ttl``, else a new probe's."""
+        if (fresh := self._fresh()) is not None:
+            return fresh
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # concurrent requests wait for one probe
+            if (fresh := self._fresh()) is not None:
+                return fresh
+            outcome = await self._probe()
+            self._cached = (self.clock(), outcome)
+            return outcome
+
+    def _fresh(self) -> Readiness | None:
+        if self._cached is None or self.clock() - self._cached[0] >= self.ttl:
+            return None
+        return self._cached[1]
+
+    async def _probe(self) -> Readiness:
+        self.probes += 1
+        backend, llm = await asyncio.gather(self._check_backend(), self._check_llm())
+        checks, errors = {}, {}
+        for name, (status, error) in (("backend", backend), ("llm", llm)):
+            checks[name] = status
+            if error is not None:
+                errors[name] = error
+        return Readiness(checks, errors)
+
+    async def _check_backend(self) -> tuple[str, str | None]:
+        if self.backend is None:  # an app whose strategies hold their own backends
+            return "unchecked", None
+        try:
+            await within(_aretrieve_safe(self.backend, PROBE_QUERY, top_k=1), self.timeout)
+        except asyncio.TimeoutError:
+            return "failed", (
+                f"the backend did not answer a top_k=1 retrieval within {self.timeout}s "
+                "(readiness_timeout); check that it is up and reachable"
+            )
+        except Exception as e:
+            return "failed", _brief(e)
+        return "ok", None
+
+    async def _check_llm(self) -> tuple[str, str | None]:
+        aping, ping = getattr(self.llm, "aping", None), getattr(self.llm, "ping", None)
+        if not callable(aping) and not callable(ping):
+            return "unchecked", None
+        try:
+            if callable(aping):
+                answer = await within(aping(), self.timeout)
+            else:
+                answer = await within(asyncio.to_thread(ping), self.timeout)  # type: ignore[arg-type]
+        except asyncio.TimeoutError:
+            return "failed", (
+                f"the LLM did not answer its ping within {self.timeout}s (readiness_timeout); "
+                "check that its server is up and reachable"
+            )
+        except Exception as e:
+            return "failed", _brief(e)
+        if answer is False:
+            return "failed", f"{type(self.llm).__name__}.ping() answered False"
+        return "ok", None
+
+
+def _brief(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
