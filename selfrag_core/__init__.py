@@ -26,7 +26,7 @@ from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, FaithfulnessScore
 from selfrag_core.openai_llm import OpenAICompatibleLLM
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile, profile_of
-from selfrag_core.protocols import LLMOutput
+from selfrag_core.protocols import BackendLike, LLMLike, LLMOutput
 from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
 from selfrag_core.retrieval import _deduplicate, _retrieve_safe
@@ -63,6 +63,7 @@ __all__ = [
     "CAPABLE",
     "SMALL_LOCAL",
     "Answer",
+    "BackendLike",
     "BudgetExceededError",
     "CacheMissError",
     "CachedLLM",
@@ -79,6 +80,7 @@ __all__ = [
     "HyDERAG",
     "HyDEResult",
     "LLMCallError",
+    "LLMLike",
     "LLMOutput",
     "LLMTimeoutError",
     "MissingDependencyError",

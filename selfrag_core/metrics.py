@@ -25,6 +25,7 @@ from selfrag_core.grounding import assess, degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply, run_coroutine_sync
 from selfrag_core.parsing import parse_json
 from selfrag_core.prompts import FAITHFULNESS_SCHEMA, Prompts, detect_language, document_block
+from selfrag_core.protocols import LLMLike
 from selfrag_core.validation import check_int
 
 
@@ -90,7 +91,7 @@ class FaithfulnessMetric:
 
     def __init__(
         self,
-        llm: Any,
+        llm: LLMLike,
         *,
         retries: int = 2,
         prompts: Mapping[str, str] | Prompts | None = None,

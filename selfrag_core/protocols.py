@@ -1,14 +1,22 @@
 """What the core needs from its dependencies, as structural protocols.
 
-Nothing here must be subclassed: any object with the right methods works. The core
-also accepts LangChain models (``invoke``/``ainvoke``), LlamaIndex LLMs
-(``complete``/``acomplete``) and plain callables; see ``selfrag_core.llm``.
+Nothing here must be subclassed: any object with the right methods works. The public
+parameters are typed with the unions below, so a type checker tells a user who passes
+something the library cannot call (as Haystack types its components' dependencies):
+
+* :data:`LLMLike`: ``generate(prompt)`` (or ``agenerate``, or their structured forms), a
+  LangChain chat model (``invoke``), a LlamaIndex LLM (``complete``) or a callable;
+  see ``selfrag_core.llm``.
+* :data:`BackendLike`: ``retrieve(query, top_k)`` (or ``aretrieve``), a LlamaIndex
+  retriever (``retrieve(query)``), a LangChain retriever (``invoke``) or vector store
+  (``similarity_search``), or a callable; see ``selfrag_core.retrieval``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -49,10 +57,43 @@ class AsyncStructuredLLM(Protocol):
 
 
 @runtime_checkable
+class Invokable(Protocol):
+    """A LangChain runnable: a chat model, or a retriever (``invoke(input)``)."""
+
+    def invoke(self, input: Any, /) -> Any: ...
+
+
+@runtime_checkable
+class Completable(Protocol):
+    """A LlamaIndex LLM (``complete(prompt)``)."""
+
+    def complete(self, prompt: str, /) -> Any: ...
+
+
+@runtime_checkable
 class Retriever(Protocol):
     """A retrieval backend. Any output format ``_retrieve_safe`` knows is accepted."""
 
     def retrieve(self, query: str, top_k: int) -> Any: ...
+
+
+@runtime_checkable
+class AsyncRetriever(Protocol):
+    async def aretrieve(self, query: str, top_k: int) -> Any: ...
+
+
+@runtime_checkable
+class QueryRetriever(Protocol):
+    """A LlamaIndex retriever (``retrieve(query)``: its own ``similarity_top_k``)."""
+
+    def retrieve(self, query: Any, /) -> Any: ...
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """A LangChain vector store (``similarity_search(query)``)."""
+
+    def similarity_search(self, query: str, /) -> Any: ...
 
 
 @runtime_checkable
@@ -67,3 +108,11 @@ class Embeddings(Protocol):
     def embed_documents(self, texts: list[str]) -> Any: ...
 
     def embed_query(self, text: str) -> Any: ...
+
+
+#: what the strategies accept as their LLM (see the module docstring)
+LLMLike = Union[
+    LLM, AsyncLLM, StructuredLLM, AsyncStructuredLLM, Invokable, Completable, Callable[[str], Any]
+]
+#: what the strategies accept as their retrieval backend (see the module docstring)
+BackendLike = Union[Retriever, AsyncRetriever, QueryRetriever, Invokable, VectorStore, Callable[..., Any]]

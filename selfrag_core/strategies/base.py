@@ -19,6 +19,7 @@ from selfrag_core.errors import RAGSystemError, StrategyError
 from selfrag_core.grounding import clean_answer, degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
+from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 
@@ -298,10 +299,14 @@ class Strategy(Generic[R]):
     under the CLI, the HTTP service and both adapters like the built-in ones.
     """
 
+    #: the retrieval backend (None for a strategy over several, such as SelfHealingRAG)
+    rag_system: BackendLike | None
+    llm: LLMLike
+
     def __init__(
         self,
-        rag_system: Any,
-        llm: Any,
+        rag_system: BackendLike,
+        llm: LLMLike,
         *,
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | Prompts | None = None,
@@ -312,7 +317,7 @@ class Strategy(Generic[R]):
         self._configure(llm, execution, prompts)
 
     def _configure(
-        self, llm: Any, execution: ExecutionConfig | None, prompts: Mapping[str, str] | Prompts | None
+        self, llm: LLMLike, execution: ExecutionConfig | None, prompts: Mapping[str, str] | Prompts | None
     ) -> None:
         """What every strategy has: its LLM, its ``ExecutionConfig`` and its prompts."""
         self.llm = require_llm(llm)

@@ -38,6 +38,7 @@ from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Ru
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language
+from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -124,8 +125,8 @@ class HyDERAG(Strategy[HyDEResult]):
 
     def __init__(
         self,
-        rag_system: Any,
-        llm: Any,
+        rag_system: BackendLike,
+        llm: LLMLike,
         num_hypothetical_docs: int = 3,
         use_original_query: bool = True,
         top_k: int = 5,

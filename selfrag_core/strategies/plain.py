@@ -12,6 +12,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Note, Plan
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.prompts import Prompts
+from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
@@ -32,8 +33,8 @@ class PlainRAG(Strategy[Answer]):
 
     def __init__(
         self,
-        rag_system: Any,
-        llm: Any,
+        rag_system: BackendLike,
+        llm: LLMLike,
         *,
         top_k: int = 5,
         llm_retries: int = 2,

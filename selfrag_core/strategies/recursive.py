@@ -30,6 +30,7 @@ from selfrag_core.grounding import content_stems
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
 from selfrag_core.prompts import DECOMPOSITION_SCHEMA, Prompts, detect_language
+from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -173,8 +174,8 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
 
     def __init__(
         self,
-        rag_system: Any,
-        llm: Any,
+        rag_system: BackendLike,
+        llm: LLMLike,
         config: RecursiveRAGConfig | None = None,
         *,
         execution: ExecutionConfig | None = None,

@@ -39,6 +39,7 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
 from selfrag_core.prompts import Prompts, detect_language
+from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
@@ -95,8 +96,8 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
 
     def __init__(
         self,
-        llm: Any,
-        strategies: Sequence[Any],
+        llm: LLMLike,
+        strategies: Sequence[BackendLike | Strategy[Any]],
         *,
         quality_threshold: float = 0.75,
         max_retries: int = 2,

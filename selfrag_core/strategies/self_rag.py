@@ -45,6 +45,7 @@ from selfrag_core.prompts import (
     Prompts,
     detect_language,
 )
+from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.retrieval import _deduplicate
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -182,8 +183,8 @@ class SelfIRAG(Strategy[SelfRAGResult]):
 
     def __init__(
         self,
-        rag_system: Any,
-        llm: Any,
+        rag_system: BackendLike,
+        llm: LLMLike,
         config: SelfRAGConfig | None = None,
         *,
         execution: ExecutionConfig | None = None,
