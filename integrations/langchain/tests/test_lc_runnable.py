@@ -43,9 +43,19 @@ def test_output_dict() -> None:
 
 
 def test_context_is_passed_to_the_strategy() -> None:
-    backend = FakeRetriever(CORPUS)
-    r = SelfRAGRunnable(strategy=SelfIRAG(backend, FakeLLM(judge_json(ANSWER))))
+    """The input's context reaches the backend (a fake that takes the filter and records it)."""
+    seen: list[Any] = []
+
+    class Filtering(FakeRetriever):
+        def retrieve(self, query: str, top_k: int = 5, metadata_filter: Any = None) -> Any:
+            seen.append(metadata_filter)
+            return super().retrieve(query, top_k)
+
+    r = SelfRAGRunnable(strategy=SelfIRAG(Filtering(CORPUS), FakeLLM(judge_json(ANSWER))))
     assert r.invoke({"query": QUERY, "context": {"metadata_filter": {"n": 1}}})["answer"] == ANSWER
+    assert seen == [{"n": 1}]
+    r.invoke({"query": QUERY})
+    assert seen == [{"n": 1}, None]
 
 
 @pytest.mark.parametrize("store", [True, False])
