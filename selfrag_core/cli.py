@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -353,6 +354,24 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generation_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--llm-max-tokens`` and ``--llm-temperature`` as the LLM factory's options (only the
+    ones given); CLIError for a value out of range."""
+    options: dict[str, Any] = {}
+    max_tokens = getattr(args, "llm_max_tokens", None)
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise CLIError(f"--llm-max-tokens must be a whole number >= 1, got {max_tokens!r}")
+        options["max_tokens"] = max_tokens
+    temperature = getattr(args, "llm_temperature", None)
+    if temperature is not None:
+        number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+        if not (number and math.isfinite(temperature) and temperature >= 0):
+            raise CLIError(f"--llm-temperature must be a number >= 0 (0: deterministic), got {temperature!r}")
+        options["temperature"] = float(temperature)
+    return options
+
+
 def _llm(args: argparse.Namespace) -> Any:
     from selfrag_core.local.factory import make_llm
 
@@ -363,6 +382,7 @@ def _llm(args: argparse.Namespace) -> Any:
                 f"--llm-base-url is for --llm openai:MODEL (an OpenAI-compatible server), not {args.llm!r}"
             )
         options = {"base_url": args.llm_base_url}
+    options.update(_generation_options(args))  # the flags win over any default or environment
     try:
         return make_llm(args.llm, **options)
     except (RAGSystemError, ValueError, OSError):
@@ -510,7 +530,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     "query_timeout": args.timeout or None},
             judge=llm if args.judge else None, cache=cache, replay=args.replay, concurrency=args.concurrency,
             limit=args.limit, seed=args.seed, output=out, embed=args.embedder,
-            progress=lambda done, n, question: advance(1, question[:60]), settings={"llm": args.llm},
+            progress=lambda done, n, question: advance(1, question[:60]),
+            settings={"llm": args.llm, **_generation_options(args)},
         )  # fmt: skip
     print(report.table())
     if report.cache is not None:
@@ -575,6 +596,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--llm-base-url", metavar="URL",
         help="the OpenAI-compatible server of --llm openai:MODEL, e.g. http://localhost:8080/v1 "
              "(default $SELFRAG_LLM_BASE_URL, $OPENAI_BASE_URL; the key is $OPENAI_API_KEY)",
+    )  # fmt: skip
+    llm_opts.add_argument(
+        "--llm-max-tokens", type=int, metavar="N",
+        help="the longest reply, in tokens (default: the model's; 192 for the local models' answers, "
+             "whose JSON replies keep their own cap, 512 for openai:MODEL)",
+    )  # fmt: skip
+    llm_opts.add_argument(
+        "--llm-temperature", type=float, metavar="T",
+        help="sampling temperature, >= 0 (default 0: deterministic; a provider:model keeps its own default)",
     )  # fmt: skip
     llm_opts.add_argument(
         "--threads",
@@ -694,6 +724,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setLevel(logging.INFO if args.verbose else logging.WARNING)  # bm25s sets its logger to DEBUG
     logging.basicConfig(level=handler.level, format="%(levelname)s: %(message)s", handlers=[handler])
     try:
+        _generation_options(args)  # a bad --llm-max-tokens / --llm-temperature fails before any work
         code: int = args.func(args)
     except CLIError as e:
         print(f"selfrag: error: {e}", file=sys.stderr)

@@ -11,8 +11,8 @@ other provider, and the error says what to set.
 
 Providers. ``provider:model`` is resolved by the first of:
 
-1. ``PROVIDERS[provider]``: a factory taking the model name, added in-process
-   (``PROVIDERS["echo"] = lambda model: ...``);
+1. ``PROVIDERS[provider]``: a factory taking the model name (and the generation options
+   given, as keywords), added in-process (``PROVIDERS["echo"] = lambda model: ...``);
 2. the entry point named ``provider`` in the group ``selfrag.llm_providers``;
 3. the entry points named ``*`` in that group: resolvers for any provider not named
    (the LangChain adapter registers one, reaching every chat model its
@@ -20,6 +20,8 @@ Providers. ``provider:model`` is resolved by the first of:
 
 An entry point refers to a callable that takes the whole spec, ``"provider:model"``
 (one resolver may serve many providers, and a model name may itself hold colons), and
+the generation options given (``max_tokens``, ``temperature``: keyword arguments, passed
+only when set; the LangChain adapter's resolver hands them to the chat model), and
 returns an LLM (anything the strategies can call), or raises ``ConfigurationError``
 (malformed spec, unknown provider or model: a ``*`` resolver's refusal passes the spec
 to the next one) or ``MissingDependencyError`` naming the package to install. Entry
@@ -34,6 +36,7 @@ registers one in its ``pyproject.toml``::
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -110,12 +113,39 @@ def _names_a_server(options: dict[str, Any]) -> bool:
 
 #: the options of ``make_llm`` that only local models take (dropped for ``openai:MODEL``)
 _LOCAL_ONLY = frozenset({"n_threads", "n_ctx", "chat", "verbose", "repeat_penalty", "hold_end_after_colon"})
+#: the options of ``make_llm`` that every LLM takes: the local models, ``openai:MODEL``, and
+#: providers (as keyword arguments of their factory or entry point, when given)
+GENERATION_OPTIONS = ("max_tokens", "temperature")
+
+
+def _accepts(factory: Callable[..., Any], names: list[str]) -> bool:
+    """Whether ``factory`` takes the keyword arguments ``names`` (True when its signature is unknown)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return True
+    keywords = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return set(names) <= keywords
+
+
+def _provider_llm(factory: Callable[..., Any], arg: str, options: dict[str, Any], what: str) -> Any:
+    """``factory(arg, **generation options)``; ConfigurationError when it does not take them."""
+    generation = {k: options[k] for k in GENERATION_OPTIONS if k in options}
+    if generation and not _accepts(factory, list(generation)):
+        raise ConfigurationError(
+            f"the LLM provider {what} takes no {' or '.join(generation)} option; leave it out "
+            "(--llm-max-tokens, --llm-temperature) or set it in the provider's own configuration"
+        )
+    return factory(arg, **generation)
 
 
 def make_llm(spec: str = "local", **options: Any) -> Any:
     """Build the LLM named by ``spec``; ``options`` go to ``LocalLLM`` for local models, and
     to :func:`openai_llm` for ``openai:MODEL`` (``base_url``, ``api_key``, ...; the local
-    models' ``n_threads`` and the like are dropped).
+    models' ``n_threads`` and the like are dropped). A provider gets the generation options
+    (``max_tokens``, ``temperature``) as keyword arguments, and no others; ``fake`` takes none.
 
     Raises ConfigurationError for an unknown name or provider, MissingDependencyError
     (with the install command) when the model's packages are missing.
@@ -127,10 +157,10 @@ def make_llm(spec: str = "local", **options: Any) -> Any:
     if sep and len(provider) > 1:  # "C:\\models\\x.gguf" is a path, not a provider
         factory = PROVIDERS.get(provider.lower())
         if factory is not None:
-            return factory(model)
+            return _provider_llm(factory, model, options, repr(provider.lower()))
         if provider.lower() == OPENAI and _names_a_server(options):
             return openai_llm(model, **{k: v for k, v in options.items() if k not in _LOCAL_ONLY})
-        return _from_entry_points(name, provider.lower())
+        return _from_entry_points(name, provider.lower(), options)
     from selfrag_core.local.llm import LocalLLM
 
     return LocalLLM(name, **options)
@@ -160,16 +190,18 @@ def _load(ep: metadata.EntryPoint) -> Callable[[str], Any]:
     return resolver
 
 
-def _from_entry_points(spec: str, provider: str) -> Any:
-    """The LLM of ``spec`` from the entry point named ``provider``, else from the ``*`` ones."""
+def _from_entry_points(spec: str, provider: str, options: dict[str, Any] | None = None) -> Any:
+    """The LLM of ``spec`` from the entry point named ``provider``, else from the ``*`` ones
+    (each given the generation options of ``options``)."""
+    options = options or {}
     entry_points = provider_entry_points()
     for ep in entry_points:
         if ep.name.lower() == provider:
-            return _load(ep)(spec)
+            return _provider_llm(_load(ep), spec, options, f"{ep.name!r} ({ep.value})")
     refusals: list[ConfigurationError] = []
     for ep in (ep for ep in entry_points if ep.name == ANY_PROVIDER):
         try:
-            return _load(ep)(spec)
+            return _provider_llm(_load(ep), spec, options, f"{ep.name!r} ({ep.value})")
         except ConfigurationError as e:
             refusals.append(e)
     if len(refusals) == 1:

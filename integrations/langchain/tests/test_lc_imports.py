@@ -10,6 +10,7 @@ import selfrag_langchain
 EXPECTED_ALL = [
     "LangChainBackend",
     "LangChainLLM",
+    "SelfRAGEmbeddings",
     "SelfRAGRunnable",
     "StrategyRetriever",
     "VectorStoreSearch",

@@ -10,10 +10,18 @@ LlamaIndex LLM as their LLM and any retriever or index as their backend.
 """
 
 from selfrag_llamaindex.backend import LlamaIndexBackend, as_backend
+from selfrag_llamaindex.embeddings import SelfRAGEmbedding
 from selfrag_llamaindex.llm import LlamaIndexLLM
 from selfrag_llamaindex.query_engine import SelfRAGQueryEngine
 from selfrag_llamaindex.retriever import StrategyRetriever
 
 __version__ = "0.1.0"
 
-__all__ = ["LlamaIndexBackend", "LlamaIndexLLM", "SelfRAGQueryEngine", "StrategyRetriever", "as_backend"]
+__all__ = [
+    "LlamaIndexBackend",
+    "LlamaIndexLLM",
+    "SelfRAGEmbedding",
+    "SelfRAGQueryEngine",
+    "StrategyRetriever",
+    "as_backend",
+]
