@@ -289,6 +289,8 @@ class Run:
                 detail={"prompt_chars": len(effect.prompt)},
             )
         )
+        for name, message in reply.fallbacks if reply else ():  # what the model fell back on
+            self.record_note(Note(name, message, {"purpose": effect.purpose}))
 
     def record_retrieval(
         self, effect: Retrieve, start: float, docs: Sequence[RetrievedDoc] | None, error: Exception | None

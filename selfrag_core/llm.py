@@ -56,6 +56,7 @@ class LLMReply:
     attempts: int = 1
     input_tokens: int | None = None
     output_tokens: int | None = None
+    fallbacks: tuple[tuple[str, str], ...] = ()  # see LLMOutput.fallbacks
 
 
 def _mro_names(obj: Any) -> frozenset[str]:
@@ -123,7 +124,9 @@ def _content_text(content: Any) -> str:
 def to_reply(raw: Any) -> LLMReply:
     """Normalise any LLM return value to text plus token usage."""
     if isinstance(raw, LLMOutput):
-        return LLMReply(raw.text, input_tokens=raw.input_tokens, output_tokens=raw.output_tokens)
+        return LLMReply(
+            raw.text, input_tokens=raw.input_tokens, output_tokens=raw.output_tokens, fallbacks=raw.fallbacks
+        )
     if isinstance(raw, str):
         return LLMReply(raw)
     if isinstance(raw, dict):

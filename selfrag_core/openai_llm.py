@@ -30,6 +30,7 @@ exceptions, which the library retries with its policy (the client's retries are 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -369,8 +370,7 @@ class OpenAICompatibleLLM:
                     raise _translated(e, self) from e
                 refused.append((method, e))
                 continue
-            self._settle(method, refused)
-            return output
+            return self._settle(method, refused, output)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aprobe(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
@@ -385,19 +385,24 @@ class OpenAICompatibleLLM:
                     raise _translated(e, self) from e
                 refused.append((method, e))
                 continue
-            self._settle(method, refused)
-            return output
+            return self._settle(method, refused, output)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _settle(self, method: str, refused: list[tuple[str, Exception]]) -> None:
+    def _settle(self, method: str, refused: list[tuple[str, Exception]], output: LLMOutput) -> LLMOutput:
+        """Remember ``method`` for this server; the probe's reply carries each refused
+        method as a fallback (``structured_output_refused``), so the query's trace shows it."""
+        notes = []
         for failed, error in refused:
             fallback = StructuredFallback(failed, _brief(error), method)
             self.structured_fallbacks.append(fallback)
-            logger.warning(
-                "%s: structured output by %s failed (%s); using %s for this server from now on",
-                self, failed, fallback.error, method,
-            )  # fmt: skip
+            message = (
+                f"structured output by {failed} failed ({fallback.error}); "
+                f"using {method} for this server from now on"
+            )
+            logger.warning("%s: %s", self, message)
+            notes.append(("structured_output_refused", message))
         self._method = method
+        return dataclasses.replace(output, fallbacks=output.fallbacks + tuple(notes))
 
 
 def _build(make: Any) -> Any:

@@ -26,6 +26,9 @@ class LLMOutput:
     text: str
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: fallbacks the model took to produce this reply, as ``(name, message)`` pairs (e.g. a
+    #: structured-output method the server refused): recorded in the query's trace
+    fallbacks: tuple[tuple[str, str], ...] = ()
 
 
 @runtime_checkable

@@ -243,6 +243,28 @@ def test_probe_skips_a_refused_method_once_and_remembers_the_working_one(
     assert server.requests[0]["response_format"]["json_schema"]["schema"] == SCHEMA
 
 
+def test_a_refused_method_is_a_fallback_in_the_query_trace(server: FakeServer) -> None:
+    """The probe's refusals reach the trace of the query that probed (once: later calls
+    use the remembered method), not only the log."""
+    from selfrag_core.engine import Generate, Run, run_sync
+
+    server.refuse = {"json_schema": 500}
+    llm = make(server)
+
+    def plan() -> Any:
+        yield Generate(llm, "Answer in JSON.", "evaluate", 0, SCHEMA)
+        return (yield Generate(llm, "Again, in JSON.", "evaluate", 0, SCHEMA))
+
+    run = Run(ExecutionConfig())
+    assert json.loads(run_sync(plan(), run).text)["answer"] == ANSWER
+    [fallback] = run.trace.fallbacks
+    assert fallback.name == "structured_output_refused" and fallback.detail == {"purpose": "evaluate"}
+    assert "json_schema" in (fallback.error or "") and "using tools" in (fallback.error or "")
+    later = Run(ExecutionConfig())
+    run_sync(plan(), later)
+    assert later.trace.fallbacks == [] and later.trace.llm_calls == 2
+
+
 async def test_async_probe_falls_back_to_json_mode_with_schema(server: FakeServer) -> None:
     server.refuse = {"json_schema": 500, "tools": 400}
     llm = make(server)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -56,6 +57,7 @@ class LangChainLLM:
             getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
         )
         self._runnables: dict[tuple[str, str], Runnable[Any, Any] | None] = {}
+        self._refused_methods: set[str] = set()  # refused by the server: not tried again
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -85,21 +87,24 @@ class LangChainLLM:
     def structured_runnable(self, schema: Mapping[str, Any]) -> Runnable[Any, Any] | None:
         """The model bound to ``schema`` by the first method it accepts, or None when it
         supports no structured output."""
-        return next(self._bindings(schema), None)
+        return next((bound for _, bound in self._bindings(schema)), None)
 
-    def _bindings(self, schema: Mapping[str, Any]) -> Iterator[Runnable[Any, Any]]:
+    def _bindings(self, schema: Mapping[str, Any]) -> Iterator[tuple[str, Runnable[Any, Any]]]:
         """The model bound to ``schema`` by each method to try, in order, each bound only
-        when the one before could not be used (cached per schema and method)."""
+        when the one before could not be used (cached per schema and method); a method
+        the server refused is not tried again."""
         if self.structured == "off":
             return
         key = json.dumps(schema, sort_keys=True)
         for method in ("json_schema", "json_mode") if self.structured == "auto" else (self.structured,):
             with self._lock:
+                if method in self._refused_methods:
+                    continue
                 if (key, method) not in self._runnables:
                     self._runnables[key, method] = self._bind(dict(schema), method)
                 bound = self._runnables[key, method]
             if bound is not None:
-                yield bound
+                yield method, bound
 
     def _bind(self, schema: dict[str, Any], method: str) -> Runnable[Any, Any] | None:
         if not isinstance(self.model, BaseLanguageModel):
@@ -111,31 +116,53 @@ class LangChainLLM:
         except (NotImplementedError, ValueError, TypeError):
             return None
 
-    def _refused(self, error: Exception) -> None:
+    def _refused(self, method: str, error: Exception) -> tuple[str, str]:
         """``auto``: a server may accept the binding and refuse the request (e.g. a 400
-        for ``response_format``): the next method is tried, then plain text (logged)."""
+        for ``response_format``, or llama.cpp's 500 for ``json_schema``): the next method
+        is tried, then plain text. A refusal by HTTP status (400, 422, 500, 501) or
+        ``NotImplementedError`` is remembered, so the method is not tried again. Returns
+        the fallback for the query's trace."""
         if self.structured != "auto":
             raise error
-        logger.warning(
-            "selfrag fallback: structured output failed on %s (%s: %s); trying the next method",
-            self.name, type(error).__name__, error,
-        )  # fmt: skip
+        remembered = (
+            isinstance(error, NotImplementedError) or getattr(error, "status_code", None) in _REFUSALS
+        )
+        if remembered:
+            with self._lock:
+                self._refused_methods.add(method)
+        failure = f"{type(error).__name__}: {str(error)[:200]}"
+        then = "not tried again" if remembered else "the next method this time"
+        message = f"structured output by {method} failed on {self.name} ({failure}); {then}"
+        logger.warning("selfrag fallback: %s", message)
+        return "structured_output_refused", message
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        for bound in self._bindings(schema):
+        notes: list[tuple[str, str]] = []
+        for method, bound in self._bindings(schema):
             try:
-                return structured_output(bound.invoke(prompt, self._config()), str(self.name))
+                return _with(structured_output(bound.invoke(prompt, self._config()), str(self.name)), notes)
             except Exception as e:
-                self._refused(e)
-        return self.generate(prompt)
+                notes.append(self._refused(method, e))
+        return _with(self.generate(prompt), notes)
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        for bound in self._bindings(schema):
+        notes: list[tuple[str, str]] = []
+        for method, bound in self._bindings(schema):
             try:
-                return structured_output(await bound.ainvoke(prompt, self._config()), str(self.name))
+                output = structured_output(await bound.ainvoke(prompt, self._config()), str(self.name))
+                return _with(output, notes)
             except Exception as e:
-                self._refused(e)
-        return await self.agenerate(prompt)
+                notes.append(self._refused(method, e))
+        return _with(await self.agenerate(prompt), notes)
+
+
+#: HTTP statuses of a refused structured-output method (remembered: not tried again)
+_REFUSALS = frozenset({400, 422, 500, 501})
+
+
+def _with(output: LLMOutput, notes: list[tuple[str, str]]) -> LLMOutput:
+    """``output`` carrying the fallbacks taken to produce it (into the query's trace)."""
+    return dataclasses.replace(output, fallbacks=output.fallbacks + tuple(notes)) if notes else output
 
 
 def as_llm(model: Any, **kwargs: Any) -> Any:

@@ -159,3 +159,39 @@ def test_auto_tries_json_mode_when_the_server_refuses_json_schema_at_call_time(u
     assert model.methods == ["json_schema", "json_mode"] and '"relevance": 9' in out.text
     with pytest.raises(ValueError, match="not supported by this server"):
         LangChainLLM(model, structured="json_schema").generate_structured("evaluate this", EVALUATION_SCHEMA)
+
+
+def test_a_method_the_server_refuses_by_status_is_not_tried_again_and_is_in_the_trace() -> None:
+    """llama.cpp's server answers json_schema with HTTP 500 on every JSON step: the
+    refusal is remembered (the next steps go straight to json_mode) and the query that
+    met it has it in its trace, not only in the log."""
+    from langchain_core.runnables import RunnableLambda
+
+    from selfrag_core import ExecutionConfig, SelfRAGConfig
+
+    class ServerError(Exception):
+        status_code = 500
+
+    class RefusesJsonSchema(type(keyed_model())):  # type: ignore[misc]
+        def with_structured_output(self, schema, *, method="", **kwargs):  # type: ignore[no-untyped-def]
+            bound = super().with_structured_output(schema, method=method, **kwargs)
+            if method != "json_schema":
+                return bound
+
+            def refuse(prompt: object) -> object:
+                self.methods.append("json_schema refused")
+                raise ServerError("500: json_schema failed")
+
+            return RunnableLambda(refuse, afunc=None)
+
+    model = RefusesJsonSchema(structured=True, prompts=[], methods=[], default=judge_json(ANSWER, 9))
+    strategy = SelfIRAG(
+        FakeRetriever(CORPUS), LangChainLLM(model), SelfRAGConfig(), execution=ExecutionConfig()
+    )
+    first = strategy.query("What is the capital of France?")
+    second = strategy.query("What is the capital of France?")
+    assert first.answer == ANSWER == second.answer
+    assert model.methods.count("json_schema refused") == 1  # tried once, then remembered
+    [fallback] = first.trace.fallbacks
+    assert fallback.name == "structured_output_refused" and "not tried again" in (fallback.error or "")
+    assert second.trace.fallbacks == []
