@@ -10,8 +10,8 @@ import pytest
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 
+from selfrag_core.backends import embedders as local_embeddings
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.local import embeddings as local_embeddings
 from selfrag_core.store import HashingEmbeddings
 from selfrag_langchain import SelfRAGEmbeddings
 

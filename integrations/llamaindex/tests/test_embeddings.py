@@ -13,8 +13,8 @@ from llama_index.core import Document, Settings, VectorStoreIndex
 from llama_index.core import settings as li_settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
+from selfrag_core.backends import embedders as local_embeddings
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.local import embeddings as local_embeddings
 from selfrag_core.store import HashingEmbeddings
 from selfrag_llamaindex import SelfRAGEmbedding
 
