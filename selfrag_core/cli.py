@@ -9,6 +9,9 @@ a local LLM.
 
 The index lives in ``--index DIR``, else ``$SELFRAG_INDEX``, else the per-user data
 directory (``$XDG_DATA_HOME/selfrag/index``, by default ``~/.local/share/selfrag/index``).
+``--backend SPEC`` (index, ask, eval, serve) wins over it: an index directory, a Chroma
+server (``chroma://HOST:PORT/COLLECTION``) or a backend of your own (``module:factory``,
+``file.py:factory``); see ``presets.open_backend``.
 Results go to stdout; progress, warnings and errors to stderr. Exit codes: 0 done,
 1 done with skipped input (or nothing to index), 2 nothing done (bad input or setup),
 130 interrupted. An index is only ever replaced atomically, so a failure never loses
@@ -38,7 +41,9 @@ from selfrag_core.presets import (  # build_strategy and open_index re-exported:
     DEFAULT_QUERY_TIMEOUT,
     EMBEDDERS,
     STRATEGIES,
+    backend_kind,
     build_strategy,
+    open_backend,
     open_index,
     preset_for,
 )
@@ -98,6 +103,29 @@ def _data_home() -> Path:
 
 def _index_dir(args: argparse.Namespace, default: Callable[[], Path] = default_index_dir) -> Path:
     return Path(args.index).expanduser() if args.index else default()
+
+
+def _external_backend(args: argparse.Namespace) -> str | None:
+    """The ``--backend`` spec when it names something other than an index directory (a
+    Chroma server, a factory), else None; a directory given as ``--backend`` becomes
+    ``--index`` (it wins over one given too)."""
+    spec: str | None = getattr(args, "backend", None)
+    if not spec:
+        return None
+    if backend_kind(spec) == "directory":
+        args.index, args.backend = spec, None
+        return None
+    if args.index:
+        logger.info("--backend %s wins over --index %s", spec, args.index)
+    return spec
+
+
+def _open_external(args: argparse.Namespace, spec: str) -> Any:
+    """The backend ``spec`` names, with ``--embedder`` and ``--chunk-size`` where the
+    command has them."""
+    return open_backend(
+        spec, embed=getattr(args, "embedder", "auto"), chunk_size=getattr(args, "chunk_size", 600)
+    )
 
 
 # ----------------------------------------------------------------------------- reading files
@@ -244,11 +272,32 @@ def index_paths(
     with progress.task("indexing", len(docs)) as advance:
         for start in range(0, len(docs), _BATCH):
             batch = docs[start : start + _BATCH]
-            added += rag.index_many(batch)
+            added += _write(rag, batch)
             advance(len(batch))
-    if added:
+    if added and callable(getattr(rag, "save", None)):
         rag.save()  # atomic: the previous index stays intact until this completes
     return len(docs), added, skipped, explicit_problems
+
+
+def _can_write(backend: Any) -> bool:
+    return any(callable(getattr(backend, n, None)) for n in ("index_many", "add_documents", "add_document"))
+
+
+def _write(backend: Any, docs: list[dict[str, Any]]) -> int:
+    """Index ``docs`` (dicts with text, source, title) into any backend that can: the
+    embedded index's ``index_many``, else ``add_documents``, else ``add_document``."""
+    if callable(getattr(backend, "index_many", None)):
+        return int(backend.index_many(docs))
+    if callable(getattr(backend, "add_documents", None)) and not _is_langchain(backend):
+        return int(backend.add_documents(docs))
+    return sum(
+        int(backend.add_document(d["text"], {k: v for k, v in d.items() if k != "text"}) or 0) for d in docs
+    )
+
+
+def _is_langchain(backend: Any) -> bool:
+    """LangChain vector stores' ``add_documents`` takes Documents, not dicts."""
+    return hasattr(backend, "similarity_search_with_score")
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -334,6 +383,9 @@ def print_result(result: Any) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    spec = _external_backend(args)
+    if spec is not None:
+        return _index_external(args, spec)
     directory = _index_dir(args)
     gathered = gather(args.paths)  # missing paths fail before the index is opened
     rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
@@ -343,6 +395,34 @@ def cmd_index(args: argparse.Namespace) -> int:
     print(
         f"{files} file(s) read, {added} new chunk(s); index at {directory} now holds "
         f"{rag.count()} chunk(s) from {len(rag.sources())} source(s)"
+        + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
+    )
+    if problems:
+        return 1
+    if files == 0:
+        where = " ".join(args.paths)
+        print(f"selfrag: nothing to index in {where}: no readable text files (-v says why)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _index_external(args: argparse.Namespace, spec: str) -> int:
+    """``selfrag index PATH... --backend SPEC``: the files written into that backend (a
+    Chroma collection, or a factory's object with ``add_document``)."""
+    gathered = gather(args.paths)
+    backend = _open_external(args, spec)
+    if not _can_write(backend) or _is_langchain(backend):
+        raise CLIError(
+            f"the backend {spec} ({type(backend).__name__}) has no add_document: fill it with its own "
+            "tools, or index into a directory (--index DIR) or a Chroma server (chroma://HOST:PORT/NAME)"
+        )
+    files, added, skipped, problems = index_paths(
+        backend, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
+    )
+    count = backend.count() if callable(getattr(backend, "count", None)) else None
+    print(
+        f"{files} file(s) read, {added} new chunk(s) in {spec}"
+        + (f", which now holds {count} chunk(s)" if isinstance(count, int) else "")
         + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
     )
     if problems:
@@ -414,9 +494,16 @@ def unanswered(result: Any) -> str | None:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    rag = open_index(_index_dir(args), create=False)
-    if rag.count() == 0:
-        raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
+    spec = _external_backend(args)
+    if spec is not None:
+        rag = _open_external(args, spec)
+        counter = getattr(rag, "count", None)
+        if callable(counter) and counter() == 0:
+            raise CLIError(f"the backend {spec} is empty; run `selfrag index PATH... --backend {spec}` first")
+    else:
+        rag = open_index(_index_dir(args), create=False)
+        if rag.count() == 0:
+            raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
     result = run_strategy(_strategy(args, args.strategy, rag, _llm(args)), args.question)
     why = unanswered(result)
     if args.json:
@@ -510,8 +597,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for problem in data.problems[:20]:
         print(f"selfrag: skipped {problem}", file=sys.stderr)
     names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    spec = _external_backend(args)
+    if spec is not None and args.corpus is not None:
+        raise CLIError(
+            f"--corpus is indexed into an embedded index, --backend {spec} is searched as it is: give one"
+        )
+    rag = _open_external(args, spec) if spec is not None else None
     index = args.index
-    if index is None and args.corpus is None and data.corpus is None:
+    if index is None and rag is None and args.corpus is None and data.corpus is None:
         index = str(default_index_dir())  # the user's own index
     out = Path(args.out) if args.out else Path("eval-results") / data.name
     cache = (
@@ -524,7 +617,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     total = len(data.sample(args.limit, args.seed).questions)
     with progress.task("eval", total) as advance:
         report = evaluate(
-            data, names, llm=llm, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
+            data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
             preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
             limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
                     "query_timeout": args.timeout or None},
@@ -555,8 +648,13 @@ def serve_app(args: argparse.Namespace) -> Any:
     """The app ``selfrag serve`` serves (one per worker process), from its parsed options."""
     from selfrag_core.serve import create_app, settings_from_args  # MissingDependencyError with the hint
 
-    directory = _index_dir(args)
-    rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    spec = _external_backend(args)
+    if spec is not None:  # every worker its own client: no index directory, no file lock
+        directory = None
+        rag = _open_external(args, spec)
+    else:
+        directory = _index_dir(args)
+        rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
     llm = _llm(args)
     strategies = {
         name: build_strategy(
@@ -564,14 +662,19 @@ def serve_app(args: argparse.Namespace) -> Any:
         )
         for name in STRATEGIES
     }
-    settings = settings_from_args(args, index_dir=str(directory))
+    if directory is None:
+        args.index = None
+    settings = settings_from_args(args, index_dir=None if directory is None else str(directory))
     return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from selfrag_core.serve.server import serve_forever, serve_workers
 
-    args.index = str(_index_dir(args))  # every worker opens the same directory
+    if _external_backend(args) is None:
+        args.index = str(_index_dir(args))  # every worker opens the same directory
+    else:
+        args.index = None  # every worker opens its own client to the backend
     if args.workers > 1:
         serve_workers("selfrag_core.cli:serve_app", args, args.workers)
     else:
@@ -584,6 +687,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--index", metavar="DIR", help="index directory (default: $SELFRAG_INDEX or the user data dir)"
     )
+    backend_opt = argparse.ArgumentParser(add_help=False)
+    backend_opt.add_argument(
+        "--backend", metavar="SPEC",
+        help="where the documents live, winning over --index: an index directory, "
+             "chroma://HOST:PORT/COLLECTION (a Chroma server; vectors from --embedder), or your own "
+             "backend object: package.module:factory or file.py:factory (called with no arguments, or "
+             "embedder=)",
+    )  # fmt: skip
     common.add_argument("-v", "--verbose", action="store_true", help="log more (and list skipped files)")
     common.add_argument("--plain", action="store_true", help="plain progress lines instead of a progress bar")
     llm_opts = argparse.ArgumentParser(add_help=False)
@@ -636,11 +747,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="selfrag", description="Self-improving RAG over your documents, offline."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("index", parents=[common, new_index], help="index files and folders")
+    p = sub.add_parser(
+        "index", parents=[common, backend_opt, new_index],
+        help="index files and folders (into --index DIR, or --backend chroma://... or a factory's object)",
+    )  # fmt: skip
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--encoding", help="encoding of files that are not UTF-8 (e.g. cp1252)")
     p.set_defaults(func=cmd_index)
-    p = sub.add_parser("ask", parents=[common, llm_opts, timing], help="answer a question from the index")
+    p = sub.add_parser(
+        "ask", parents=[common, backend_opt, llm_opts, timing], help="answer a question from the index"
+    )
     p.add_argument("question")
     p.add_argument(
         "--strategy", default="self", metavar="NAME",
@@ -662,7 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser(
-        "eval", parents=[common, llm_opts, timing],
+        "eval", parents=[common, backend_opt, llm_opts, timing],
         help="compare the strategies with a plain retrieve-and-answer on your questions",
     )  # fmt: skip
     p.add_argument("questions", help="questions: a .jsonl file, a BEIR folder or a SQuAD .json file")
@@ -710,7 +826,7 @@ def build_parser() -> argparse.ArgumentParser:
     from selfrag_core.serve.server import add_arguments as add_serve_arguments  # imports no FastAPI
 
     p = sub.add_parser(
-        "serve", parents=[common, llm_opts, new_index],
+        "serve", parents=[common, backend_opt, llm_opts, new_index],
         help="serve the strategies over HTTP (pip install 'selfrag[serve]')",
     )  # fmt: skip
     add_serve_arguments(p, shared=False)

@@ -10,7 +10,7 @@ contracts).
     build_strategy(name, rag, llm, *, preset="small", top_k=3, ...)   # one strategy (or a ModelProfile)
     default_strategies(rag, llm)                                      # create_app's four
     open_index(directory, *, create, embed="auto", ...)               # the embedded index
-    open_backend(index_dir)                                           # ... or one in memory
+    open_backend(spec)                   # --backend: a directory, chroma://..., module:factory, or memory
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import importlib.util
 import inspect
 import json
 import logging
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,24 @@ def build_strategy(
     raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join((BASELINE, *STRATEGIES))}")
 
 
+def _import_attribute(spec: str) -> Any:
+    """The object ``"package.module:name"`` or ``"path/to/file.py:name"`` names (``name``
+    may be dotted). Raises ImportError, OSError or AttributeError."""
+    where, _, attribute = spec.rpartition(":")
+    if where.endswith(".py"):
+        module_spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+        if module_spec is None or module_spec.loader is None or not Path(where).is_file():
+            raise FileNotFoundError(where)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    found: Any = module
+    for name in attribute.split("."):
+        found = getattr(found, name)
+    return found
+
+
 def load_strategy(
     spec: str, rag: Any, llm: Any, *, execution: ExecutionConfig | None = None
 ) -> Strategy[Any]:
@@ -150,17 +170,8 @@ def load_strategy(
     ``f(rag_system, llm, ...)`` returning a strategy) as ``"package.module:Name"`` or
     ``"path/to/file.py:Name"``; it is built with the backend and the LLM, and with
     ``execution`` where it takes one. Raises ConfigurationError naming what is missing."""
-    where, _, attribute = spec.rpartition(":")
     try:
-        if where.endswith(".py"):
-            module_spec = importlib.util.spec_from_file_location(Path(where).stem, where)
-            if module_spec is None or module_spec.loader is None or not Path(where).is_file():
-                raise FileNotFoundError(where)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-        factory = getattr(module, attribute)
+        factory = _import_attribute(spec)
     except (ImportError, OSError, AttributeError) as e:
         raise ConfigurationError(
             f"cannot load the strategy {spec!r} ({type(e).__name__}: {e}); give 'package.module:Name' "
@@ -274,10 +285,127 @@ def open_index(
     return rag_class.load(directory, embed=_UnloadedEmbedder(stored) if read_only else LocalEmbeddings())
 
 
-def open_backend(index_dir: str | Path | None) -> Any:
-    """The embedded backend over ``index_dir`` (``open_index(index_dir, create=True)``),
-    or in memory when None."""
-    if index_dir is None:
+#: what a ``--backend`` spec names (:func:`backend_kind`)
+BACKEND_KINDS = ("memory", "directory", "chroma", "factory")
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+def backend_kind(spec: str | os.PathLike[str] | None) -> str:
+    """What a ``--backend`` spec names, one of ``BACKEND_KINDS``: None is "memory"; a
+    ``chroma://`` URL "chroma"; ``"package.module:factory"`` or ``"path/file.py:factory"``
+    "factory" (the part before the last ":" a dotted name or a ``.py`` path, the part
+    after it a dotted name, and no directory of that name exists); anything else,
+    and every ``Path``, an index "directory"."""
+    if spec is None:
+        return "memory"
+    if not isinstance(spec, str):
+        return "directory"
+    if spec.startswith("chroma:"):
+        return "chroma"
+    where, sep, attribute = spec.rpartition(":")
+    if (
+        sep
+        and _DOTTED.match(attribute)
+        and (where.endswith(".py") or (_DOTTED.match(where) and len(where) > 1))
+        and not Path(spec).expanduser().is_dir()
+    ):
+        return "factory"
+    return "directory"
+
+
+def backend_embedder(choice: str = "auto") -> Any:
+    """The embedder of an external backend: as a new embedded index's (``EMBEDDERS``), but
+    never none, since a vector store needs vectors: "auto" is MiniLM when installed, else
+    hashing (with a warning: it matches words, not meanings)."""
+    from selfrag_core.local.embeddings import EMBEDDINGS_HINT, LocalEmbeddings, embeddings_available
+    from selfrag_core.store.dense import HashingEmbeddings
+
+    if choice not in EMBEDDERS:
+        raise ConfigurationError(f"unknown embedder {choice!r}; choose one of {', '.join(EMBEDDERS)}")
+    if choice == "none":
+        raise ConfigurationError(
+            "an external backend searches vectors: choose --embedder auto, minilm or hashing, not none"
+        )
+    if choice == "auto" and not embeddings_available():
+        logger.warning(
+            "the local embedder is not installed (%s): the backend's vectors come from hashing, "
+            "which matches words, not meanings", EMBEDDINGS_HINT,
+        )  # fmt: skip
+        return HashingEmbeddings()
+    return HashingEmbeddings() if choice == "hashing" else LocalEmbeddings()
+
+
+def _known_embedder(name: str | None) -> Any:
+    """The embedder of ours that ``name`` names (MiniLM, default hashing), else None."""
+    from selfrag_core.local.embeddings import LocalEmbeddings
+    from selfrag_core.store.dense import HashingEmbeddings
+
+    if name == LocalEmbeddings.name:
+        return LocalEmbeddings()
+    hashing = HashingEmbeddings()
+    return hashing if name == hashing.name else None
+
+
+def _retrievable(backend: Any) -> bool:
+    return any(
+        callable(getattr(backend, name, None))
+        for name in ("retrieve", "aretrieve", "invoke", "similarity_search_with_score")
+    ) or callable(backend)
+
+
+def load_backend(spec: str, *, embed: str = "auto") -> Any:
+    """The backend a factory of your own makes: ``spec`` names a callable as
+    ``"package.module:factory"`` or ``"path/to/file.py:factory"``; it is called with no
+    arguments, or with ``embedder=`` (``backend_embedder(embed)``) when it takes one. Its
+    object may be anything retrieval calls (a LangChain vector store or retriever, a
+    LlamaIndex retriever, an object with ``retrieve(query, top_k)``...); an object that
+    only has ``as_retriever()`` (a LlamaIndex index) is asked for its retriever.
+    Raises ConfigurationError naming what is missing."""
+    try:
+        factory = _import_attribute(spec)
+    except (ImportError, OSError, AttributeError) as e:
+        raise ConfigurationError(
+            f"cannot load the backend {spec!r} ({type(e).__name__}: {e}); give 'package.module:factory' "
+            "or 'path/to/file.py:factory', a chroma://HOST:PORT/COLLECTION URL, or an index directory"
+        ) from e
+    if not callable(factory):
+        raise ConfigurationError(f"{spec!r} is a {type(factory).__name__}, not a factory to call")
+    try:
+        takes = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes = {}  # type: ignore[assignment]
+    wants = "embedder" in takes or any(p.kind is p.VAR_KEYWORD for p in takes.values())
+    backend = factory(embedder=backend_embedder(embed)) if wants else factory()
+    if not _retrievable(backend) and callable(getattr(backend, "as_retriever", None)):
+        backend = backend.as_retriever()  # a LlamaIndex index
+    if backend is None or not _retrievable(backend):
+        raise ConfigurationError(
+            f"{spec!r} made a {type(backend).__name__}, which cannot retrieve: return a vector store, a "
+            "retriever, an index with as_retriever(), or an object with retrieve(query, top_k)"
+        )
+    return backend
+
+
+def open_backend(spec: str | os.PathLike[str] | None, *, embed: str = "auto", chunk_size: int = 600) -> Any:
+    """The backend ``spec`` names (:func:`backend_kind`): None, the embedded index in
+    memory; ``"chroma://HOST:PORT/COLLECTION"``, a
+    :class:`~selfrag_core.backends.chroma.ChromaBackend` embedding with
+    ``backend_embedder(embed)`` and chunking by ``chunk_size``; ``"package.module:factory"``
+    or ``"path/to/file.py:factory"``, the object the factory makes (:func:`load_backend`);
+    anything else, the embedded index in that directory, created when missing
+    (``open_index(spec, create=True, embed=embed, chunk_size=chunk_size)``)."""
+    kind = backend_kind(spec)
+    if kind == "memory":
         logger.info("no --index: the documents live in memory only")
         return _store()()
-    return open_index(Path(index_dir), create=True)
+    if kind == "chroma":
+        from selfrag_core.backends.chroma import ChromaBackend, recorded_embedder
+
+        # "auto" follows the embedder an existing collection was built with, as an index's manifest
+        recorded = _known_embedder(recorded_embedder(str(spec))) if embed == "auto" else None
+        embedder = recorded if recorded is not None else backend_embedder(embed)
+        return ChromaBackend.from_url(str(spec), embedder, chunk_size=chunk_size)
+    if kind == "factory":
+        return load_backend(str(spec), embed=embed)
+    assert spec is not None
+    return open_index(Path(spec).expanduser(), create=True, embed=embed, chunk_size=chunk_size)

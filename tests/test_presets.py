@@ -128,3 +128,96 @@ def test_the_preset_follows_the_model_named_on_the_command_line() -> None:
         assert preset_for(spec) == "small", spec
     for spec in ("openai:gpt-4o-mini", "ollama:llama3.2", "anthropic:claude-haiku"):
         assert preset_for(spec) == "standard", spec
+
+
+# ----------------------------------------------------------------------------- --backend specs
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [
+        (None, "memory"),
+        ("chroma://127.0.0.1:8001/docs", "chroma"),
+        ("my_package.backends:make", "factory"),
+        ("backends/mine.py:make", "factory"),
+        ("mine.py:make.inner", "factory"),
+        ("./index", "directory"),
+        ("index", "directory"),
+        ("C:\\indexes\\docs", "directory"),
+        ("data:2024-01", "directory"),  # "2024-01" is no name: a directory with a colon
+        ("a b:c", "directory"),
+    ],
+)
+def test_backend_specs_are_told_apart(spec: str | None, kind: str) -> None:
+    assert presets.backend_kind(spec) == kind
+
+
+def test_a_directory_named_like_a_factory_is_a_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg:attr").mkdir()
+    assert presets.backend_kind("pkg:attr") == "directory"
+    assert presets.backend_kind(Path("pkg:attr")) == "directory"
+
+
+_FACTORIES = """
+from selfrag_core.testing import FakeRetriever
+
+seen = {}
+
+
+def with_embedder(embedder):
+    seen["embedder"] = type(embedder).__name__
+    return FakeRetriever(["Rome is the capital of Italy."])
+
+
+def plain():
+    return FakeRetriever(["Madrid is the capital of Spain."])
+
+
+class Index:  # a LlamaIndex-like index: it only gives a retriever
+    def as_retriever(self):
+        return FakeRetriever(["Lisbon is the capital of Portugal."])
+
+
+def nothing():
+    return 42
+"""
+
+
+def test_open_backend_calls_a_factory_by_file_or_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_backends.py").write_text(_FACTORIES, encoding="utf-8")
+    made = presets.open_backend(f"{tmp_path / 'my_backends.py'}:with_embedder", embed="hashing")
+    assert isinstance(made, FakeRetriever) and made.retrieve("capital", 1)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_backends  # type: ignore[import-not-found]
+
+    assert isinstance(presets.open_backend("my_backends:with_embedder", embed="hashing"), FakeRetriever)
+    assert my_backends.seen["embedder"] == "HashingEmbeddings"
+    assert presets.open_backend("my_backends:plain").documents == ["Madrid is the capital of Spain."]
+    assert presets.open_backend("my_backends:Index").documents == ["Lisbon is the capital of Portugal."]
+    with pytest.raises(ConfigurationError, match="cannot retrieve"):
+        presets.open_backend("my_backends:nothing")
+    with pytest.raises(ConfigurationError, match="cannot load the backend"):
+        presets.open_backend("my_backends:no_such_factory")
+    with pytest.raises(ConfigurationError, match="cannot load the backend"):
+        presets.open_backend(f"{tmp_path / 'missing.py'}:make")
+
+
+def test_open_backend_opens_a_directory_index(tmp_path: Path) -> None:
+    rag = presets.open_backend(str(tmp_path / "index"), embed="none", chunk_size=300)
+    rag.add_document("Rome is the capital of Italy.", {"source": "italy.md"})
+    rag.save()
+    assert presets.open_backend(str(tmp_path / "index")).count() == 1
+    assert presets.open_backend(tmp_path / "index").count() == 1  # a Path, as before
+
+
+def test_an_external_backend_needs_vectors() -> None:
+    with pytest.raises(ConfigurationError, match="searches vectors"):
+        presets.backend_embedder("none")
+    with pytest.raises(ConfigurationError, match="unknown embedder"):
+        presets.backend_embedder("bert")
+    assert type(presets.backend_embedder("hashing")).__name__ == "HashingEmbeddings"

@@ -6,11 +6,16 @@ never loses an indexed document. Several processes (``selfrag serve --workers N`
 that directory: a write holds an exclusive file lock on it and first reloads what the
 others saved, and every query first reloads the index if another process saved it
 since (``RAG.changed_on_disk`` / ``refresh``), so no worker loses or misses a write.
+An external backend (``--backend chroma://...``, ``ChromaBackend``) has no index directory:
+each write goes to it directly, without a file lock, and it makes a document's chunk ids
+from its source and text, so a retried write upserts rather than duplicates (a document
+sent without a source gets one from its content, :func:`source_of`, for the same reason).
 
 Backends are used by duck typing, best first:
 ``aindex_many(documents)`` (a batch, all or nothing), ``aindex(text, source=..., **metadata)``,
 ``index(...)``, ``add_document(text, metadata)``;
-``delete(source)`` and ``count()`` where they exist.
+``delete(source)`` and ``count()`` where they exist (a ``delete(ids)``, as LangChain vector
+stores have, deletes by id, not by source: it is not called).
 """
 
 from __future__ import annotations
@@ -76,6 +81,14 @@ async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(*args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _first_parameter(fn: Any) -> str | None:
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names[0] if names else None
 
 
 @dataclass
@@ -165,6 +178,10 @@ class DocumentStore:
         deleter = getattr(self.backend, "delete", None)
         if not callable(deleter):
             raise UnsupportedError(f"{type(self.backend).__name__} cannot delete documents (no delete)")
+        if _first_parameter(deleter) == "ids":
+            raise UnsupportedError(
+                f"{type(self.backend).__name__} deletes by id (delete(ids)), not by source: delete there"
+            )
         async with self._writing():
             before = self.count()
             returned = await _call(deleter, source)

@@ -7,7 +7,9 @@ CLI can add the arguments to its parser unconditionally.
 With ``--workers N`` uvicorn runs N processes on one socket, each building its own app
 from the parsed options (:func:`serve_workers`, given the builder's import path: the
 CLI passes its own); they share the index directory, which the document store keeps
-consistent across them (``serve/documents.py``).
+consistent across them (``serve/documents.py``), or, with ``--backend`` naming an external
+backend (``chroma://HOST:PORT/COLLECTION``, ``module:factory``), each opens its own client
+to it and holds no state a request needs from an earlier one.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def run(
     llm: Any = None,
     strategies: Mapping[str, Any] | None = None,
     log_level: str = "info",
+    backend: str | None = None,
 ) -> None:
     """Serve the strategies over the index in ``index_dir`` with the LLM ``llm_spec``
     until interrupted; ingestion is saved to ``index_dir``.
@@ -58,10 +61,13 @@ def run(
     ``settings`` defaults to ``ServeSettings.from_env()`` (the bearer token from
     ``SELFRAG_API_TOKEN``). A caller that has already built them (the CLI) passes
     ``rag``, ``llm`` and ``strategies``; otherwise they are built from ``index_dir``
-    and ``llm_spec`` (``default_strategies``).
+    and ``llm_spec`` (``default_strategies``). ``backend``: a ``--backend`` spec, winning
+    over ``index_dir`` (see :func:`build_app`).
     """
     _uvicorn()  # the install hint before any model loads
-    app = build_app(index_dir, llm_spec, settings=settings, rag=rag, llm=llm, strategies=strategies)
+    app = build_app(
+        index_dir, llm_spec, settings=settings, rag=rag, llm=llm, strategies=strategies, backend=backend
+    )
     serve_forever(app, host, port, log_level)
 
 
@@ -73,16 +79,21 @@ def build_app(
     rag: Any = None,
     llm: Any = None,
     strategies: Mapping[str, Any] | None = None,
+    backend: str | None = None,
 ) -> Any:
-    """The app :func:`run` serves (same arguments, without the server's)."""
+    """The app :func:`run` serves (same arguments, without the server's). ``backend`` (a
+    spec for ``presets.open_backend``: an index directory, ``chroma://HOST:PORT/COLLECTION``,
+    ``module:factory``) wins over ``index_dir``; only an index directory is saved to after
+    each change, an external backend is written to directly."""
     from selfrag_core.local import make_llm
-    from selfrag_core.presets import open_backend
+    from selfrag_core.presets import backend_kind, open_backend
     from selfrag_core.serve.app import create_app
 
+    spec = backend if backend is not None else index_dir
     settings = settings or ServeSettings.from_env()
-    if index_dir is not None and settings.index_dir is None:
-        settings = dataclasses.replace(settings, index_dir=str(index_dir))
-    rag = open_backend(index_dir) if rag is None else rag
+    if backend_kind(spec) == "directory" and settings.index_dir is None:
+        settings = dataclasses.replace(settings, index_dir=str(spec))
+    rag = open_backend(spec) if rag is None else rag
     llm = make_llm(llm_spec) if llm is None else llm
     return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
 
@@ -123,7 +134,7 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
     import path ``"module:function"`` of a function taking ``args`` (the parsed options,
     passed as JSON through ``WORKER_ENV``): this module's :func:`app_from_args`, or the
     CLI's ``serve_app`` (the server names no caller). They share the index directory,
-    so one is required."""
+    or an external backend (``--backend``, each worker its own client), so one is required."""
     module, sep, name = builder.partition(":")
     if not (module and sep and name):
         raise ConfigurationError(f"the app builder must be 'module:function', got {builder!r}")
@@ -131,9 +142,10 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
         getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
         raise ConfigurationError(f"cannot import the app builder {builder!r}: {e}") from e
-    if not getattr(args, "index", None):
+    if not getattr(args, "index", None) and not getattr(args, "backend", None):
         raise ConfigurationError(
-            "--workers above 1 needs --index DIR: the workers share their documents through it"
+            "--workers above 1 needs --index DIR or --backend SPEC: the workers share their documents "
+            "through it"
         )
     settings = ServeSettings.from_env()  # as every worker reads it
     warn_if_open(args.host, settings.api_token)
@@ -166,7 +178,20 @@ def worker_app() -> Any:
 
 def app_from_args(args: argparse.Namespace) -> Any:
     """The app that ``python -m selfrag_core.serve`` serves, from its parsed options."""
-    return build_app(args.index, args.llm, settings=settings_from_args(args))
+    backend = getattr(args, "backend", None)
+    settings = settings_from_args(args, index_dir=None) if backend is None else _external_settings(args)
+    return build_app(args.index, args.llm, settings=settings, backend=backend)
+
+
+def _external_settings(args: argparse.Namespace) -> ServeSettings:
+    """The settings with a ``--backend``: an index directory it names is saved to, an
+    external backend is not (no index directory, no file lock)."""
+    from selfrag_core.presets import backend_kind
+
+    spec = args.backend
+    return settings_from_args(
+        argparse.Namespace(**{**vars(args), "index": spec if backend_kind(spec) == "directory" else None})
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -184,6 +209,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
     add("--port", type=int, default=8000, help="port (default: 8000)")
     if shared:
         add("--index", metavar="DIR", help="index directory, saved after each change (default: in memory)")
+        add(
+            "--backend", metavar="SPEC",
+            help="wins over --index: an index directory, chroma://HOST:PORT/COLLECTION (a Chroma server), "
+                 "or your own backend, package.module:factory or file.py:factory",
+        )  # fmt: skip
         add("--llm", default="local", help="fake, local (default), gemma, a .gguf path, provider:model")
         add("--max-llm-calls", type=int, default=defaults.max_llm_calls, help="LLM calls per query")
     add(
@@ -197,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
         "--workers",
         type=_positive_int,
         default=1,
-        help="processes serving on the port (default 1); above 1 they share --index DIR",
+        help="processes serving on the port (default 1); above 1 they share --index DIR or --backend",
     )
     add(
         "--cors-origin",
@@ -248,6 +278,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.workers > 1 and not args.index:
-        parser.error("--workers above 1 needs --index DIR: the workers share their documents through it")
+    if args.workers > 1 and not args.index and not args.backend:
+        parser.error(
+            "--workers above 1 needs --index DIR or --backend SPEC: the workers share their documents "
+            "through it"
+        )
     run_from_args(args)

@@ -37,7 +37,8 @@ class ServeSettings:
         no settings (:meth:`from_env`); settings passed explicitly are used as given.
     cors_origins: allowed CORS origins; empty (the default) means no CORS headers.
     index_dir: when set and the backend has ``save``, the index is saved there after
-        every ingestion or deletion.
+        every ingestion or deletion; None with an external backend (``--backend
+        chroma://...``, ``module:factory``), which is written to directly.
     readiness_timeout: seconds the /readyz probes (a ``top_k=1`` retrieval, the LLM's
         ``aping``/``ping`` where it has one) may take before the check fails.
     metrics: serve Prometheus metrics at /metrics (needs ``pip install 'selfrag[metrics]'``);
