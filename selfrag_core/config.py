@@ -92,6 +92,15 @@ class GroundingConfig:
 
 @dataclass(frozen=True)
 class SelfRAGConfig:
+    """SelfIRAG's settings (the specification's, plus ``grounding`` and
+    ``stop_when_supported``).
+
+    stop_when_supported: stop at the first answer whose sentences are mostly supported
+        by the retrieved documents, without asking the judge (one LLM call): for a model
+        whose judge cannot be trusted to improve on a supported answer (the small
+        model profile sets it). False keeps the judge in charge, as specified.
+    """
+
     max_refinement_iterations: int = 3
     confidence_threshold: float = 0.80
     enable_answer_refinement: bool = True
@@ -101,6 +110,7 @@ class SelfRAGConfig:
     skip_refinement_on_high_confidence: bool = True
     top_k: int = 5
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
+    stop_when_supported: bool = False
 
     def __post_init__(self) -> None:
         check_int("max_refinement_iterations", self.max_refinement_iterations, 1)

@@ -121,7 +121,10 @@ def build_strategy(
         return PlainRAG(rag, llm, top_k=k, execution=execution, prompts=prompts)
     if name == "self":
         config = SelfRAGConfig(
-            max_refinement_iterations=profile.refinement_iterations, fast_mode=profile.fast_mode, top_k=k
+            max_refinement_iterations=profile.refinement_iterations,
+            fast_mode=profile.fast_mode,
+            top_k=k,
+            stop_when_supported=not profile.trusts_judge,
         )
         return SelfIRAG(rag, llm, config, execution=execution, prompts=prompts)
     # a small context window holds no more fused passages than one search returns

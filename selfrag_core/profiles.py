@@ -88,6 +88,14 @@ class ModelProfile:
         return self.follows_json
 
     @property
+    def trusts_judge(self) -> bool:
+        """Whether the model's own judgement may overrule the grounding signals: only a
+        model that follows JSON. One that does not walks the judge's schema (1, 2, 3, 4)
+        instead of judging, so Self-RAG stops at a well-supported first answer without
+        asking it (``SelfRAGConfig.stop_when_supported``)."""
+        return self.follows_json
+
+    @property
     def refinement_iterations(self) -> int:
         """Self-RAG's refinement rounds: 2 for a model that does not follow JSON (its
         critiques are rough, and later rounds rarely improve the answer), else 3 (the

@@ -245,3 +245,27 @@ def test_no_supported_step_keeps_the_best_supported_with_the_reason() -> None:
     assert best.evaluation.grounding.token_support == max(
         s.evaluation.grounding.token_support for s in result.history
     )
+
+
+def test_stop_when_supported_answers_a_supported_question_with_one_call() -> None:
+    """The small profile's setting: a first answer whose sentences the documents support
+    is returned without asking the judge."""
+    llm = FakeLLM(_script(GOOD, _judge(9, 9, 9, 9)))
+    result = _self(llm, stop_when_supported=True).query(Q)
+    assert result.answer == GOOD and llm.n_calls == 1 and result.iterations == 1
+    assert "not asked" in (result.history[0].evaluation.ignored or "")
+    # an unsupported first answer still goes to the judge and the refinement
+    llm = FakeLLM(_script("Lyon by the Alps.", _judge(5, 6, 5, 6)))
+    result = _self(llm, stop_when_supported=True, max_refinement_iterations=2).query(Q)
+    assert llm.n_calls == 4 and result.answer == GOOD
+
+
+def test_the_small_profile_does_not_trust_the_judge_over_a_supported_answer() -> None:
+    from selfrag_core import CAPABLE, SMALL_LOCAL
+    from selfrag_core.presets import build_strategy
+
+    assert CAPABLE.trusts_judge and not SMALL_LOCAL.trusts_judge
+    small = build_strategy("self", FakeRetriever(DOCS), FakeLLM(GOOD), preset=SMALL_LOCAL)
+    capable = build_strategy("self", FakeRetriever(DOCS), FakeLLM(GOOD), preset=CAPABLE)
+    assert isinstance(small, SelfIRAG) and isinstance(capable, SelfIRAG)
+    assert small.config.stop_when_supported and not capable.config.stop_when_supported

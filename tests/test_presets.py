@@ -49,7 +49,9 @@ def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, Fak
     built = {name: presets.build_strategy(name, rag, llm) for name in presets.STRATEGIES}
 
     assert isinstance(built["self"], SelfIRAG)
-    assert built["self"].config == SelfRAGConfig(max_refinement_iterations=2, top_k=3, fast_mode=False)
+    assert built["self"].config == SelfRAGConfig(
+        max_refinement_iterations=2, top_k=3, fast_mode=False, stop_when_supported=True
+    )
     hyde = built["hyde"]
     assert isinstance(hyde, HyDERAG)
     assert (hyde.num_hypothetical_docs, hyde.top_k, hyde.max_final_docs) == (1, 3, 3)

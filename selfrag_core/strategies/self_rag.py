@@ -168,7 +168,16 @@ class _Judge:
     off: str | None = None
 
 
-#: evidence tiers of a step, weakest first (see SelfIRAG._tier)
+def _tier(g: Grounding) -> int:
+    """How strong the LLM-free evidence for an answer is (an index of ``_TIERS``)."""
+    if g.degenerate is not None:
+        return 0
+    if not g.supported:
+        return 1
+    return 3 if (g.sentence_support or 0.0) >= 0.5 else 2
+
+
+#: evidence tiers of a step, weakest first (see _tier)
 _TIERS = ("degenerate", "unsupported", "grounded", "grounded with mostly supported sentences")
 
 
@@ -270,12 +279,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
     # ------------------------------------------------------------------ decisions
     def _tier(self, step: RefinementStep) -> int:
         """How strong the LLM-free evidence for a step's answer is (an index of ``_TIERS``)."""
-        g = step.evaluation.grounding
-        if g.degenerate is not None:
-            return 0
-        if not g.supported:
-            return 1
-        return 3 if (g.sentence_support or 0.0) >= 0.5 else 2
+        return _tier(step.evaluation.grounding)
 
     def _stop_decision(self, step: RefinementStep, judge: _Judge, *, last: bool) -> tuple[bool, str]:
         cfg, g = self.config, step.evaluation.grounding
@@ -406,6 +410,13 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
         answer = answer_text(reply.text)
+        if self.config.stop_when_supported and self.config.grounding.enabled:
+            grounding = self._grounding(answer, query, docs)
+            if _tier(grounding) == 3:  # well supported: nothing the judge says would change it
+                evaluation = unparsed_evaluation()
+                evaluation.grounding = grounding
+                evaluation.ignored = "not asked: the answer is well supported (stop_when_supported)"
+                return answer, evaluation
         evaluation = yield from self._evaluate(query, ctx, docs, answer, lang, judge)
         return answer, evaluation
 
