@@ -74,3 +74,32 @@ def test_without_opentelemetry_the_error_names_the_extra(monkeypatch: pytest.Mon
     result = PlainRAG(FakeRetriever(DOCS), FakeLLM("Paris.")).query(Q)
     with pytest.raises(MissingDependencyError, match=r"selfrag\[otel\]"):
         emit_spans(result.trace)
+
+
+async def test_the_service_records_each_query_as_spans_when_otel_is_on() -> None:
+    """``selfrag serve --otel`` / ``SELFRAG_OTEL=1``: every query's trace goes to the
+    global tracer provider (an application's own, here an in-memory one)."""
+    pytest.importorskip("fastapi")
+    import httpx
+    from opentelemetry import trace as otel_trace
+
+    from selfrag_core.serve import ServeSettings, create_app
+
+    exporter = InMemorySpanExporter()
+    provider = otel_trace.get_tracer_provider()
+    if not isinstance(provider, sdk_trace.TracerProvider):  # the first test to need one sets it
+        provider = sdk_trace.TracerProvider()
+        otel_trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert ServeSettings.from_env({"SELFRAG_OTEL": "1"}).otel
+    rag, llm = FakeRetriever(DOCS), FakeLLM("Paris.")
+    app = create_app(
+        rag=rag, llm=llm, strategies={"plain": PlainRAG(rag, llm)}, settings=ServeSettings(otel=True)
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://selfrag") as client:
+        response = await client.post("/query/plain", json={"question": Q})
+    assert response.status_code == 200
+    [root] = [s for s in exporter.get_finished_spans() if s.name == "selfrag.query"]
+    assert root.attributes["selfrag.strategy"] == "plain" and root.attributes["selfrag.status"] == 200
+    assert {s.name for s in exporter.get_finished_spans()} >= {"llm answer", "retrieval FakeRetriever"}

@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
+from selfrag_core.otel import configure_otlp, emit_spans
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
 from selfrag_core.serve.errors import CONFIGURATION_ERROR, INTERNAL_ERROR, error_body, error_response
 from selfrag_core.serve.execution import Outcome, execute, prepare
@@ -108,6 +109,8 @@ class ServiceState:
     def __post_init__(self) -> None:
         self.readiness = ReadinessProbe(self.rag, self.llm, timeout=self.settings.readiness_timeout)
         self.metrics = ServiceMetrics() if self.settings.metrics else None
+        if self.settings.otel:
+            configure_otlp()  # unless the application set a tracer provider already
 
     def try_acquire(self) -> bool:
         if self.active >= self.settings.max_concurrent_queries:
@@ -287,6 +290,8 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
         if state.metrics is not None:
             seconds = time.perf_counter() - started
             state.metrics.query(name, status, seconds, traces[0] if traces else None, error)
+        if state.settings.otel and traces:
+            emit_spans(traces[0], attributes={"strategy": name, "status": status})
         return status, content
 
     if not body.stream:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.serve.settings import METRICS_ENV, TOKEN_ENV, ServeSettings, is_loopback
+from selfrag_core.serve.settings import METRICS_ENV, OTEL_ENV, TOKEN_ENV, ServeSettings, is_loopback
 
 logger = logging.getLogger("selfrag.serve")
 
@@ -241,6 +241,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
         action="store_true",
         help=f"serve Prometheus metrics at /metrics (or {METRICS_ENV}=1; pip install 'selfrag[metrics]')",
     )
+    add(
+        "--otel",
+        action="store_true",
+        help=f"record every query as OpenTelemetry spans (or {OTEL_ENV}=1; pip install 'selfrag[otel]')",
+    )
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.epilog = (
         f"Set {TOKEN_ENV} to require 'Authorization: Bearer <token>' on every endpoint but /healthz "
@@ -259,6 +264,8 @@ def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -
     )
     if getattr(args, "metrics", False):  # --metrics; else SELFRAG_METRICS decides
         settings = dataclasses.replace(settings, metrics=True)
+    if getattr(args, "otel", False):  # --otel; else SELFRAG_OTEL decides
+        settings = dataclasses.replace(settings, otel=True)
     return settings
 
 

@@ -14,6 +14,8 @@ from selfrag_core.validation import check_int, check_positive_or_none
 TOKEN_ENV = "SELFRAG_API_TOKEN"
 #: the environment variable turning on /metrics (``1``/``true``/``yes``/``on``, or ``0``/...)
 METRICS_ENV = "SELFRAG_METRICS"
+#: the environment variable turning on OpenTelemetry spans (the same values)
+OTEL_ENV = "SELFRAG_OTEL"
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
 
 
@@ -45,6 +47,10 @@ class ServeSettings:
         :meth:`from_env` reads it from ``SELFRAG_METRICS``.
     shutdown_grace_s: on shutdown, seconds the queries in flight get to finish (uvicorn's
         ``timeout_graceful_shutdown``, and the app's own wait in its lifespan).
+    otel: record every query as OpenTelemetry spans (``selfrag_core.otel``; needs ``pip
+        install 'selfrag[otel]'``): to the global tracer provider, or, when none is set,
+        the OTLP exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables;
+        :meth:`from_env` reads it from ``SELFRAG_OTEL``.
     """
 
     max_body_bytes: int = 1_000_000
@@ -63,6 +69,7 @@ class ServeSettings:
     readiness_timeout: float = 2.0
     metrics: bool = False
     shutdown_grace_s: float = 30.0
+    otel: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_question_chars", "max_concurrent_queries", "max_top_k"):
@@ -79,8 +86,9 @@ class ServeSettings:
             raise ConfigurationError(f"readiness_timeout must be > 0 seconds, got {self.readiness_timeout!r}")
         if not self.shutdown_grace_s >= 0:
             raise ConfigurationError(f"shutdown_grace_s must be >= 0 seconds, got {self.shutdown_grace_s!r}")
-        if not isinstance(self.metrics, bool):
-            raise ConfigurationError(f"metrics must be True or False, got {self.metrics!r}")
+        for flag in ("metrics", "otel"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.api_token is not None:
             _check_token(self.api_token)
         if isinstance(self.cors_origins, str):
@@ -89,10 +97,11 @@ class ServeSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServeSettings:
-        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN`` and ``metrics`` from
-        ``SELFRAG_METRICS`` (unless overridden); the values are stripped. A token variable
-        that is set but empty (``SELFRAG_API_TOKEN=$UNSET``) is a ConfigurationError, not an
-        open service: unset it to serve without a token."""
+        """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN``, ``metrics`` from
+        ``SELFRAG_METRICS`` and ``otel`` from ``SELFRAG_OTEL`` (unless overridden); the
+        values are stripped. A token variable that is set but empty
+        (``SELFRAG_API_TOKEN=$UNSET``) is a ConfigurationError, not an open service: unset it
+        to serve without a token."""
         env = os.environ if environ is None else environ
         raw = env.get(TOKEN_ENV)
         token = None if raw is None else raw.strip()
@@ -101,9 +110,10 @@ class ServeSettings:
                 f"{TOKEN_ENV} is set but empty; unset it to serve without a token, or give it a value"
             )
         read: dict[str, object] = {"api_token": token}
-        flag = env.get(METRICS_ENV)
-        if flag is not None and "metrics" not in overrides:
-            read["metrics"] = _flag(METRICS_ENV, flag)
+        for name, variable in (("metrics", METRICS_ENV), ("otel", OTEL_ENV)):
+            flag = env.get(variable)
+            if flag is not None and name not in overrides:
+                read[name] = _flag(variable, flag)
         return cls(**{**read, **overrides})  # type: ignore[arg-type]
 
 
