@@ -316,7 +316,12 @@ def run_strategy(strategy: Any, question: str) -> Any:
 def describe(result: Any) -> str:
     """The strategy-specific quality line: confidence, scores or what was done."""
     if hasattr(result, "confidence"):
-        return f"confidence {result.confidence:.2f} after {result.iterations} iteration(s)"
+        known = getattr(result, "known_confidence", result.confidence)
+        if known is None:  # the judge's reply was unreadable, carried no information or was not asked for
+            best = result.history[result.best_iteration - 1] if result.history else None
+            why = (best.evaluation.ignored if best else None) or "the judge's reply could not be read"
+            return f"confidence unknown ({why}) after {result.iterations} iteration(s)"
+        return f"confidence {known:.2f} after {result.iterations} iteration(s)"
     if hasattr(result, "scores"):
         scores = ", ".join(f"{s:.2f}" for s in result.scores) or "-"
         verdict = "passed" if result.success else "below"
@@ -392,18 +397,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     files, added, skipped, problems = index_paths(
         rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
     )
-    print(
-        f"{files} file(s) read, {added} new chunk(s); index at {directory} now holds "
-        f"{rag.count()} chunk(s) from {len(rag.sources())} source(s)"
-        + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
-    )
-    if problems:
-        return 1
-    if files == 0:
-        where = " ".join(args.paths)
-        print(f"selfrag: nothing to index in {where}: no readable text files (-v says why)", file=sys.stderr)
-        return 1
-    return 0
+    held = f"; index at {directory} now holds {rag.count()} chunk(s) from {len(rag.sources())} source(s)"
+    return _indexed(args, files, added, skipped, problems, held)
 
 
 def _index_external(args: argparse.Namespace, spec: str) -> int:
@@ -420,9 +415,16 @@ def _index_external(args: argparse.Namespace, spec: str) -> int:
         backend, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
     )
     count = backend.count() if callable(getattr(backend, "count", None)) else None
+    held = f" in {spec}" + (f", which now holds {count} chunk(s)" if isinstance(count, int) else "")
+    return _indexed(args, files, added, skipped, problems, held)
+
+
+def _indexed(
+    args: argparse.Namespace, files: int, added: int, skipped: int, problems: list[str], held: str
+) -> int:
+    """Report what ``selfrag index`` did (``held``: where the chunks went); its exit code."""
     print(
-        f"{files} file(s) read, {added} new chunk(s) in {spec}"
-        + (f", which now holds {count} chunk(s)" if isinstance(count, int) else "")
+        f"{files} file(s) read, {added} new chunk(s){held}"
         + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
     )
     if problems:

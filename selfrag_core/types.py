@@ -316,9 +316,10 @@ class SelfRAGResult:
 
     @property
     def known_confidence(self) -> float | None:
-        """``confidence``, or None when the chosen step's judge output could not be read."""
+        """``confidence``, or None when the chosen step's judge output could not be read,
+        carried no information or was not asked for (``evaluation.ignored`` says why)."""
         best = self.history[self.best_iteration - 1] if 0 < self.best_iteration <= len(self.history) else None
-        return self.confidence if best is None or best.evaluation.parsed else None
+        return self.confidence if best is None or best.evaluation.known_confidence is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -22,7 +22,6 @@ use one collection at once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name, resolve_embedder
+from selfrag_core.store.index import _digest
 from selfrag_core.types import RetrievedDoc, ScoreKind
 
 logger = logging.getLogger("selfrag")
@@ -54,14 +54,6 @@ def _chromadb() -> Any:
     except ImportError as e:
         raise MissingDependencyError(f"the Chroma backend needs chromadb ({e}): {INSTALL_HINT}") from e
     return chromadb
-
-
-def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()
 
 
 def chunk_id(source: str, text: str) -> str:

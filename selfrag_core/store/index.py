@@ -132,6 +132,7 @@ def _check_source(source: Any) -> str | None:
 
 
 def _digest(*parts: str) -> str:
+    """SHA-256 of the parts (each ended by a NUL): content-addressed ids and checksums."""
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode("utf-8"))
