@@ -771,6 +771,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         parents=[common, llm_opts, timing, new_index],
         help="index a sample corpus and run all strategies",
+        description="Index the sample corpus shipped with the package and run the strategies on it. "
+        "The demo keeps its own index (default: the user data dir's selfrag/demo-index, not "
+        "$SELFRAG_INDEX), so it never mixes with yours; --index DIR puts it elsewhere.",
     )
     p.add_argument(
         "--questions", type=int, default=2, help="sample questions to run: 2 English (default), 3 adds Arabic"

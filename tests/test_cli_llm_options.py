@@ -152,3 +152,15 @@ def test_entry_point_resolvers_get_them(monkeypatch: pytest.MonkeyPatch) -> None
         ("vendor:model", {"max_tokens": 10, "temperature": 0.2}),
         ("vendor:model", {"max_tokens": None, "temperature": None}),
     ]
+
+
+def test_the_fake_llm_answers_a_question_about_json_in_text() -> None:
+    """A document or question that mentions JSON does not turn an answer step into a JSON
+    step (the fake used to reply with its JSON object whenever the prompt said JSON)."""
+    from selfrag_core import PlainRAG
+    from selfrag_core.local.factory import make_llm
+    from selfrag_core.testing import FakeRetriever
+
+    docs = ["JSON support landed in version 2. It reads and writes JSON files."]
+    answer = PlainRAG(FakeRetriever(docs), make_llm("fake")).query("When did JSON support land?").answer
+    assert answer.startswith("JSON support landed in version 2") and "{" not in answer

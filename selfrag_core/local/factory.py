@@ -81,7 +81,9 @@ def fake_llm() -> Any:
     from selfrag_core.testing import FakeStructuredLLM
 
     def reply(prompt: str) -> str:
-        if "JSON" not in prompt:
+        # a JSON step's prompt ends with its reply instruction; a document or question that
+        # mentions JSON does not make an answer step one
+        if "JSON" not in prompt.rstrip().rsplit("\n", 1)[-1]:
             return _extractive_reply(prompt)
         scores = dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), 8)
         data = {"answer": _extractive_reply(prompt), **scores, "issues": [], "suggestions": []}
