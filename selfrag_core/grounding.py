@@ -226,14 +226,16 @@ def clean_answer(answer: str) -> str:
 
 def _fragment(answer: str, words: list[str], context: str) -> str | None:
     """Why a short answer is a fragment rather than an answer: a key of the prompts' JSON
-    schemas ("relevance"), an identifier ("some_key"), or a date or year that the context
-    does not hold ("2019-08-31" when the context says 2019)."""
+    schemas ("relevance"), an identifier the context does not hold ("some_key"), or a date
+    or year that the context does not hold ("2019-08-31" when the context says 2019)."""
     bare = answer.strip().strip("\"'“”«».,;:!?()[]{}` ").strip()
     if not bare or len(words) > 8:
         return None
     if bare.casefold() in _SCHEMA_KEYS:
         return "key_name"
-    if _IDENTIFIER.fullmatch(bare):
+    if (
+        _IDENTIFIER.fullmatch(bare) and bare not in context
+    ):  # "parse_config", "iPhone" from the context are answers
         return "identifier"
     dates = _DATE.findall(bare)
     if dates and not _DATE.sub(" ", bare).strip(" ,.;:-/TZ") and any(d not in context for d in dates):

@@ -46,9 +46,13 @@ def test_degenerate_outputs_are_rejected(answer: str, reason: str) -> None:
     assert degenerate_reason(answer, Q, context) == reason
 
 
-@pytest.mark.parametrize("answer", ["Paris", "In 2019.", "2019", "Paris, in 1789.", "Seine", "يوليو 2019"])
+@pytest.mark.parametrize(
+    "answer",
+    ["Paris", "In 2019.", "2019", "Paris, in 1789.", "Seine", "يوليو 2019", "parse_config", "iPhone"],
+)
 def test_short_answers_from_the_context_are_kept(answer: str) -> None:
     context = CTX + " The treaty was signed in 2019. The revolution began in 1789. يوليو"
+    context += " The function parse_config reads the file. Apple sold the iPhone."
     assert degenerate_reason(answer, Q, context) is None
 
 
