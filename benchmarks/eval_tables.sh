@@ -6,6 +6,7 @@
 #
 #     bash benchmarks/eval_tables.sh            # hours of CPU the first time (2-5 s an LLM call)
 #     bash benchmarks/eval_tables.sh --replay   # again from the recorded calls: minutes, no LLM call
+#     SETS=do-no-harm bash benchmarks/eval_tables.sh   # issue 19's measurement: 100 XQuAD, 100 HotpotQA
 #
 # Every LLM call is recorded in $CACHE (default ~/.cache/selfrag/eval-tables.sqlite), so an
 # interrupted run resumes where it stopped; the corpora are indexed once into $INDEXES.
@@ -18,6 +19,13 @@ INDEXES="${INDEXES:-$HOME/.cache/selfrag/eval-indexes}"
 SELFRAG="${SELFRAG:-.venv/bin/selfrag}"
 common=(--llm local --cache "$CACHE" --concurrency 1 --plain "$@")
 
+if [[ "${SETS:-}" == "do-no-harm" ]]; then
+    "$SELFRAG" eval "$DATA/xquad_en/xquad.en.json" --limit 100 --index "$INDEXES/xquad" \
+        --out eval-results/xquad100 "${common[@]}"
+    "$SELFRAG" eval "$DATA/hotpotqa_500/beir" --limit 100 --index "$INDEXES/hotpotqa" \
+        --out eval-results/hotpot100 "${common[@]}"
+    exit 0
+fi
 "$SELFRAG" eval "$DATA/xquad_en/xquad.en.json" --limit 60 --index "$INDEXES/xquad" \
     --out eval-results/xquad "${common[@]}"
 "$SELFRAG" eval "$DATA/scifact" --strategies plain,hyde --index "$INDEXES/scifact" \
