@@ -366,9 +366,7 @@ class OpenAICompatibleLLM:
                 response = client.chat.completions.create(**self._request(prompt, method, schema))
                 output = _structured_output(response, method, strict=method != "text")
             except Exception as e:
-                if not _refused(e) or method == self.structured_methods[-1]:
-                    raise _translated(e, self) from e
-                refused.append((method, e))
+                refused.append((method, self._refusal(method, e)))
                 continue
             return self._settle(method, refused, output)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -381,12 +379,17 @@ class OpenAICompatibleLLM:
                 response = await client.chat.completions.create(**self._request(prompt, method, schema))
                 output = _structured_output(response, method, strict=method != "text")
             except Exception as e:
-                if not _refused(e) or method == self.structured_methods[-1]:
-                    raise _translated(e, self) from e
-                refused.append((method, e))
+                refused.append((method, self._refusal(method, e)))
                 continue
             return self._settle(method, refused, output)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _refusal(self, method: str, error: Exception) -> Exception:
+        """``error`` when it is the server refusing ``method`` and another method is left to
+        try (the probe moves on); else it is raised, translated."""
+        if not _refused(error) or method == self.structured_methods[-1]:
+            raise _translated(error, self) from error
+        return error
 
     def _settle(self, method: str, refused: list[tuple[str, Exception]], output: LLMOutput) -> LLMOutput:
         """Remember ``method`` for this server; the probe's reply carries each refused
