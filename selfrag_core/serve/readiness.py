@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,36 +98,29 @@ class ReadinessProbe:
     async def _check_backend(self) -> tuple[str, str | None]:
         if self.backend is None:  # an app whose strategies hold their own backends
             return "unchecked", None
-        try:
-            await within(_aretrieve_safe(self.backend, PROBE_QUERY, top_k=1), self.timeout)
-        except asyncio.TimeoutError:
-            return "failed", (
-                f"the backend did not answer a top_k=1 retrieval within {self.timeout}s "
-                "(readiness_timeout); check that it is up and reachable"
-            )
-        except Exception as e:
-            return "failed", _brief(e)
-        return "ok", None
+        probe = _aretrieve_safe(self.backend, PROBE_QUERY, top_k=1)
+        status, error, _ = await self._run(probe, "the backend did not answer a top_k=1 retrieval", "it is")
+        return status, error
 
     async def _check_llm(self) -> tuple[str, str | None]:
         aping, ping = getattr(self.llm, "aping", None), getattr(self.llm, "ping", None)
         if not callable(aping) and not callable(ping):
             return "unchecked", None
-        try:
-            if callable(aping):
-                answer = await within(aping(), self.timeout)
-            else:
-                answer = await within(asyncio.to_thread(ping), self.timeout)  # type: ignore[arg-type]
-        except asyncio.TimeoutError:
-            return "failed", (
-                f"the LLM did not answer its ping within {self.timeout}s (readiness_timeout); "
-                "check that its server is up and reachable"
-            )
-        except Exception as e:
-            return "failed", _brief(e)
-        if answer is False:
+        probe = aping() if callable(aping) else asyncio.to_thread(ping)  # type: ignore[arg-type]
+        status, error, answer = await self._run(probe, "the LLM did not answer its ping", "its server is")
+        if status == "ok" and answer is False:
             return "failed", f"{type(self.llm).__name__}.ping() answered False"
-        return "ok", None
+        return status, error
+
+    async def _run(self, probe: Awaitable[Any], late: str, subject: str) -> tuple[str, str | None, Any]:
+        """One probe under the timeout: ("ok", None, its answer) or ("failed", why, None)."""
+        try:
+            return "ok", None, await within(probe, self.timeout)
+        except asyncio.TimeoutError:
+            why = f"{late} within {self.timeout}s (readiness_timeout); check that {subject} up and reachable"
+            return "failed", why, None
+        except Exception as e:
+            return "failed", _brief(e), None
 
 
 def _brief(error: BaseException) -> str:
