@@ -9,12 +9,20 @@ with sync and async code. ``FakeRetriever`` is an in-memory keyword backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import shutil
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from selfrag_core.types import RetrievedDoc, ScoreKind
@@ -264,3 +272,61 @@ def first_document(prompt: str, default: str = "") -> str:
     """The first line of the prompt's first document, or ``default``."""
     documents = prompt_documents(prompt)
     return documents[0].strip().split("\n", 1)[0] if documents else default
+
+
+# --------------------------------------------------------------------- a real Chroma server
+
+
+def chroma_executable() -> str | None:
+    """The ``chroma`` command next to this interpreter, else on the PATH, else None."""
+    local = Path(sys.executable).with_name("chroma")
+    return str(local) if local.exists() else shutil.which("chroma")
+
+
+@contextlib.contextmanager
+def chroma_server(directory: str | Path, *, timeout: float = 60.0) -> Iterator[tuple[str, int]]:
+    """A real Chroma server (``chroma run`` on loopback, a free port, its data and log in
+    ``directory``) for tests: yields ``(host, port)`` once it answers its heartbeat, and
+    stops it on exit. Chroma's default ONNX embedding function is made to fail if anything
+    calls it (it would download a model): every vector must come from an embedder.
+    Raises LookupError when the ``chroma`` command is not installed (``pip install
+    chromadb``), RuntimeError when the server does not start within ``timeout``."""
+    exe = chroma_executable()
+    if exe is None:
+        raise LookupError("the chroma server executable is not installed (pip install chromadb)")
+    from chromadb.utils.embedding_functions import onnx_mini_lm_l6_v2
+
+    def no_download(self: Any) -> None:
+        raise AssertionError("a test tried to download Chroma's default ONNX embedding model")
+
+    onnx_mini_lm_l6_v2.ONNXMiniLM_L6_V2._download_model_if_not_exists = no_download  # type: ignore[method-assign]
+    path = Path(directory)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    with (path / "server.log").open("w") as log:
+        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+        server = subprocess.Popen(
+            [exe, "run", "--path", str(path / "data"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout
+            while True:  # a client needs a live server: wait on the heartbeat first
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2):
+                        break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"chroma server did not start; see {path / 'server.log'}"
+                        ) from None
+                    time.sleep(0.2)
+            yield "127.0.0.1", port
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
