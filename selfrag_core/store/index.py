@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ logger = logging.getLogger("selfrag")
 
 _EMBED_BATCH = 256
 _SCALARS = (str, int, float, bool, type(None))
+#: control characters other than whitespace, and the replacement character of undecodable bytes
+_ODD_CHARACTERS = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")
 
 
 @dataclass(slots=True)  # a million of them in a large index: no per-object dict
@@ -103,7 +106,7 @@ def check_text(text: Any) -> str:
     if not text.strip():
         raise ValueError("text is empty: there is nothing to index")
     sample = text[:100_000]
-    odd = sum(1 for ch in sample if (ch < " " and ch not in "\t\n\r\f\v") or ch == "\ufffd")
+    odd = len(_ODD_CHARACTERS.findall(sample))
     if "\x00" in sample or odd > 0.05 * len(sample):
         raise ValueError(
             "text looks like binary data (NUL, control or undecodable characters); index text files only"
@@ -172,7 +175,8 @@ class Index:
         self._sources: dict[str, str] | None = {}  # source -> checksum; None: in the columns
         self.dim = _declared_dim(embedder)
         self._lexical = LexicalIndex()
-        self._lexical_dirty = False
+        # False: restored without usable BM25 arrays, rebuilt from the chunks when needed
+        self._lexical_built = True
         # the unit vectors of the chunks (with an embedder), in order: blocks stacked into
         # one matrix at the next dense search; a restored index's is memory-mapped
         self._vectors: list[np.ndarray] = []
@@ -277,17 +281,16 @@ class Index:
             if replaced:
                 self._keep(self._positions_without(replaced))
             chunks = self._chunk_list()
-            added = 0
+            first = len(chunks)
             for doc in docs:
                 if latest[doc.source] is doc:
                     chunks.extend(doc.chunks)
                     self.sources[doc.source] = doc.checksum
-                    added += len(doc.chunks)
             if vectors is not None:
                 self._vectors.append(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
-            if replaced or added:
-                self._lexical_dirty = True
-            return added
+            if self.tokenizer is not None and self._lexical_built:
+                self._lexical.append([c.tokens or [] for c in chunks[first:]], first)
+            return len(chunks) - first
 
     def delete(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many were removed."""
@@ -297,12 +300,13 @@ class Index:
             before = len(self.chunks)
             self._keep(self._positions_without({source}))
             del self.sources[source]
-            self._lexical_dirty = True
             return before - len(self.chunks)
 
     def _keep(self, positions: list[int]) -> None:
         _ = self.sources  # decoded before the chunks leave their columns
         self.chunks = [self.chunks[i] for i in positions]
+        if self.tokenizer is not None and self._lexical_built:
+            self._lexical.keep(positions)
         if self.embedder is not None:
             self._vectors = [self.vectors()[np.asarray(positions, dtype=np.int64)]]
 
@@ -337,12 +341,13 @@ class Index:
 
     @property
     def rebuilds(self) -> int:
-        """How many times the BM25 statistics were rebuilt."""
+        """How many times the BM25 index was rebuilt from every chunk's tokens (adding and
+        deleting documents rebuild nothing: see :class:`LexicalIndex`)."""
         return self._lexical.rebuilds
 
     def rebuild_lexical(self, *, retokenize: bool = False) -> int:
-        """Rebuild the BM25 statistics now (re-tokenising every chunk first when asked;
-        the chunks of a restored index are tokenised here, the first time)."""
+        """Rebuild the BM25 index from every chunk now (re-tokenising each first when
+        asked; the chunks of a restored index are tokenised here, the first time)."""
         assert self.tokenizer is not None
         with self.lock:
             tokens = []
@@ -350,25 +355,29 @@ class Index:
                 if retokenize or c.tokens is None:
                     c.tokens = self.tokenizer(c.text)
                 tokens.append(c.tokens)
-            self._lexical.build([c.id for c in self.chunks], tokens)
-            self._lexical_dirty = False
+            self._lexical.build(tokens)
+            self._lexical_built = True
             return len(self.chunks)
 
-    def lexical_scores(self, query: str) -> np.ndarray:
-        """BM25 scores of ``query``, one per chunk (call under the lock)."""
-        assert self.tokenizer is not None
-        if self._lexical_dirty and self.autorebuild:
+    def _lexical_current(self) -> bool:
+        """Bring the BM25 statistics up to the chunks when ``autorebuild`` says so (a
+        refresh, or a rebuild for a restored index without BM25 arrays); whether they are
+        current."""
+        if not self._lexical_built:
+            if not self.autorebuild:
+                return False
             self.rebuild_lexical()
-        raw = self._lexical.scores(self.tokenizer(query))
-        if not self._lexical_dirty:
-            return raw
-        position = {c.id: i for i, c in enumerate(self.chunks)}  # stale index: map by chunk id
-        out = np.zeros(len(self.chunks), dtype=np.float32)
-        for i, cid in enumerate(self._lexical.ids):
-            p = position.get(cid)
-            if p is not None:
-                out[p] = raw[i]
-        return out
+        if self._lexical.stale and self.autorebuild:
+            self._lexical.refresh()
+        return not self._lexical.stale
+
+    def lexical_scores(self, query: str) -> np.ndarray:
+        """BM25 scores of ``query``, one per chunk (call under the lock). Without
+        ``autorebuild``, the statistics are those of the last rebuild: chunks added since
+        score nothing, deleted ones are left out."""
+        assert self.tokenizer is not None
+        self._lexical_current()
+        return self._lexical.scores(self.tokenizer(query), len(self.chunks))
 
     def dense_scores(self, qvecs: np.ndarray) -> np.ndarray:
         """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix
@@ -398,9 +407,8 @@ class Index:
         vectors = None
         if self.embedder is not None and self.dim is not None:
             vectors = self.vectors()
-        if self.tokenizer is not None and self._lexical_dirty and self.autorebuild:
-            self.rebuild_lexical()
-        postings = None if self.tokenizer is None or self._lexical_dirty else self._lexical.postings
+        current = self.tokenizer is not None and self._lexical_current()
+        postings = self._lexical.postings() if current else None
         if isinstance(self.chunks, StoredChunks):  # unchanged since restored: written as they are
             columns = self.chunks.columns
         else:
@@ -439,14 +447,13 @@ class Index:
                 self.check_dim(dim)
         chunks: Sequence[IndexedChunk]
         sources: dict[str, str] | None
-        ids: Sequence[str]
         if stored.columns is not None:
-            chunks, sources, ids = StoredChunks(stored.columns), None, stored.columns.ids
+            chunks, sources = StoredChunks(stored.columns), None
         else:
             chunks = [
                 IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks
             ]
-            sources, ids = dict(stored.sources), [c.id for c in chunks]
+            sources = dict(stored.sources)
         postings = self._usable(stored.postings, stored.manifest.get("tokenizer"))
         vectors = []
         if stored.vectors is not None and self.embedder is not None:
@@ -456,9 +463,8 @@ class Index:
             self.chunks = chunks
             self._sources = sources
             self._vectors = vectors
-            if postings is not None:
-                self._lexical.restore(ids, postings)
-            self._lexical_dirty = postings is None
+            self._lexical.restore(postings or Postings.empty(self._lexical.k1, self._lexical.b))
+            self._lexical_built = postings is not None
 
     def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:
         """A saved BM25 index, if this index tokenises and scores as it was built with;

@@ -1,4 +1,4 @@
-"""Lexical search: an English + Arabic tokenizer and a lazily rebuilt ``bm25s`` index.
+"""Lexical search: an English + Arabic tokenizer and a segmented BM25 index.
 
 Tokenisation: case folding, Arabic normalisation (diacritics and tatweel removed,
 alef variants unified, alef maqsura to ya), words of two or more characters,
@@ -7,17 +7,20 @@ from PyStemmer when it is installed (``stemmer="auto"``), otherwise English word
 are kept as they are; Arabic words always lose their article and attached
 conjunction/preposition prefixes first (a light stemmer).
 
-The BM25 statistics are owned by ``bm25s`` (never computed here). They are rebuilt
-at most once per batch of changes, lazily, when the next query arrives: indexing N
-documents one by one costs N tokenisations and a single rebuild. A saved index keeps
-them (:class:`Postings`), so opening it tokenises and rebuilds nothing.
+The index stores term frequencies and document lengths (:class:`Postings`), not
+scores: BM25 is computed at query time from the statistics of the live documents, as
+``bm25s`` computes it. So documents added later go into a segment of their own and
+deleted ones are only marked, and the scores are still those of a full rebuild; a
+saved index is mapped as it is, so opening it tokenises and rebuilds nothing.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -117,34 +120,56 @@ class Tokenizer:
         return term
 
     def __call__(self, text: str) -> list[str]:
-        cache = self._cache
-        terms = []
-        for word in _TOKEN.findall(_normalise_arabic(text.casefold())):
-            term = cache.get(word)
-            if term is None:
-                term = self._term(word)
-            if term:
-                terms.append(term)
-        return terms
+        words = _TOKEN.findall(_normalise_arabic(text.casefold()))
+        terms = list(map(self._cache.get, words))
+        if None in terms:
+            terms = [self._term(w) if t is None else t for w, t in zip(words, terms, strict=True)]
+        return [t for t in terms if t]
 
 
 @dataclass(frozen=True)
 class Postings:
-    """A BM25 index as ``bm25s`` builds it: the score of each term in each document that
+    """One segment of the BM25 index: how often each term occurs in each document that
     holds it, in compressed sparse column layout (term ``t``'s documents are
-    ``indices[indptr[t]:indptr[t + 1]]``, their scores the same slice of ``data``).
-    ``vocab`` maps each term to its column. Saved as it is, so loading rebuilds nothing."""
+    ``indices[indptr[t]:indptr[t + 1]]``, ascending, their term frequencies the same slice
+    of ``tf``), and each document's length in terms. ``vocab`` maps each term to its
+    column. Nothing here depends on the rest of the index (no IDF, no average length), so
+    a segment is never rewritten when documents are added or deleted elsewhere, and it is
+    saved as it is."""
 
     vocab: dict[str, int]
-    data: np.ndarray  # float32, one score per (term, document) pair
-    indices: np.ndarray  # int32 document positions
+    tf: np.ndarray  # float32, one term frequency per (term, document) pair
+    indices: np.ndarray  # int32 document positions in the segment
     indptr: np.ndarray  # int64, one more than the terms
+    lengths: np.ndarray  # int32, one per document
     k1: float
     b: float
 
     @classmethod
+    def build(cls, tokens: Sequence[Sequence[str]], k1: float, b: float) -> Postings:
+        """The postings of token lists, vectorised: each token gets its term's column, then
+        one sort of (column, document) pairs counts the term frequencies."""
+        lengths = np.fromiter(map(len, tokens), np.int64, count=len(tokens))
+        flat = list(chain.from_iterable(tokens))
+        vocab = {term: column for column, term in enumerate(dict.fromkeys(flat))}
+        terms = np.fromiter(map(vocab.__getitem__, flat), np.int64, count=len(flat))
+        del flat
+        pairs = terms * max(len(tokens), 1) + np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
+        del terms
+        pairs, counts = np.unique(pairs, return_counts=True)
+        columns, docs = np.divmod(pairs, max(len(tokens), 1))
+        indptr = np.zeros(len(vocab) + 1, np.int64)
+        np.cumsum(np.bincount(columns, minlength=len(vocab)), out=indptr[1:])
+        return cls(
+            vocab, counts.astype(np.float32), docs.astype(np.int32), indptr, lengths.astype(np.int32), k1, b
+        )
+
+    @classmethod
     def empty(cls, k1: float, b: float) -> Postings:
-        return cls({}, np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64), k1, b)
+        return cls.build([], k1, b)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
 
     def terms(self) -> list[str]:
         """The terms in column order (how they are saved)."""
@@ -153,50 +178,230 @@ class Postings:
             terms[column] = term
         return terms
 
+    def column(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The documents holding ``term`` and its frequencies in them (views, not copies)."""
+        c = self.vocab.get(term)
+        if c is None:
+            return None
+        start, end = int(self.indptr[c]), int(self.indptr[c + 1])
+        return self.indices[start:end], self.tf[start:end]
+
+
+def merged_postings(segments: Sequence[tuple[Postings, np.ndarray]], k1: float, b: float) -> Postings:
+    """One segment of the documents the ``(postings, position)`` pairs keep: ``position[d]``
+    is document ``d``'s position in the merged segment, or -1 when it is dropped. Term
+    frequencies and lengths are copied, nothing is tokenised again."""
+    vocab: dict[str, int] = {}
+    cols, docs, tfs = [], [], []
+    size = 0
+    for postings, position in segments:
+        kept = position >= 0
+        size = max(size, int(position[kept].max()) + 1 if kept.any() else 0)
+        remap = np.fromiter((vocab.setdefault(t, len(vocab)) for t in postings.terms()), np.int64)
+        entry_cols = np.repeat(remap, np.diff(postings.indptr)) if len(remap) else np.zeros(0, np.int64)
+        entry_docs = position[postings.indices]
+        live = entry_docs >= 0
+        cols.append(entry_cols[live])
+        docs.append(entry_docs[live])
+        tfs.append(np.asarray(postings.tf)[live])
+    lengths = np.zeros(size, np.int32)
+    for postings, position in segments:
+        kept = position >= 0
+        lengths[position[kept]] = postings.lengths[kept]
+    col, doc, tf = np.concatenate(cols), np.concatenate(docs), np.concatenate(tfs)
+    order = np.lexsort((doc, col))
+    indptr = np.zeros(len(vocab) + 1, np.int64)
+    np.cumsum(np.bincount(col, minlength=len(vocab)), out=indptr[1:])
+    used = np.diff(indptr) > 0  # terms whose every document was dropped leave the vocabulary
+    if not used.all():
+        keep_terms = np.flatnonzero(used)
+        terms = [t for t, c in sorted(vocab.items(), key=lambda item: item[1])]
+        vocab = {terms[c]: i for i, c in enumerate(keep_terms.tolist())}
+        indptr = np.concatenate(([0], indptr[1:][used]))
+    return Postings(
+        vocab,
+        tf[order].astype(np.float32),
+        doc[order].astype(np.int32),
+        indptr.astype(np.int64),
+        lengths,
+        k1,
+        b,
+    )
+
 
 class LexicalIndex:
-    """A ``bm25s`` index over token lists, rebuilt in one go when asked, or restored."""
+    """BM25 over segments of :class:`Postings`, scored at query time from the statistics
+    of the documents counted (Lucene's variant, as ``bm25s`` computes it:
+    ``idf * tf / (tf + k1 * (1 - b + b * length / average length))`` with
+    ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``).
+
+    Documents are numbered in the order they were added, across segments; ``position``
+    maps each to its place among the index's current chunks (-1 once deleted). Adding
+    documents appends a segment built from their tokens alone; deleting them only marks
+    them. The statistics (N, document frequencies, average length) count the documents
+    that were live at the last :meth:`refresh`, so scores are the same as a rebuild over
+    those documents gives, to the bit; :meth:`merge` merges segments."""
+
+    #: cached per-term scores kept until the next refresh, in entries (4 bytes each)
+    CACHE_ENTRIES = 16_000_000
+    #: segments searched side by side before the ones added since the first are merged
+    MAX_SEGMENTS = 8
 
     def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
         self.k1 = k1
         self.b = b
         self.rebuilds = 0
-        self.ids: Sequence[str] = []  # a restored index's: its memory-mapped id column
-        self.postings = Postings.empty(k1, b)
+        self.segments: list[tuple[int, Postings]] = []  # (first document number, postings)
+        self.position = np.zeros(0, np.int64)
+        self.counted: np.ndarray | None = None  # None: every document numbered so far
+        self._norm: np.ndarray | None = None  # k1 * (1 - b + b * length / average), per document
+        self._live = 0
+        self._cache: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        self._cached = 0
 
-    def build(self, ids: Sequence[str], tokens: Sequence[list[str]]) -> None:
-        bm25s = _import_bm25s()
+    @property
+    def documents(self) -> int:
+        """Documents numbered so far, deleted ones included."""
+        return len(self.position)
+
+    def build(self, tokens: Sequence[list[str]]) -> None:
+        """Index ``tokens`` (one list per current chunk, in order) from scratch."""
         self.rebuilds += 1
-        self.ids = list(ids)
-        self.postings = Postings.empty(self.k1, self.b)
-        if any(tokens):
-            retriever = bm25s.BM25(k1=self.k1, b=self.b)  # method "lucene": no non-occurrence scores
-            retriever.index([list(t) for t in tokens], show_progress=False)
-            index = retriever.scores
-            columns = len(index["indptr"]) - 1  # bm25s adds "" to the vocabulary, with no column
-            self.postings = Postings(
-                {t: c for t, c in retriever.vocab_dict.items() if c < columns},
-                np.ascontiguousarray(index["data"], dtype=np.float32),
-                np.ascontiguousarray(index["indices"], dtype=np.int32),
-                np.ascontiguousarray(index["indptr"], dtype=np.int64),
-                self.k1,
-                self.b,
-            )
+        self.restore(Postings.build(tokens, self.k1, self.b))
 
-    def restore(self, ids: Sequence[str], postings: Postings) -> None:
-        """Take a saved index over the documents ``ids`` (as :meth:`build` left it)."""
-        self.ids = ids
-        self.postings = postings
+    def restore(self, postings: Postings) -> None:
+        """Take one segment over the current chunks, in order (as :meth:`merge` leaves it)."""
+        self.segments = [(0, postings)]
+        self.position = np.arange(len(postings), dtype=np.int64)
+        self.counted = None
+        self.refresh()
 
-    def scores(self, query_tokens: list[str]) -> np.ndarray:
-        """BM25 score of every indexed document (in ``ids`` order) for the query terms:
-        bm25s's own sum, term by term in float32 (``np.add.at``, fast since numpy 1.25).
+    def append(self, tokens: Sequence[list[str]], first: int) -> None:
+        """Add documents at the chunk positions ``first``, ``first + 1``, ...: a new segment
+        of their tokens alone. They count in the statistics from the next refresh."""
+        if not tokens:
+            return
+        if self.counted is None:
+            self.counted = np.ones(self.documents, dtype=bool)
+        self.segments.append((self.documents, Postings.build(tokens, self.k1, self.b)))
+        self.position = np.concatenate((self.position, np.arange(first, first + len(tokens), dtype=np.int64)))
+        self.counted = np.concatenate((self.counted, np.zeros(len(tokens), dtype=bool)))
+
+    def keep(self, positions: Sequence[int] | np.ndarray) -> None:
+        """The chunks at ``positions`` (ascending) stay, renumbered from 0; the others are
+        deleted. They leave the statistics at the next refresh."""
+        live = np.flatnonzero(self.position >= 0)
+        position = np.full(self.documents, -1, np.int64)
+        kept = np.asarray(positions, dtype=np.int64)
+        position[live[kept]] = np.arange(len(kept), dtype=np.int64)
+        self.position = position
+        if self.counted is None:
+            self.counted = np.ones(self.documents, dtype=bool)
+
+    @property
+    def stale(self) -> bool:
+        """Whether documents were added or deleted since the last refresh."""
+        return self.counted is not None and not np.array_equal(self.counted, self.position >= 0)
+
+    def refresh(self) -> None:
+        """Count the live documents in the statistics (cheap: no document is read), then
+        merge segments when there are many, or many deleted documents."""
+        live = self.position >= 0
+        self.counted = None if live.all() else live
+        self._live = int(live.sum())
+        lengths = np.concatenate([p.lengths for _, p in self.segments]) if self.segments else np.zeros(0)
+        total = int(lengths[live].sum(dtype=np.int64)) if self._live else 0
+        average = total / self._live if self._live else 1.0
+        k1, b = self.k1, self.b
+        self._norm = (k1 * ((1 - b) + b * lengths.astype(np.float64) / max(average, 1e-9))).astype(np.float32)
+        self._forget()
+        if len(self.segments) > 1:
+            head = len(self.segments[0][1])
+            if self.documents >= 2 * max(self._live, 1) or self.documents - head > head:
+                self.merge(0)
+            elif len(self.segments) > self.MAX_SEGMENTS:
+                self.merge(1)  # the small segments added since the first, into one
+
+    def merge(self, first: int = 0) -> None:
+        """Merge the segments from ``first`` on into one over their live documents (after
+        a refresh: their statistics are unchanged, their documents renumbered)."""
+        if first >= len(self.segments):
+            return
+        start = self.segments[first][0]
+        live = self.position[start:] >= 0
+        number = np.full(len(live), -1, np.int64)
+        number[live] = np.arange(int(live.sum()), dtype=np.int64)
+        pairs = [(p, number[base - start : base - start + len(p)]) for base, p in self.segments[first:]]
+        self.segments = [*self.segments[:first], (start, merged_postings(pairs, self.k1, self.b))]
+        self.position = np.concatenate((self.position[:start], self.position[start:][live]))
+        if self.counted is not None:
+            self.counted = np.concatenate((self.counted[:start], self.counted[start:][live]))
+            if self.counted.all():
+                self.counted = None
+        if self._norm is not None:
+            self._norm = np.concatenate((self._norm[:start], self._norm[start:][live]))
+        self._forget()
+
+    def _forget(self) -> None:
+        self._cache.clear()
+        self._cached = 0
+
+    def postings(self) -> Postings | None:
+        """The index as one segment over the current chunks (what a save writes), or None
+        when it is stale (refresh first)."""
+        if self.stale:
+            return None
+        if len(self.segments) != 1 or self.counted is not None:
+            self.merge(0)
+        return self.segments[0][1] if self.segments else Postings.empty(self.k1, self.b)
+
+    def _term(self, term: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """``term``'s scores in each segment: (first document number, documents, scores)."""
+        cached = self._cache.get(term)
+        if cached is not None:
+            return cached
+        found = []
+        df = 0
+        for base, postings in self.segments:
+            column = postings.column(term)
+            if column is None:
+                continue
+            docs, tf = column
+            if self.counted is not None:
+                counted = self.counted[base + docs]
+                if not counted.all():
+                    docs, tf = docs[counted], tf[counted]
+            df += len(docs)
+            found.append((base, docs, tf))
+        idf = np.float32(math.log(1 + (self._live - df + 0.5) / (df + 0.5)))
+        norm = self._norm
+        assert norm is not None
+        out = []
+        for base, docs, tf in found:
+            k = norm[docs] if base == 0 else norm[base + docs]
+            out.append((base, docs, idf * (tf / (k + tf))))
+        size = sum(len(d) for _, d, _ in out)
+        if size <= self.CACHE_ENTRIES:
+            while self._cache and self._cached + size > self.CACHE_ENTRIES:
+                evicted = self._cache.pop(next(iter(self._cache)))
+                self._cached -= sum(len(d) for _, d, _ in evicted)
+            self._cache[term] = out
+            self._cached += size
+        return out
+
+    def scores(self, query_tokens: list[str], chunks: int) -> np.ndarray:
+        """BM25 score of each of the ``chunks`` current chunks for the query terms (a
+        repeated term counts each time, as in ``bm25s``); deleted documents score nothing.
         Only the query terms' entries are read: a memory-mapped index is never copied."""
-        scores = np.zeros(len(self.ids), dtype=np.float32)
-        postings = self.postings
-        for term in query_tokens:  # a repeated term counts each time, as in bm25s
-            column = postings.vocab.get(term)
-            if column is not None:
-                start, end = int(postings.indptr[column]), int(postings.indptr[column + 1])
-                np.add.at(scores, postings.indices[start:end], postings.data[start:end])
-        return scores
+        if self._norm is None:
+            self.refresh()
+        raw = np.zeros(self.documents, dtype=np.float32)
+        for term in query_tokens:
+            for base, docs, scores in self._term(term):
+                np.add.at(raw, docs if base == 0 else docs + base, scores)
+        if self.documents == chunks and self.counted is None:
+            return raw
+        out = np.zeros(chunks, dtype=np.float32)
+        live = self.position >= 0
+        out[self.position[live]] = raw[live]
+        return out

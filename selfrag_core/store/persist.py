@@ -1,6 +1,6 @@
 """Saving and loading an index directory: JSON and ``.npy`` only, written atomically.
 
-Layout (format 3)::
+Layout (format 4)::
 
     index_dir/
       manifest.json                # format name and version, settings, embedder, file checksums
@@ -10,9 +10,10 @@ Layout (format 3)::
       data-<hex>/chunk_sources.npy # int32: each chunk's source (its position in "sources")
       data-<hex>/vectors.npy       # float32 (chunks, dim), only with an embedder
       data-<hex>/bm25.json         # BM25 parameters and terms (in column order), with BM25 on
-      data-<hex>/bm25_data.npy     # float32: bm25s's per-term document scores (CSC layout)
+      data-<hex>/bm25_tf.npy       # float32: each term's frequency in each document (CSC layout)
       data-<hex>/bm25_indices.npy  # int32: their document positions
       data-<hex>/bm25_indptr.npy   # int64: where each term's entries start
+      data-<hex>/bm25_lengths.npy  # int32: each document's length in terms
 
 The string columns are the chunks' ``ids``, ``texts`` and ``metadata`` (one JSON object
 each) and the ``sources`` with their ``checksums``. Opening an index reads the manifest and
@@ -23,8 +24,10 @@ strings are decoded and its metadata parsed and checked when it is read
 (:class:`StringColumn`, :class:`ChunkColumns`).
 
 Formats 1 and 2 kept the chunks and sources in ``store.json`` (JSON records); indexes in
-them still load (read whole, each record checked). Format 1 had no BM25 files either: its
-BM25 statistics are rebuilt from the chunks at the first search, as that version did.
+them still load (read whole, each record checked). Format 1 had no BM25 files either, and
+formats 2 and 3 saved ``bm25s``'s scores instead of term frequencies (scores cannot be
+updated when documents are added): in all three the BM25 index is rebuilt from the chunks
+at the first search, once.
 The next save writes the current format.
 
 A save writes a fresh ``data-<hex>`` directory (under a temporary name, renamed when
@@ -34,7 +37,7 @@ Older data directories are removed afterwards. Loading only reads; a missing,
 corrupt or foreign directory raises :class:`IndexFormatError` and touches nothing.
 Every manifest field is checked (type, range, file names plain and inside the index)
 before any data file is opened, then the checksums, the chunk records (formats 1 and 2;
-in format 3 each record is checked when it is read) and every array's header, shape and
+from format 3 on each record is checked when it is read) and every array's header, shape and
 size (and the values of the arrays that index others: offsets, positions); no
 exception from ``json``, ``numpy`` or the file system gets out as anything but an
 :class:`IndexFormatError`. Arrays are checked from their ``.npy`` header, then mapped
@@ -65,13 +68,16 @@ from selfrag_core.store.lexical import Postings
 from selfrag_core.store.rerank import make_reranker
 
 FORMAT = "selfrag-store"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 STORE_FILE = "store.json"
 VECTORS_FILE = "vectors.npy"
 BM25_FILE = "bm25.json"
-BM25_DATA, BM25_INDICES, BM25_INDPTR = "bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"
-BM25_FILES = (BM25_FILE, BM25_DATA, BM25_INDICES, BM25_INDPTR)
+BM25_TF, BM25_INDICES, BM25_INDPTR = "bm25_tf.npy", "bm25_indices.npy", "bm25_indptr.npy"
+BM25_LENGTHS = "bm25_lengths.npy"
+BM25_FILES = (BM25_FILE, BM25_TF, BM25_INDICES, BM25_INDPTR, BM25_LENGTHS)
+#: formats 2 and 3 saved bm25s's scores: read as "rebuild at the first search"
+OLD_BM25_FILES = (BM25_FILE, "bm25_data.npy", BM25_INDICES, BM25_INDPTR)
 #: the string columns of format 3: the chunks' (one string per chunk), then the sources'
 CHUNK_COLUMNS, SOURCE_COLUMNS = ("ids", "texts", "metadata"), ("sources", "checksums")
 CHUNK_SOURCES = "chunk_sources.npy"
@@ -82,11 +88,17 @@ COLUMN_FILES = (
 #: the data files each format version may list
 FILES = {
     1: (STORE_FILE, VECTORS_FILE),
-    2: (STORE_FILE, VECTORS_FILE, *BM25_FILES),
-    3: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *BM25_FILES),
+    2: (STORE_FILE, VECTORS_FILE, *OLD_BM25_FILES),
+    3: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *OLD_BM25_FILES),
+    4: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *BM25_FILES),
 }
 #: the data files each format version must list
-REQUIRED = {1: (STORE_FILE,), 2: (STORE_FILE,), 3: (STORE_FILE, *COLUMN_FILES)}
+REQUIRED = {
+    1: (STORE_FILE,),
+    2: (STORE_FILE,),
+    3: (STORE_FILE, *COLUMN_FILES),
+    4: (STORE_FILE, *COLUMN_FILES),
+}
 
 
 class IndexFormatError(RAGSystemError):
@@ -263,9 +275,10 @@ def _write_array(path: Path, array: np.ndarray) -> None:
 def _write_postings(data: Path, postings: Postings) -> None:
     params = {"k1": postings.k1, "b": postings.b, "terms": postings.terms()}
     _write_bytes(data / BM25_FILE, json.dumps(params, ensure_ascii=False).encode("utf-8"))
-    _write_array(data / BM25_DATA, postings.data.astype(np.float32, copy=False))
+    _write_array(data / BM25_TF, postings.tf.astype(np.float32, copy=False))
     _write_array(data / BM25_INDICES, postings.indices.astype(np.int32, copy=False))
     _write_array(data / BM25_INDPTR, postings.indptr.astype(np.int64, copy=False))
+    _write_array(data / BM25_LENGTHS, postings.lengths.astype(np.int32, copy=False))
 
 
 def _write_columns(data: Path, columns: ChunkColumns) -> None:
@@ -409,10 +422,11 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
         )
     if manifest["tokenizer"] is not None and not isinstance(manifest["tokenizer"], str):
         raise _invalid(where, "tokenizer", manifest["tokenizer"], "a string or null")
-    bm25 = [name for name in BM25_FILES if name in files]
-    if bm25 and (len(bm25) < len(BM25_FILES) or manifest["tokenizer"] is None):
+    bm25_files = BM25_FILES if manifest["format_version"] >= 4 else OLD_BM25_FILES
+    bm25 = [name for name in bm25_files if name in files]
+    if bm25 and (len(bm25) < len(bm25_files) or manifest["tokenizer"] is None):
         raise _invalid(
-            where, "files", sorted(files), f"all of {list(BM25_FILES)} or none, and none without a tokenizer"
+            where, "files", sorted(files), f"all of {list(bm25_files)} or none, and none without a tokenizer"
         )
     settings = manifest["settings"]
     _check_keys(where, "settings", settings, set(_SETTINGS) - set(_OPTIONAL_SETTINGS), _OPTIONAL_SETTINGS)
@@ -552,15 +566,18 @@ def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
     if indptr[0] != 0 or (columns and bool((np.diff(indptr) < 0).any())):
         raise IndexFormatError(f"{files[BM25_INDPTR]} holds offsets that are not ascending from 0; {_FIX}")
     entries = int(indptr[-1])
-    data = _map_array(files[BM25_DATA], np.float32, lambda s: s == (entries,), f"({entries},)")
-    if not _finite(data):
-        raise IndexFormatError(f"{files[BM25_DATA]} holds NaN or infinite values; {_FIX}")
+    tf = _map_array(files[BM25_TF], np.float32, lambda s: s == (entries,), f"({entries},)")
+    if entries and not (_finite(tf) and float(tf.min()) >= 1):
+        raise IndexFormatError(f"{files[BM25_TF]} holds term frequencies below 1, NaN or infinite; {_FIX}")
     indices = _map_array(files[BM25_INDICES], np.int32, lambda s: s == (entries,), f"({entries},)")
     if entries and (int(indices.min()) < 0 or int(indices.max()) >= chunks):
         raise IndexFormatError(
             f"{files[BM25_INDICES]} holds document positions outside the {chunks} chunks; {_FIX}"
         )
-    return Postings(vocab, data, indices, indptr, params["k1"], params["b"])
+    lengths = _map_array(files[BM25_LENGTHS], np.int32, lambda s: s == (chunks,), f"({chunks},)")
+    if chunks and int(lengths.min()) < 0:
+        raise IndexFormatError(f"{files[BM25_LENGTHS]} holds negative document lengths; {_FIX}")
+    return Postings(vocab, tf, indices, indptr, lengths, params["k1"], params["b"])
 
 
 def _read_strings(files: Mapping[str, Path], name: str, count: int) -> StringColumn:
@@ -627,7 +644,8 @@ def load_index(path: str | os.PathLike[str]) -> StoredIndex:
     if VECTORS_FILE in files:
         embedder = manifest["embedder"]
         vectors = _read_vectors(files[VECTORS_FILE], rows, embedder["dim"])
-    postings = _read_postings(files, rows) if BM25_FILE in files else None
+    # formats 2 and 3 saved scores, not term frequencies: rebuilt at the first search
+    postings = _read_postings(files, rows) if BM25_FILE in files and manifest["format_version"] >= 4 else None
     return StoredIndex(manifest, chunks, sources, vectors, postings, columns)
 
 

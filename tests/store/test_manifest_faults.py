@@ -140,12 +140,12 @@ MANIFEST_FAULTS: dict[str, tuple[Callable[[dict[str, Json]], None], str]] = {
     "file name with NUL": (_rename_file("vectors.npy", "vectors.npy\x00"), PLAIN),
     "file name unknown": (_rename_file("vectors.npy", "extra.bin"), r"one of \['store.json', 'ids.npy'"),
     "a column not listed": (lambda m: m["files"].pop("texts.npy"), r"all of \['store.json', 'ids.npy'"),
-    "columns in format 2": (
-        _set("format_version", 2),
-        r"a name in files is 'checksums.npy', expected one of",
+    "term frequencies in format 3": (  # format 3 saved scores (bm25_data.npy)
+        _set("format_version", 3),
+        r"a name in files is 'bm25_lengths.npy', expected one of",
     ),
     "vectors not listed": (lambda m: m["files"].pop("vectors.npy"), "vectors.npy listed exactly when"),
-    "a BM25 array not listed": (lambda m: m["files"].pop("bm25_data.npy"), r"all of \['bm25.json'"),
+    "a BM25 array not listed": (lambda m: m["files"].pop("bm25_tf.npy"), r"all of \['bm25.json'"),
     "BM25 files without a tokenizer": (_set("tokenizer", None), "none without a tokenizer"),
     "BM25 files in format 1": (_set("format_version", 1), r"a name in files is 'bm25.json', expected one of"),
     "data ..": (_set("data", ".."), PLAIN),
@@ -482,7 +482,7 @@ BM25_FAULTS: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
     "offsets past the data": (
         "bm25_indptr.npy",
         _array("indptr", _poke(-1, 10**6)),
-        r"bm25_data.npy .*shape",
+        r"bm25_tf.npy .*shape",
     ),
     "a position past the chunks": (
         "bm25_indices.npy",
@@ -496,10 +496,13 @@ BM25_FAULTS: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
         "dtype int64",
     ),
     "a position fewer": ("bm25_indices.npy", _array("indices", lambda a: a[:-1]), "shape"),
-    "a NaN score": ("bm25_data.npy", _array("data", _poke(0, np.nan)), "NaN"),
-    "scores truncated": ("bm25_data.npy", lambda b: b[:-3], "truncated"),
-    "scores pickled": (
-        "bm25_data.npy",
+    "a NaN frequency": ("bm25_tf.npy", _array("tf", _poke(0, np.nan)), "NaN"),
+    "a frequency of 0": ("bm25_tf.npy", _array("tf", _poke(0, 0)), "below 1"),
+    "frequencies truncated": ("bm25_tf.npy", lambda b: b[:-3], "truncated"),
+    "a length fewer": ("bm25_lengths.npy", _array("lengths", lambda a: a[:-1]), "shape"),
+    "a negative length": ("bm25_lengths.npy", _array("lengths", _poke(0, -1)), "negative"),
+    "frequencies pickled": (
+        "bm25_tf.npy",
         lambda b: npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True),
         "dtype object",
     ),
@@ -515,7 +518,7 @@ def test_a_malformed_bm25_index_is_named(index: Path, fault: str) -> None:
 
 def test_bm25_arrays_in_another_byte_order_still_load(index: Path) -> None:
     before = RAG.load(index).search("river Seine")
-    for name in ("bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy"):
+    for name in ("bm25_tf.npy", "bm25_indices.npy", "bm25_indptr.npy", "bm25_lengths.npy"):
         array = np.load(data_file(index, name), allow_pickle=False)
         replace_data(index, name, npy_bytes(array.astype(array.dtype.newbyteorder(">"))))
     after = RAG.load(index).search("river Seine")
@@ -597,9 +600,10 @@ def test_every_field_of_the_store_replaced_by_anything(index: Path, format2: Pat
         *persist.COLUMN_FILES,
         "vectors.npy",
         "bm25.json",
-        "bm25_data.npy",
+        "bm25_tf.npy",
         "bm25_indices.npy",
         "bm25_indptr.npy",
+        "bm25_lengths.npy",
     ],
 )
 def test_every_truncation_is_an_index_format_error(index: Path, name: str) -> None:

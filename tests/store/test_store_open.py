@@ -95,8 +95,8 @@ def test_the_arrays_are_memory_mapped_and_searched_in_place(tmp_path: Path, mode
     build(**MODES[mode]).save(tmp_path)
     loaded = RAG.load(tmp_path)
     index = loaded._index
-    postings = index._lexical.postings
-    mapped = [postings.data, postings.indices, postings.indptr]
+    postings = index._lexical.segments[0][1]
+    mapped = [postings.tf, postings.indices, postings.indptr, postings.lengths]
     if mode == "hybrid":
         mapped.append(index.vectors())
     assert all(is_mapped(a) and not a.flags.writeable for a in mapped)
@@ -107,7 +107,7 @@ def test_the_arrays_are_memory_mapped_and_searched_in_place(tmp_path: Path, mode
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert index._lexical.postings is postings and all(is_mapped(a) for a in mapped)
+    assert index._lexical.segments == [(0, postings)] and all(is_mapped(a) for a in mapped)
     if mode == "hybrid":
         assert index.vectors() is mapped[-1]
         assert peak < index.vectors().nbytes / 4  # the vectors are read, not copied
@@ -153,7 +153,7 @@ def test_an_index_of_the_previous_format_loads_and_is_rebuilt_once(tmp_path: Pat
         assert results(again) == results(fresh) and again.bm25_rebuilds == 0
 
 
-def test_an_index_of_format_2_loads_without_rebuilding(tmp_path: Path) -> None:
+def test_an_index_of_format_2_loads_and_is_rebuilt_once(tmp_path: Path) -> None:
     for name, embed in (("lexical", None), ("hybrid", "hashing")):
         root = tmp_path / name
         copy_old_index(FORMAT2 / name, root)
@@ -164,8 +164,7 @@ def test_an_index_of_format_2_loads_without_rebuilding(tmp_path: Path) -> None:
         loaded = RAG.load(root)
         assert loaded.sources() == fresh.sources()
         assert results(loaded) == results(fresh)
-        if read_manifest(root)["tokenizer"] == Tokenizer().stemming:
-            assert loaded.bm25_rebuilds == 0  # its BM25 arrays are used as they are
+        assert loaded.bm25_rebuilds == 1  # its BM25 arrays hold scores, not term frequencies
         loaded.save()
         manifest = read_manifest(root)
         assert manifest["format_version"] == persist.FORMAT_VERSION
@@ -173,6 +172,7 @@ def test_an_index_of_format_2_loads_without_rebuilding(tmp_path: Path) -> None:
         again = RAG.load(root)
         assert isinstance(again._index.chunks, StoredChunks)
         assert results(again) == results(fresh) and again.sources() == fresh.sources()
+        assert again.bm25_rebuilds == 0
 
 
 def test_loading_decodes_no_chunk_and_a_search_only_its_hits(
