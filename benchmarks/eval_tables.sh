@@ -6,7 +6,8 @@
 #
 #     bash benchmarks/eval_tables.sh            # hours of CPU the first time (2-5 s an LLM call)
 #     bash benchmarks/eval_tables.sh --replay   # again from the recorded calls: minutes, no LLM call
-#     SETS=do-no-harm bash benchmarks/eval_tables.sh   # issue 19's measurement: 100 XQuAD, 100 HotpotQA
+#     SETS=do-no-harm bash benchmarks/eval_tables.sh   # issue 19's measurement: 100 HotpotQA, 100 XQuAD
+#                                                      # (shared replies; eval-results/*100$SUFFIX, "-shared")
 #
 # Every LLM call is recorded in $CACHE (default ~/.cache/selfrag/eval-tables.sqlite), so an
 # interrupted run resumes where it stopped; the corpora are indexed once into $INDEXES.
@@ -20,10 +21,13 @@ SELFRAG="${SELFRAG:-.venv/bin/selfrag}"
 common=(--llm local --cache "$CACHE" --concurrency 1 --plain "$@")
 
 if [[ "${SETS:-}" == "do-no-harm" ]]; then
-    "$SELFRAG" eval "$DATA/xquad_en/xquad.en.json" --limit 100 --index "$INDEXES/xquad" \
-        --out eval-results/xquad100 "${common[@]}"
+    # shared replies: one prompt, one reply in every contender (the local model's replies vary
+    # from call to call; a difference must be the strategy's); reuses plain's recordings first
+    suffix="${SUFFIX:--shared}"
     "$SELFRAG" eval "$DATA/hotpotqa_500/beir" --limit 100 --index "$INDEXES/hotpotqa" \
-        --out eval-results/hotpot100 "${common[@]}"
+        --out "eval-results/hotpot100$suffix" --shared-replies "${common[@]}"
+    "$SELFRAG" eval "$DATA/xquad_en/xquad.en.json" --limit 100 --index "$INDEXES/xquad" \
+        --out "eval-results/xquad100$suffix" --shared-replies "${common[@]}"
     exit 0
 fi
 "$SELFRAG" eval "$DATA/xquad_en/xquad.en.json" --limit 60 --index "$INDEXES/xquad" \

@@ -623,7 +623,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
             limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
                     "query_timeout": args.timeout or None},
-            judge=llm if args.judge else None, cache=cache, replay=args.replay, concurrency=args.concurrency,
+            judge=llm if args.judge else None, cache=cache, replay=args.replay,
+            shared_replies=args.shared_replies, concurrency=args.concurrency,
             limit=args.limit, seed=args.seed, output=out, embed=args.embedder,
             progress=lambda done, n, question: advance(1, question[:60]),
             settings={"llm": args.llm, **_generation_options(args)},
@@ -631,7 +632,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(report.table())
     if report.cache is not None:
         hits, misses = report.cache["hits"], report.cache["misses"]
-        print(f"\nLLM calls: {hits} replayed from {report.cache['path']}, {misses} made")
+        where = report.cache["path"] or "the run's replies"
+        print(f"\nLLM calls: {hits} replayed from {where}, {misses} made")
     html = out / "report.html"
     extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
     print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
@@ -812,6 +814,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="call the LLM every time, record nothing")
     p.add_argument(
         "--replay", action="store_true", help="answer only from the cache: a miss is an error (for CI)"
+    )
+    p.add_argument(
+        "--shared-replies",
+        action="store_true",
+        help="one reply a prompt for every contender, as a deterministic model gives: a difference is "
+        "the strategy's, not the model's run-to-run noise; reuses the baseline's recordings, then each "
+        "contender's; latency then counts only each contender's own model calls",
     )
     p.add_argument(
         "--judge", action="store_true", help="also score faithfulness with the LLM (one more call per answer)"

@@ -26,6 +26,8 @@ calls with one key in one process make one model call. A ``CachedLLM`` does not 
 a streaming query gets each reply as one piece. One prompt has one reply: with a
 sampling model (temperature above 0), calls that repeat a prompt to get different
 replies (HyDE's passages, ``num_hypothetical_docs`` > 1) all get the first one.
+``namespace`` keeps recordings of the same prompts apart; ``fallback_namespaces`` lets a
+namespace take a reply recorded under another one (see :class:`CachedLLM`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -196,8 +198,15 @@ class CachedLLM:
     a client library.
     ``replay``: never call the model; a miss raises :class:`CacheMissError`.
     ``namespace``: keeps these recordings apart from others of the same prompts in the
-    file (``selfrag eval`` records each contender apart, so that each one's latency is
-    its own model's time and not a reply another contender recorded).
+    file (``selfrag eval`` records each contender apart by default, so that each one's
+    latency is its own model's time and not a reply another contender recorded).
+    ``fallback_namespaces``: where to look, in order, when ``namespace`` holds no reply
+    for a key: the first reply recorded under one of them (same model, params, prompt
+    and schema) answers and is recorded under ``namespace`` too, so every later call,
+    from any ``CachedLLM`` on that namespace, gets that same reply (``selfrag eval
+    --shared-replies`` reuses each contender's earlier recordings this way). Counted as
+    a hit, and in ``borrowed``; it is written to the file even with ``replay=True``
+    (no model is called).
     ``hits`` / ``misses``: calls answered from the file / by the model (the model calls).
     Raises ConfigurationError when ``path`` is not a SQLite file or cannot be opened, or
     for a ``model_id`` / ``params`` the key cannot hold.
@@ -212,6 +221,7 @@ class CachedLLM:
         params: Mapping[str, Any] | None = None,
         replay: bool = False,
         namespace: str = "",
+        fallback_namespaces: Sequence[str] = (),
     ) -> None:
         if llm is None and not replay:
             raise ConfigurationError(
@@ -232,7 +242,15 @@ class CachedLLM:
             self.params = {} if llm is None else _derive_params(llm)
         self.replay = replay
         self.namespace = str(namespace)
+        if isinstance(fallback_namespaces, str):
+            raise ConfigurationError(
+                f"fallback_namespaces is a list of namespaces, got the string {fallback_namespaces!r}"
+            )
+        self.fallback_namespaces = tuple(
+            dict.fromkeys(str(n) for n in fallback_namespaces if str(n) != self.namespace)
+        )
         self.hits = 0
+        self.borrowed = 0  # hits answered from a fallback namespace (and recorded under ``namespace``)
         self.misses = 0
         self._lock = threading.Lock()  # counters and flights
         self._db_lock = threading.Lock()  # the connection
@@ -306,6 +324,10 @@ class CachedLLM:
         output = LLMOutput(reply.text, _count(reply.input_tokens), _count(reply.output_tokens))
         if not reply.text or not reply.text.strip():
             return output  # the caller rejects it and retries: the retry must reach the model
+        return self._store(key, prompt, schema, output)
+
+    def _store(self, key: str, prompt: str, schema: Mapping[str, Any] | None, output: LLMOutput) -> LLMOutput:
+        """``output`` recorded under ``key``, or the recording another caller made first."""
         _, stored = self._execute(
             "INSERT OR IGNORE INTO llm_replies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -349,21 +371,38 @@ class CachedLLM:
         self.close()
 
     # ------------------------------------------------------------------ keys
-    def key(self, prompt: str, schema: Mapping[str, Any] | None = None) -> str:
-        """The SHA-256 (hex) of the canonical JSON of the model id, the params, the prompt
-        and the schema: a changed setting, prompt template or schema is a different key."""
+    def key(
+        self, prompt: str, schema: Mapping[str, Any] | None = None, *, namespace: str | None = None
+    ) -> str:
+        """The SHA-256 (hex) of the canonical JSON of the model id, the params, the prompt,
+        the schema and the namespace (this object's unless ``namespace`` is given): a
+        changed setting, prompt template or schema is a different key."""
         document = {
             "model": self.model_id,
             "params": self.params,
             "prompt": prompt,
             "schema": None if schema is None else dict(schema),
         }
-        if self.namespace:
-            document["namespace"] = self.namespace
+        space = self.namespace if namespace is None else namespace
+        if space:
+            document["namespace"] = space
         return hashlib.sha256(_canonical(document).encode("utf-8")).hexdigest()
 
-    def _hit(self, key: str) -> LLMOutput | None:
+    def _borrow(self, key: str, prompt: str, schema: Mapping[str, Any] | None) -> LLMOutput | None:
+        """The first reply recorded for the prompt under a fallback namespace, recorded
+        under ``key`` as well (the recording there, when another caller made one first)."""
+        for space in self.fallback_namespaces:
+            found = self._lookup(self.key(prompt, schema, namespace=space))
+            if found is not None:
+                with self._lock:
+                    self.borrowed += 1
+                return self._store(key, prompt, schema, found)
+        return None
+
+    def _hit(self, key: str, prompt: str, schema: Mapping[str, Any] | None) -> LLMOutput | None:
         found = self._lookup(key)
+        if found is None and self.fallback_namespaces:
+            found = self._borrow(key, prompt, schema)
         if found is not None:
             with self._lock:
                 self.hits += 1
@@ -405,10 +444,10 @@ class CachedLLM:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
                 loop.call_soon_threadsafe(_wake, future)
 
-    def _take_off(self, key: str) -> LLMOutput | None:
+    def _take_off(self, key: str, prompt: str, schema: Mapping[str, Any] | None) -> LLMOutput | None:
         """The reply recorded since this caller looked (a flight landed in between), else
         None and the miss is counted: the caller calls the model."""
-        found = self._hit(key)
+        found = self._hit(key, prompt, schema)
         if found is None:
             with self._lock:
                 self.misses += 1
@@ -430,7 +469,7 @@ class CachedLLM:
     def _call(self, prompt: str, schema: dict[str, Any] | None) -> LLMOutput:
         key = self.key(prompt, schema)
         while True:
-            found = self._hit(key)
+            found = self._hit(key, prompt, schema)
             if found is not None:
                 return found
             if self.replay:
@@ -440,7 +479,7 @@ class CachedLLM:
                 break
             flight.done.wait()  # then look again: a failed or empty reply was not recorded
         try:
-            found = self._take_off(key)
+            found = self._take_off(key, prompt, schema)
             if found is not None:
                 return found
             return self._record(key, prompt, schema, to_reply(_invoke_once(self.llm, prompt, schema)))
@@ -451,7 +490,7 @@ class CachedLLM:
         key = self.key(prompt, schema)
         loop = asyncio.get_running_loop()
         while True:
-            found = self._hit(key)
+            found = self._hit(key, prompt, schema)
             if found is not None:
                 return found
             if self.replay:
@@ -461,7 +500,7 @@ class CachedLLM:
                 break
             await landed
         try:
-            found = self._take_off(key)
+            found = self._take_off(key, prompt, schema)
             if found is not None:
                 return found
             raw = await _ainvoke_once(self.llm, prompt, schema)  # a sync-only LLM runs on a thread

@@ -111,6 +111,72 @@ def test_replay_needs_no_model_with_an_explicit_identity(path: Path) -> None:
         CachedLLM(None, path, replay=True)
 
 
+# ---------------------------------------------------------------------- namespaces
+
+
+class Varying:
+    """A model whose replies vary from call to call (llama-cpp's are not repeatable)."""
+
+    def __init__(self) -> None:
+        self.n_calls = 0
+
+    def generate(self, prompt: str) -> str:
+        self.n_calls += 1
+        return f"reply {self.n_calls} to {prompt}"
+
+
+def test_namespaces_keep_recordings_apart(path: Path) -> None:
+    model = Varying()
+    with CachedLLM(model, path, namespace="a") as a, CachedLLM(model, path, namespace="b") as b:
+        assert a.key("p") != b.key("p") and a.key("p", namespace="b") == b.key("p")
+        assert a.generate("p").text == "reply 1 to p" and b.generate("p").text == "reply 2 to p"
+        assert a.generate("p").text == "reply 1 to p" and model.n_calls == 2
+
+
+def test_fallback_namespaces_answer_in_order_and_record_under_the_namespace(path: Path) -> None:
+    model = Varying()
+    with CachedLLM(model, path, namespace="plain") as plain, CachedLLM(model, path, namespace="mine") as mine:
+        plain.generate("both")  # reply 1
+        mine.generate("both")  # reply 2
+        mine.generate("only mine")  # reply 3
+    with CachedLLM(model, path, namespace="shared", fallback_namespaces=("plain", "mine")) as shared:
+        assert shared.generate("both").text == "reply 1 to both"  # the first fallback wins
+        assert shared.generate("only mine").text == "reply 3 to only mine"
+        assert shared.generate("new").text == "reply 4 to new"  # nowhere: the model
+        assert (shared.hits, shared.borrowed, shared.misses, model.n_calls) == (2, 2, 1, 4)
+        assert shared.generate("both").text == "reply 1 to both" and shared.borrowed == 2  # now its own
+    # recorded under "shared": a cache on that namespace alone gets the same replies, in replay too
+    with CachedLLM(None, path, model_id=shared.model_id, params={}, replay=True, namespace="shared") as alone:
+        assert [alone.generate(p).text for p in ("both", "only mine", "new")] == [
+            "reply 1 to both",
+            "reply 3 to only mine",
+            "reply 4 to new",
+        ]
+
+
+def test_the_first_reply_taken_from_a_fallback_is_the_one_every_later_caller_gets(path: Path) -> None:
+    """Two contenders whose own recordings of a prompt differ: the first to ask shares its
+    reply with the second (sharing holds even where the baseline never sent the prompt)."""
+    model = Varying()
+    with CachedLLM(model, path, namespace="x") as x, CachedLLM(model, path, namespace="y") as y:
+        x.generate("p"), y.generate("p")  # reply 1, reply 2
+    with (
+        CachedLLM(model, path, namespace="s", fallback_namespaces=("plain", "x"), replay=True) as sx,
+        CachedLLM(model, path, namespace="s", fallback_namespaces=("plain", "y"), replay=True) as sy,
+    ):
+        assert sx.generate("p").text == sy.generate("p").text == "reply 1 to p"
+        assert (sx.borrowed, sy.borrowed, sy.hits, model.n_calls) == (1, 0, 1, 2)
+        with pytest.raises(CacheMissError):  # replay: a prompt recorded nowhere is still a miss
+            sx.generate("other")
+
+
+def test_fallback_namespaces_must_be_a_list(path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="list of namespaces"):
+        CachedLLM(FakeLLM(), path, namespace="s", fallback_namespaces="plain")
+    with CachedLLM(FakeLLM(), path, namespace="s", fallback_namespaces=["s", "a", "a"]) as cached:
+        assert cached.fallback_namespaces == ("a",)
+
+
 # ---------------------------------------------------------------------- keys
 
 

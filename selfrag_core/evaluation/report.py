@@ -180,6 +180,17 @@ class EvalReport:
                 "",
                 f"{self.cache['hits']} LLM call(s) replayed from the cache: their latency is not the model's",
             ]
+        if self.cache and self.cache.get("shared_replies"):
+            made = ", ".join(
+                f"{name} {counts['misses']} of {counts['hits'] + counts['misses']}"
+                for name, counts in (self.cache.get("contenders") or {}).items()
+            )
+            lines += [
+                *([] if self.cache.get("hits") else [""]),
+                "shared replies: one reply a prompt for every contender; a contender's latency counts "
+                "only the model calls it made itself",
+                f"  calls the model answered: {made}",
+            ]
         if self.interrupted:
             lines += ["", "interrupted: the figures cover the questions that finished"]
         return "\n".join(lines)

@@ -48,6 +48,10 @@ from selfrag_core.validation import check_int
 
 #: the contenders of ``selfrag eval`` by default: the baseline and the four strategies
 DEFAULT_CONTENDERS = (BASELINE, *STRATEGIES)
+#: the namespace of the replies the contenders share (``shared_replies``) in the cache file
+SHARED_NAMESPACE = "(shared by the contenders)"
+#: the namespace of the judge's replies, always its own
+JUDGE_NAMESPACE = "judge"
 #: chunk size of a corpus indexed for an evaluation: most passages and abstracts stay whole
 CORPUS_CHUNK_SIZE = 2000
 
@@ -71,6 +75,7 @@ def evaluate(
     judge: Any = None,
     cache: str | os.PathLike[str] | None = None,
     replay: bool = False,
+    shared_replies: bool = False,
     concurrency: int = 2,
     limit: int | None = None,
     seed: int = 0,
@@ -102,34 +107,66 @@ def evaluate(
 
     ``cache``: every LLM call (``llm`` and ``judge``) goes through a
     :class:`~selfrag_core.replay.CachedLLM` on that SQLite file; ``replay`` makes a
-    cache miss an error. ``output``: a directory for ``results.jsonl`` (written as
-    questions finish), ``summary.json`` and ``report.html``.
+    cache miss an error. Each contender's replies are recorded apart (its namespace is
+    its name), so that a model whose replies vary from call to call varies for each
+    contender, and each contender's latency is its own model calls'. ``shared_replies``:
+    the contenders share their recorded replies instead, so one prompt (same model, same
+    generation settings) gets one reply in every contender, as a deterministic model
+    would give it, and a difference between contenders comes from what they send, not
+    from the model's run-to-run noise. A prompt not yet recorded for all is answered, in
+    order, by the baseline's own recording, the contender's own, else the model (so a
+    cache recorded apart is reused), and is recorded for all. Without ``cache`` the
+    replies are shared through a temporary file. A contender's latency then counts only
+    the model calls it made itself: a prompt another contender sent first costs it
+    nothing (``report.cache["contenders"]`` says how many of each contender's calls the
+    model answered). The judge's replies are always recorded apart. ``output``: a
+    directory for ``results.jsonl`` (written as questions finish), ``summary.json`` and
+    ``report.html``.
     """
     data = _questions(questions).sample(limit, seed)
     check_int("k", k, 1)
     check_int("concurrency", concurrency, 1)
     problems = list(data.problems)
-    cached: list[CachedLLM] = []
-
-    def recorded(model: Any, namespace: str) -> Any:  # each contender (and the judge) recorded apart
-        if cache is None or model is None or isinstance(model, CachedLLM):
-            return model
-        cached.append(CachedLLM(model, Path(cache), replay=replay, namespace=namespace))
-        return cached[-1]
-
     names = list(contenders) if not isinstance(contenders, Mapping) else list(contenders.keys())
     if baseline not in names:
         raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
+    cached: dict[str, CachedLLM] = {}  # by contender name
+    judged: list[CachedLLM] = []
+    scratch: tempfile.TemporaryDirectory[str] | None = None
+    store = cache
+
+    def recorded(model: Any, name: str) -> Any:  # a contender's LLM, recorded apart or shared
+        if store is None or model is None or isinstance(model, CachedLLM):
+            return model
+        if shared_replies:  # one reply a prompt, for every contender
+            wrapped = CachedLLM(
+                model, Path(store), replay=replay, namespace=SHARED_NAMESPACE,
+                fallback_namespaces=(str(baseline), name),
+            )  # fmt: skip
+        else:
+            wrapped = CachedLLM(model, Path(store), replay=replay, namespace=name)
+        cached[name] = wrapped
+        return wrapped
+
+    def recorded_judge(model: Any) -> Any:  # the judge's replies: always its own
+        if store is None or isinstance(model, CachedLLM):
+            return model
+        judged.append(CachedLLM(model, Path(store), replay=replay, namespace=JUDGE_NAMESPACE))
+        return judged[-1]
+
     needs_backend = not isinstance(contenders, Mapping) or any(
         isinstance(v, str) for v in contenders.values()
     )
     if rag is None and needs_backend:
         rag = _backend(data, corpus, index, embed, problems)
     options = dict(limits or {}, top_k=top_k, preset=preset)
+    if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
+        scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
+        store = Path(scratch.name) / "replies.sqlite"
     built = _contenders(contenders, rag, lambda name: recorded(llm, name), options)
     ranking = (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
     metrics = _metrics(data, k, judge is not None, ranking, problems)
-    scorer = _Scorer(k, FaithfulnessMetric(recorded(judge, "judge")) if judge is not None else None)
+    scorer = _Scorer(k, FaithfulnessMetric(recorded_judge(judge)) if judge is not None else None)
     run_settings = {
         "k": k,
         "top_k": top_k,
@@ -139,6 +176,7 @@ def evaluate(
         "seed": seed,
         "concurrency": concurrency,
         "replay": replay,
+        "shared_replies": shared_replies,
         **dict(settings or {}),
     }
     report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
@@ -151,20 +189,32 @@ def evaluate(
         raise
     finally:
         sink.close()
-        if cached:
+        every = [*cached.values(), *judged]
+        if every:
             report.cache = {
-                "path": str(cached[0].path),
-                "hits": sum(c.hits for c in cached),
-                "misses": sum(c.misses for c in cached),
+                "path": None if scratch is not None else str(store),
+                "shared_replies": shared_replies,
+                "hits": sum(c.hits for c in every),
+                "misses": sum(c.misses for c in every),
+                # each contender's calls answered from the file (``borrowed`` of them from
+                # another namespace's recording: shared replies) and by the model
+                "contenders": {name: _counts(c) for name, c in cached.items()},
+                "judge": _counts(judged[0]) if judged else None,
             }
-        for wrapped in cached:
+        for wrapped in every:
             wrapped.close()
+        if scratch is not None:
+            scratch.cleanup()
         if output is not None:
             report.write(Path(output))
     return report
 
 
 # ----------------------------------------------------------------------------- setup
+
+
+def _counts(cached: CachedLLM) -> dict[str, int]:
+    return {"hits": cached.hits, "misses": cached.misses, "borrowed": cached.borrowed}
 
 
 def _questions(questions: Any) -> EvalData:

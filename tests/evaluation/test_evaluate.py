@@ -4,6 +4,7 @@ runs, interrupted runs, and the files written."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -196,7 +197,9 @@ def test_replay_makes_no_call_and_gives_the_same_results(data: tuple[Path, Path]
     silent = reader()
     second = run(data, names, llm=silent, cache=cache, replay=True)
     assert silent.calls == []
-    assert second.cache == {"path": str(cache), "hits": first.cache["misses"], "misses": 0}
+    assert second.cache is not None and second.cache["path"] == str(cache)
+    assert (second.cache["hits"], second.cache["misses"]) == (first.cache["misses"], 0)
+    assert second.cache["contenders"]["hyde"]["misses"] == 0 and second.cache["judge"] is None
 
     def stable(report: Any) -> list[Any]:
         return [
@@ -208,6 +211,88 @@ def test_replay_makes_no_call_and_gives_the_same_results(data: tuple[Path, Path]
         ]
 
     assert stable(first) == stable(second)
+
+
+def varying() -> FakeLLM:
+    """A model whose replies to one prompt vary from call to call (as llama-cpp's do)."""
+    count = itertools.count(1)
+    return FakeLLM(lambda prompt: f"reply {next(count)}")
+
+
+def answers(report: Any) -> list[dict[str, str]]:
+    return [{name: r["answer"] for name, r in rs.items()} for rs in report.results]
+
+
+# two contenders that send the same prompts: plain, and plain again under another name
+TWINS = {"plain": "plain", "twin": "plain"}
+
+
+def test_shared_replies_give_one_prompt_one_reply_in_every_contender(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    apart = run(data, TWINS, llm=varying(), cache=tmp_path / "apart.sqlite", limit=4, concurrency=1)
+    assert all(a["plain"] != a["twin"] for a in answers(apart))  # the model's noise, not the strategy's
+    model = varying()
+    shared = run(
+        data, TWINS, llm=model, cache=tmp_path / "shared.sqlite", limit=4, concurrency=1, shared_replies=True
+    )
+    assert all(a["plain"] == a["twin"] for a in answers(shared)) and len(model.calls) == 4
+    assert shared.comparisons()["twin"]["f1"]["mean"] == 0 and shared.settings["shared_replies"] is True
+    cache = shared.cache
+    assert cache is not None and cache["shared_replies"] and (cache["hits"], cache["misses"]) == (4, 4)
+    assert cache["contenders"] == {
+        "plain": {"hits": 0, "misses": 4, "borrowed": 0},
+        "twin": {"hits": 4, "misses": 0, "borrowed": 0},  # its latency holds no model call
+    }
+    assert "calls the model answered: plain 4 of 4, twin 0 of 4" in shared.table()
+
+
+def test_shared_replies_without_a_cache_share_through_a_temporary_file(data: tuple[Path, Path]) -> None:
+    model = varying()
+    shared = run(data, TWINS, llm=model, limit=3, shared_replies=True)
+    assert all(a["plain"] == a["twin"] for a in answers(shared)) and len(model.calls) == 3
+    assert shared.cache is not None and shared.cache["path"] is None
+    unshared = run(data, TWINS, llm=varying(), limit=3)
+    assert unshared.cache is None and all(a["plain"] != a["twin"] for a in answers(unshared))
+
+
+def test_shared_replies_reuse_the_baselines_recordings_first_then_the_contenders_own(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A cache recorded apart is rerun shared with no model call: plain's reply to a
+    prompt wins over the contender's own; a prompt plain never sent keeps the contender's."""
+    cache = tmp_path / "calls.sqlite"
+    first = run(data, TWINS, llm=varying(), cache=cache, limit=4, concurrency=1)
+    silent = varying()
+    again = run(data, TWINS, llm=silent, cache=cache, limit=4, replay=True, shared_replies=True)
+    assert silent.calls == [] and answers(again) == [
+        {"plain": a["plain"], "twin": a["plain"]} for a in answers(first)
+    ]
+    assert (
+        again.cache is not None and again.cache["contenders"]["twin"]["borrowed"] == 0
+    )  # plain's, now shared
+    assert again.cache["contenders"]["plain"] == {"hits": 4, "misses": 0, "borrowed": 4}
+
+    # a contender whose prompts plain never sent: its own recordings answer
+    mine = {"plain": lambda question: "", "twin": "plain"}
+    own = run(data, mine, llm=varying(), cache=tmp_path / "own.sqlite", limit=4, concurrency=1)
+    replayed = run(
+        data, mine, llm=silent, cache=tmp_path / "own.sqlite", limit=4, replay=True, shared_replies=True
+    )
+    assert silent.calls == [] and answers(replayed) == answers(own)
+    assert replayed.cache is not None and replayed.cache["contenders"]["twin"]["borrowed"] == 4
+
+
+def test_the_judge_keeps_its_own_recordings_when_replies_are_shared(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    claims = json.dumps({"claims": [{"claim": "a", "supported": True}]})
+    judge = FakeLLM(claims)
+    report = run(
+        data, ["plain"], llm=reader(), judge=judge, cache=tmp_path / "c.sqlite", limit=2, shared_replies=True
+    )
+    assert report.cache is not None and report.cache["judge"] == {"hits": 0, "misses": 2, "borrowed": 0}
+    assert "judge" not in report.cache["contenders"]
 
 
 def test_a_miss_under_replay_is_an_error(data: tuple[Path, Path], tmp_path: Path) -> None:
@@ -312,6 +397,11 @@ def test_the_command_line_writes_the_report_and_replays(
     assert " 0 made" in capsys.readouterr().out
     assert main([*args[:-5], "--out", str(out), "--cache", str(tmp_path / "other.sqlite"), "--replay"]) == 2
     assert "run once without replay" in capsys.readouterr().err
+    assert main([*args, "--replay", "--shared-replies"]) == 0  # plain's and hyde's recordings, shared
+    shared = capsys.readouterr().out
+    assert " 0 made" in shared and "shared replies: one reply a prompt" in shared
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["shared_replies"] is True and summary["cache"]["misses"] == 0
 
 
 def test_squad_json_brings_its_paragraphs_as_the_corpus(tmp_path: Path) -> None:
