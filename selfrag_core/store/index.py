@@ -29,7 +29,7 @@ import numpy as np
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name
 from selfrag_core.store.lexical import LexicalIndex, Postings, Tokenizer
-from selfrag_core.store.persist import ChunkColumns, EmbedderMismatchError, StoredIndex
+from selfrag_core.store.persist import VECTORS_FILE, ChunkColumns, Delta, EmbedderMismatchError, StoredIndex
 from selfrag_core.types import _json_safe
 
 logger = logging.getLogger("selfrag")
@@ -151,6 +151,98 @@ def _declared_dim(embedder: Any) -> int | None:
     return None
 
 
+class Chunks(Sequence[IndexedChunk]):
+    """The index's chunks, in order: the ones of the saved base it was restored from that
+    are still in it (``kept``: their positions in ``base``; None: all of them), then the
+    ones added since (``tail``). Deleting chunks replaces ``kept`` and ``tail`` by what
+    stays; nothing of the base is decoded but what is read."""
+
+    def __init__(
+        self,
+        base: StoredChunks | None = None,
+        kept: np.ndarray | None = None,
+        tail: list[IndexedChunk] | None = None,
+    ) -> None:
+        self.base = base
+        self.kept = kept
+        self.tail: list[IndexedChunk] = tail if tail is not None else []
+
+    @property
+    def in_base(self) -> int:
+        """How many of the chunks are the base's (the first ones)."""
+        if self.base is None:
+            return 0
+        return len(self.base) if self.kept is None else len(self.kept)
+
+    def __len__(self) -> int:
+        return self.in_base + len(self.tail)
+
+    @overload
+    def __getitem__(self, i: int) -> IndexedChunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[IndexedChunk]: ...
+
+    def __getitem__(self, i: int | slice) -> IndexedChunk | list[IndexedChunk]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError("chunk position out of range")
+        i %= len(self)
+        base = self.in_base
+        if i >= base:
+            return self.tail[i - base]
+        assert self.base is not None
+        return self.base[i if self.kept is None else int(self.kept[i])]
+
+    def __iter__(self) -> Iterator[IndexedChunk]:
+        for i in range(self.in_base):
+            yield self[i]
+        yield from self.tail
+
+    def metadata(self) -> Iterable[dict[str, Any]]:
+        """Every chunk's metadata, in order (the base's parsed once, then kept)."""
+        if self.base is not None:
+            every = self.base.all_metadata()
+            yield from every if self.kept is None else (every[int(i)] for i in self.kept)
+        for c in self.tail:
+            yield c.metadata
+
+    def base_sources(self) -> dict[str, str]:
+        """The sources of the base's chunks still here, with their checksums (decoded)."""
+        if self.base is None:
+            return {}
+        columns = self.base.columns
+        codes = None if self.kept is None else np.unique(columns.chunk_sources[self.kept])
+        return columns.source_dict(codes)
+
+    def positions_without(self, sources: set[str]) -> np.ndarray:
+        """The positions of the chunks of other sources than ``sources`` (ascending)."""
+        parts = []
+        if self.base is not None:
+            columns = self.base.columns
+            drop = [i for i, name in enumerate(columns.sources) if name in sources]
+            codes = columns.chunk_sources if self.kept is None else columns.chunk_sources[self.kept]
+            parts.append(np.flatnonzero(~np.isin(codes, drop)))
+        base = self.in_base
+        parts.append(
+            np.asarray([base + i for i, c in enumerate(self.tail) if c.source not in sources], np.int64)
+        )
+        return np.concatenate(parts).astype(np.int64, copy=False)
+
+    def keep(self, positions: np.ndarray) -> Chunks:
+        """The chunks at ``positions`` (ascending), in a new :class:`Chunks`."""
+        base = self.in_base
+        split = int(np.searchsorted(positions, base))
+        kept = None
+        if self.base is not None:
+            mine = positions[:split]
+            kept = mine if self.kept is None else self.kept[mine]
+            if self.kept is None and len(mine) == len(self.base):
+                kept = None
+        return Chunks(self.base, kept, [self.tail[int(i) - base] for i in positions[split:]])
+
+
 # ----------------------------------------------------------------------------- the index
 
 
@@ -158,9 +250,21 @@ class Index:
     """Chunks, vectors, BM25 statistics and source checksums, changed under ``lock``.
 
     ``tokenizer`` is None when BM25 is off (dense search only); ``autorebuild``: the BM25
-    statistics are rebuilt lazily at the first search after changes (else only by
+    statistics are brought up to date at the first search after changes (else only by
     :meth:`rebuild_lexical`, and lexical search sees the chunks of the last rebuild).
+
+    A restored index keeps its saved base as it is (memory-mapped): chunks added later go
+    after it (:class:`Chunks`), with their vectors and a BM25 segment of their own, and
+    deleted ones are left out of it by position. So changing a large index costs what
+    the change costs, and the next save into the same directory writes only a delta
+    (:class:`~selfrag_core.store.persist.Delta`) while the delta stays small.
     """
+
+    #: a save writes the whole index again once the delta would hold more chunks than
+    #: this share of the base's (or the base has lost this share of its chunks)
+    DELTA_SHARE = 0.2
+    #: ... and always a delta of at most this many chunks
+    DELTA_MIN = 20_000
 
     def __init__(
         self, embedder: Any, chunker: Chunker, tokenizer: Tokenizer | None, *, autorebuild: bool
@@ -170,16 +274,18 @@ class Index:
         self.tokenizer = tokenizer
         self.autorebuild = autorebuild
         self.lock = threading.RLock()
-        # a list, or a restored index's columns until the first change (see _chunk_list)
-        self.chunks: Sequence[IndexedChunk] = []
-        self._sources: dict[str, str] | None = {}  # source -> checksum; None: in the columns
+        self.chunks = Chunks()
+        self._sources: dict[str, str] | None = {}  # source -> checksum; None: in the base's columns
+        self._tail_sources: dict[str, str] = {}  # with None above: the sources of a saved delta
         self.dim = _declared_dim(embedder)
         self._lexical = LexicalIndex()
         # False: restored without usable BM25 arrays, rebuilt from the chunks when needed
         self._lexical_built = True
-        # the unit vectors of the chunks (with an embedder), in order: blocks stacked into
-        # one matrix at the next dense search; a restored index's is memory-mapped
-        self._vectors: list[np.ndarray] = []
+        # the unit vectors (with an embedder): the base's, one row per base chunk (deleted
+        # ones too), memory-mapped; the tail's in blocks, stacked at the next dense search
+        self._base_vectors: np.ndarray | None = None
+        self._tail_vectors: list[np.ndarray] = []
+        self.stored: StoredIndex | None = None  # the saved base, when restored from one
 
     @property
     def sources(self) -> dict[str, str]:
@@ -188,8 +294,7 @@ class Index:
         if sources is None:
             with self.lock:  # restore() swaps the chunks and the sources together, under it
                 if self._sources is None:
-                    assert isinstance(self.chunks, StoredChunks)
-                    self._sources = self.chunks.columns.source_dict()
+                    self._sources = {**self.chunks.base_sources(), **self._tail_sources}
                 sources = self._sources
         return sources
 
@@ -197,30 +302,9 @@ class Index:
     def sources(self, sources: dict[str, str]) -> None:
         self._sources = sources
 
-    def _chunk_list(self) -> list[IndexedChunk]:
-        """The chunks as a list that changes may edit: a restored index's are decoded once,
-        here (then the sources too), before its first change."""
-        chunks = self.chunks
-        if not isinstance(chunks, list):
-            _ = self.sources
-            chunks = list(chunks)
-            self.chunks = chunks
-        return chunks
-
     def chunk_metadata(self) -> Iterable[dict[str, Any]]:
         """Every chunk's metadata, in order (what metadata filters test; call under the lock)."""
-        if isinstance(self.chunks, StoredChunks):
-            return self.chunks.all_metadata()
-        return (c.metadata for c in self.chunks)
-
-    def _positions_without(self, sources: set[str]) -> list[int]:
-        """The positions of the chunks of other sources than ``sources``."""
-        if isinstance(self.chunks, StoredChunks):
-            columns = self.chunks.columns
-            drop = [i for i, name in enumerate(columns.sources) if name in sources]
-            kept: list[int] = np.flatnonzero(~np.isin(columns.chunk_sources, drop)).tolist()
-            return kept
-        return [i for i, c in enumerate(self.chunks) if c.source not in sources]
+        return self.chunks.metadata()
 
     # ------------------------------------------------------------------ adding and deleting
 
@@ -277,20 +361,21 @@ class Index:
         latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
         kept = [latest[d.source] is d for d in docs for _ in d.chunks]  # per chunk, as vectors' rows
         with self.lock:
-            replaced = {s for s in latest if s in self.sources}
+            sources = self.sources
+            replaced = {s for s in latest if s in sources}
             if replaced:
-                self._keep(self._positions_without(replaced))
-            chunks = self._chunk_list()
-            first = len(chunks)
+                self._keep(self.chunks.positions_without(replaced))
+            first = len(self.chunks)
+            tail = self.chunks.tail
             for doc in docs:
                 if latest[doc.source] is doc:
-                    chunks.extend(doc.chunks)
-                    self.sources[doc.source] = doc.checksum
+                    tail.extend(doc.chunks)
+                    sources[doc.source] = doc.checksum
             if vectors is not None:
-                self._vectors.append(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
+                self._tail_vectors.append(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
             if self.tokenizer is not None and self._lexical_built:
-                self._lexical.append([c.tokens or [] for c in chunks[first:]], first)
-            return len(chunks) - first
+                self._lexical.append([c.tokens or [] for c in self.chunks[first:]], first)
+            return len(self.chunks) - first
 
     def delete(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many were removed."""
@@ -298,24 +383,43 @@ class Index:
             if source not in self.sources:
                 return 0
             before = len(self.chunks)
-            self._keep(self._positions_without({source}))
+            self._keep(self.chunks.positions_without({source}))
             del self.sources[source]
             return before - len(self.chunks)
 
-    def _keep(self, positions: list[int]) -> None:
-        _ = self.sources  # decoded before the chunks leave their columns
-        self.chunks = [self.chunks[i] for i in positions]
+    def _keep(self, positions: np.ndarray) -> None:
+        _ = self.sources  # decoded before the chunks leave the base
+        in_base = self.chunks.in_base
+        if self.embedder is not None and self._tail_vectors:
+            tail = positions[positions >= in_base] - in_base
+            self._tail_vectors = [self._tail_matrix()[tail]]
+        self.chunks = self.chunks.keep(positions)
         if self.tokenizer is not None and self._lexical_built:
             self._lexical.keep(positions)
-        if self.embedder is not None:
-            self._vectors = [self.vectors()[np.asarray(positions, dtype=np.int64)]]
 
-    def vectors(self) -> np.ndarray:
-        """The chunks' unit vectors as one (chunks, dim) matrix (call under the lock)."""
-        if len(self._vectors) != 1:
+    def _tail_matrix(self) -> np.ndarray:
+        if len(self._tail_vectors) != 1:
             empty = np.zeros((0, self.dim or 1), np.float32)
-            self._vectors = [np.vstack(self._vectors) if self._vectors else empty]
-        return self._vectors[0]
+            self._tail_vectors = [np.vstack(self._tail_vectors) if self._tail_vectors else empty]
+        return self._tail_vectors[0]
+
+    def vectors(self, positions: np.ndarray | None = None) -> np.ndarray:
+        """The unit vectors of the chunks at ``positions`` (default: all, in order) as one
+        matrix (call under the lock); an unchanged restored index's are its mapped array."""
+        base, kept = self._base_vectors, self.chunks.kept
+        tail = self._tail_matrix()
+        if base is None:
+            return tail if positions is None else tail[positions]
+        if positions is None:
+            if kept is None and not len(tail):
+                return base
+            return np.vstack((base if kept is None else base[kept], tail))
+        in_base = self.chunks.in_base
+        out = np.empty((len(positions), base.shape[1]), np.float32)
+        mine = positions < in_base
+        out[mine] = base[positions[mine] if kept is None else kept[positions[mine]]]
+        out[~mine] = tail[positions[~mine] - in_base]
+        return out
 
     def _embed(self, chunks: list[IndexedChunk]) -> np.ndarray | None:
         if self.embedder is None or not chunks:
@@ -347,13 +451,14 @@ class Index:
 
     def rebuild_lexical(self, *, retokenize: bool = False) -> int:
         """Rebuild the BM25 index from every chunk now (re-tokenising each first when
-        asked; the chunks of a restored index are tokenised here, the first time)."""
-        assert self.tokenizer is not None
+        asked; the chunks of a restored index are tokenised here)."""
+        tokenizer = self.tokenizer
+        assert tokenizer is not None
         with self.lock:
             tokens = []
-            for c in self._chunk_list():
+            for c in self.chunks:
                 if retokenize or c.tokens is None:
-                    c.tokens = self.tokenizer(c.text)
+                    c.tokens = tokenizer(c.text)  # a base chunk's are dropped with it, after
                 tokens.append(c.tokens)
             self._lexical.build(tokens)
             self._lexical_built = True
@@ -382,14 +487,18 @@ class Index:
     def dense_scores(self, qvecs: np.ndarray) -> np.ndarray:
         """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix
         (call under the lock)."""
-        matrix = self.vectors()
-        if matrix.shape[1] != qvecs.shape[1] and len(matrix):
+        if self.dim is not None and qvecs.shape[1] != self.dim and len(self.chunks):
             self.check_dim(qvecs.shape[1])
         # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores was
         # ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py). It reads
         # a memory-mapped matrix where it lies, without copying it.
-        scores: np.ndarray = np.einsum("ij,kj->ik", matrix, qvecs)
-        return scores
+        tail: np.ndarray = np.einsum("ij,kj->ik", self._tail_matrix(), qvecs)
+        if self._base_vectors is None:
+            return tail
+        base: np.ndarray = np.einsum("ij,kj->ik", self._base_vectors, qvecs)
+        if self.chunks.kept is not None:
+            base = base[self.chunks.kept]
+        return base if not len(tail) else np.vstack((base, tail))
 
     # ------------------------------------------------------------------ saving and restoring
 
@@ -399,20 +508,40 @@ class Index:
             return None
         return {"name": embedder_name(self.embedder), "dim": self.dim}
 
-    def snapshot(self) -> dict[str, Any]:
-        """The chunks, sources, vectors and BM25 index as
-        :func:`~selfrag_core.store.persist.save_index` takes them (call under the lock).
-        BM25 statistics due for a rebuild are rebuilt first (with ``autorebuild``; else
-        they are left out, and rebuilt by the loader as here), so loading rebuilds nothing."""
+    def snapshot(self, delta_of: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """What :func:`~selfrag_core.store.persist.save_index` takes (call under the
+        lock): a :class:`~selfrag_core.store.persist.Delta` over the saved base when
+        ``delta_of`` is its manifest (the directory it was restored from, saved with the
+        same settings) and the changes since are small; else the whole index: the chunks,
+        sources, vectors and BM25 index. BM25 changes are counted first (with
+        ``autorebuild``), so loading rebuilds nothing."""
+        if self.tokenizer is not None:
+            self._lexical_current()
+        built = self.tokenizer is not None and self._lexical_built
+        chunks = self.chunks
+        stored = self.stored
+        if delta_of is not None and stored is not None and chunks.base is not None and self._small_delta():
+            in_base = chunks.in_base
+            tail = chunks.tail
+            kept = np.arange(len(chunks.base)) if chunks.kept is None else chunks.kept
+            deleted = np.setdiff1d(np.arange(len(chunks.base), dtype=np.int64), kept, assume_unique=True)
+            if built == (stored.postings is not None):
+                sources = self.sources
+                names = {c.source: sources[c.source] for c in tail}
+                columns = ChunkColumns.build(
+                    [c.id for c in tail], [c.text for c in tail],
+                    [_json_safe(c.metadata) for c in tail], [c.source for c in tail], names,
+                )  # fmt: skip
+                postings = self._lexical.postings(in_base) if built else None
+                vectors = self._tail_matrix() if VECTORS_FILE in delta_of["files"] else None
+                return {"delta": Delta(dict(delta_of), columns, vectors, postings, deleted)}
         vectors = None
         if self.embedder is not None and self.dim is not None:
             vectors = self.vectors()
-        current = self.tokenizer is not None and self._lexical_current()
-        postings = self._lexical.postings() if current else None
-        if isinstance(self.chunks, StoredChunks):  # unchanged since restored: written as they are
-            columns = self.chunks.columns
+        postings = self._lexical.postings() if built else None
+        if chunks.base is not None and chunks.kept is None and not chunks.tail:
+            columns = chunks.base.columns  # unchanged since restored: written as they are
         else:
-            chunks = self.chunks
             columns = ChunkColumns.build(
                 [c.id for c in chunks],
                 [c.text for c in chunks],
@@ -421,6 +550,12 @@ class Index:
                 self.sources,
             )
         return {"columns": columns, "vectors": vectors, "postings": postings}
+
+    def _small_delta(self) -> bool:
+        chunks = self.chunks
+        assert chunks.base is not None
+        limit = max(self.DELTA_MIN, self.DELTA_SHARE * len(chunks.base))
+        return len(chunks.tail) <= limit and len(chunks.base) - chunks.in_base <= limit
 
     def restore(self, stored: StoredIndex) -> None:
         """Replace the contents with a saved index's, once its embedder is checked to be
@@ -431,7 +566,7 @@ class Index:
             raise EmbedderMismatchError(
                 f"this index was built with the embedder {identity.get('name')!r}; pass it: embed=..."
             )
-        if mine is not None and not identity and len(stored):
+        if mine is not None and not identity and (len(stored) or stored.delta is not None):
             raise EmbedderMismatchError(
                 "this index was built without an embedder (lexical only); load it without embed= "
                 "or re-index into a new directory"
@@ -445,26 +580,57 @@ class Index:
             dim = identity.get("dim")
             if isinstance(dim, int):
                 self.check_dim(dim)
-        chunks: Sequence[IndexedChunk]
+        delta = stored.delta
+        tail_sources: dict[str, str] = {}
+        tail: list[IndexedChunk] = []
+        if delta is not None and delta.columns is not None:
+            columns = delta.columns
+            tail = list(StoredChunks(columns))
+            tail_sources = columns.source_dict()
+        kept = None
+        if stored.deleted is not None and len(stored.deleted):
+            kept = np.setdiff1d(np.arange(len(stored), dtype=np.int64), stored.deleted, assume_unique=True)
         sources: dict[str, str] | None
         if stored.columns is not None:
-            chunks, sources = StoredChunks(stored.columns), None
-        else:
-            chunks = [
+            chunks, sources = Chunks(StoredChunks(stored.columns), kept, tail), None
+        else:  # formats 1 and 2: records, read whole
+            records = [
                 IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks
             ]
-            sources = dict(stored.sources)
-        postings = self._usable(stored.postings, stored.manifest.get("tokenizer"))
-        vectors = []
+            chunks, sources = Chunks(None, None, records), dict(stored.sources)
+        stemming = stored.manifest.get("tokenizer")
+        postings = self._usable(stored.postings, stemming)
+        tail_postings = None if delta is None else self._usable(delta.postings, stemming)
+        vectors = None
+        tail_vectors = []
         if stored.vectors is not None and self.embedder is not None:
             self.check_dim(int(stored.vectors.shape[1]))
-            vectors = [stored.vectors]
+            if stored.columns is not None:
+                vectors = stored.vectors
+            else:
+                tail_vectors = [stored.vectors]
+        if delta is not None and delta.vectors is not None and self.embedder is not None:
+            tail_vectors.append(delta.vectors)
+        lexical = LexicalIndex(self._lexical.k1, self._lexical.b)
+        lexical.rebuilds = self._lexical.rebuilds
+        built = postings is not None and (delta is None or tail_postings is not None)
+        if built:
+            assert postings is not None
+            lexical.restore(postings)
+            if kept is not None:
+                lexical.keep(kept)
+            if tail_postings is not None and len(tail_postings):
+                lexical.append_postings(tail_postings, len(chunks) - len(tail))
+            lexical.refresh()
         with self.lock:
             self.chunks = chunks
             self._sources = sources
-            self._vectors = vectors
-            self._lexical.restore(postings or Postings.empty(self._lexical.k1, self._lexical.b))
-            self._lexical_built = postings is not None
+            self._tail_sources = tail_sources
+            self._base_vectors = vectors
+            self._tail_vectors = tail_vectors
+            self._lexical = lexical
+            self._lexical_built = built
+            self.stored = stored if stored.columns is not None else None
 
     def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:
         """A saved BM25 index, if this index tokenises and scores as it was built with;

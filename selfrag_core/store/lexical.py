@@ -279,13 +279,18 @@ class LexicalIndex:
     def append(self, tokens: Sequence[list[str]], first: int) -> None:
         """Add documents at the chunk positions ``first``, ``first + 1``, ...: a new segment
         of their tokens alone. They count in the statistics from the next refresh."""
-        if not tokens:
-            return
+        if tokens:
+            self.append_postings(Postings.build(tokens, self.k1, self.b), first)
+
+    def append_postings(self, postings: Postings, first: int) -> None:
+        """Add a segment whose documents are at the chunk positions ``first``, ``first + 1``, ..."""
         if self.counted is None:
             self.counted = np.ones(self.documents, dtype=bool)
-        self.segments.append((self.documents, Postings.build(tokens, self.k1, self.b)))
-        self.position = np.concatenate((self.position, np.arange(first, first + len(tokens), dtype=np.int64)))
-        self.counted = np.concatenate((self.counted, np.zeros(len(tokens), dtype=bool)))
+        self.segments.append((self.documents, postings))
+        self.position = np.concatenate(
+            (self.position, np.arange(first, first + len(postings), dtype=np.int64))
+        )
+        self.counted = np.concatenate((self.counted, np.zeros(len(postings), dtype=bool)))
 
     def keep(self, positions: Sequence[int] | np.ndarray) -> None:
         """The chunks at ``positions`` (ascending) stay, renumbered from 0; the others are
@@ -346,14 +351,15 @@ class LexicalIndex:
         self._cache.clear()
         self._cached = 0
 
-    def postings(self) -> Postings | None:
-        """The index as one segment over the current chunks (what a save writes), or None
-        when it is stale (refresh first)."""
-        if self.stale:
-            return None
-        if len(self.segments) != 1 or self.counted is not None:
-            self.merge(0)
-        return self.segments[0][1] if self.segments else Postings.empty(self.k1, self.b)
+    def postings(self, start: int = 0) -> Postings:
+        """The documents at chunk positions ``start`` and after, as one segment numbered
+        from 0 (what a save writes; the index itself is left as it is)."""
+        live = self.position >= 0
+        if start == 0 and len(self.segments) == 1 and live.all():
+            return self.segments[0][1]  # as it is: a mapped segment is written from its pages
+        numbers = np.where(live & (self.position >= start), self.position - start, -1)
+        pairs = [(p, numbers[base : base + len(p)]) for base, p in self.segments]
+        return merged_postings(pairs, self.k1, self.b)
 
     def _term(self, term: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """``term``'s scores in each segment: (first document number, documents, scores)."""

@@ -46,6 +46,7 @@ with ``allow_pickle=False``; nothing is ever unpickled.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -99,6 +100,10 @@ REQUIRED = {
     3: (STORE_FILE, *COLUMN_FILES),
     4: (STORE_FILE, *COLUMN_FILES),
 }
+#: a delta's data directory: the chunks added since the base was saved, and the base's deleted ones
+DELETED_FILE = "deleted.npy"
+DELTA_FILES = (*FILES[4], DELETED_FILE)
+DELTA_REQUIRED = (*REQUIRED[4], DELETED_FILE)
 
 
 class IndexFormatError(RAGSystemError):
@@ -215,10 +220,15 @@ class ChunkColumns:
     def source_of(self, i: int) -> str:
         return self.sources[int(self.chunk_sources[i])]
 
-    def source_dict(self) -> dict[str, str]:
-        """The sources and their checksums, decoded (once the index is changed or asked)."""
-        names = list(self.sources)
-        sources = dict(zip(names, self.checksums, strict=True))
+    def source_dict(self, codes: np.ndarray | None = None) -> dict[str, str]:
+        """The sources (those at ``codes``, default all) and their checksums, decoded (once
+        the index is changed or asked)."""
+        if codes is None:
+            names = list(self.sources)
+            sources = dict(zip(names, self.checksums, strict=True))
+        else:
+            names = [self.sources[int(i)] for i in codes]
+            sources = {name: self.checksums[int(i)] for name, i in zip(names, codes, strict=True)}
         if len(sources) != len(names):
             raise IndexFormatError(f"{self.sources.where} names a source twice; {_FIX}")
         return sources
@@ -227,14 +237,29 @@ class ChunkColumns:
 @dataclass
 class StoredIndex:
     manifest: dict[str, Any]
-    chunks: list[dict[str, Any]]  # formats 1 and 2 (empty in format 3)
-    sources: dict[str, str]  # formats 1 and 2 (empty in format 3)
+    chunks: list[dict[str, Any]]  # formats 1 and 2 (empty from format 3 on)
+    sources: dict[str, str]  # formats 1 and 2 (empty from format 3 on)
     vectors: np.ndarray | None  # memory-mapped
     postings: Postings | None  # memory-mapped; None: rebuild BM25 from the chunks
-    columns: ChunkColumns | None = None  # format 3: the chunks and sources, memory-mapped
+    columns: ChunkColumns | None = None  # from format 3 on: the chunks and sources, memory-mapped
+    delta: StoredIndex | None = None  # the chunks added since this base was saved
+    deleted: np.ndarray | None = None  # with a delta: the base's chunks deleted since (positions)
 
     def __len__(self) -> int:
+        """The base's chunks (deleted ones included; the delta's apart)."""
         return len(self.columns) if self.columns is not None else len(self.chunks)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What a save writes when the index was loaded from a base saved in the same place:
+    the chunks added since, in order, and the base positions deleted since."""
+
+    base: dict[str, Any]  # the base's manifest entries: data, files, chunks
+    columns: ChunkColumns
+    vectors: np.ndarray | None
+    postings: Postings | None
+    deleted: np.ndarray  # int64, ascending
 
 
 def _sha256(path: Path) -> str:
@@ -371,6 +396,7 @@ _SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 _OPTIONAL_SETTINGS = ("reranker",)
 _MANIFEST_KEYS = ("format", "format_version", "data", "files", "chunks", "embedder", "tokenizer", "settings")
+_DELTA_KEYS = ("data", "files", "chunks", "deleted")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -387,27 +413,49 @@ def _check_keys(
         raise IndexFormatError(f"{where}: {field} {problem}; {_FIX}")
 
 
+def _check_data(
+    where: Path, prefix: str, section: dict[str, Any], known: Sequence[str], required: Sequence[str]
+) -> None:
+    """A data directory's entries (its name, its files and their checksums, its chunks)."""
+    data = _plain_name(where, f"{prefix}data", section["data"])
+    if not data.startswith("data-"):
+        raise _invalid(where, f"{prefix}data", data, "a data directory name (data-...)")
+    files = section["files"]
+    if not isinstance(files, dict) or STORE_FILE not in files:
+        raise _invalid(
+            where, f"{prefix}files", files, f"an object mapping {list(required)} (and more) to checksums"
+        )
+    for name, digest in files.items():
+        _plain_name(where, f"a name in {prefix}files", name)
+        if name not in known:
+            raise _invalid(where, f"a name in {prefix}files", name, f"one of {list(known)}")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise _invalid(where, f"{prefix}files[{name!r}]", digest, "a SHA-256 hex digest")
+    if not set(required) <= files.keys():
+        raise _invalid(where, f"{prefix}files", sorted(files), f"a list with all of {list(required)}")
+    if not _is_int(section["chunks"]) or section["chunks"] < 0:
+        raise _invalid(where, f"{prefix}chunks", section["chunks"], "an integer >= 0")
+
+
 def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
     """Every field of a manifest :func:`_read_manifest` accepted: types, ranges, file names."""
-    _check_keys(where, "the manifest", manifest, _MANIFEST_KEYS)
-    data = _plain_name(where, "data", manifest["data"])
-    if not data.startswith("data-"):
-        raise _invalid(where, "data", data, "a data directory name (data-...)")
+    version = manifest["format_version"]
+    _check_keys(where, "the manifest", manifest, _MANIFEST_KEYS, ("delta",) if version >= 4 else ())
+    _check_data(where, "", manifest, FILES[version], REQUIRED[version])
     files = manifest["files"]
-    required = REQUIRED[manifest["format_version"]]
-    if not isinstance(files, dict) or STORE_FILE not in files:
-        raise _invalid(where, "files", files, f"an object mapping {list(required)} (and more) to checksums")
-    known = FILES[manifest["format_version"]]
-    for name, digest in files.items():
-        _plain_name(where, "a name in files", name)
-        if name not in known:
-            raise _invalid(where, "a name in files", name, f"one of {list(known)}")
-        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise _invalid(where, f"files[{name!r}]", digest, "a SHA-256 hex digest")
-    if not set(required) <= files.keys():
-        raise _invalid(where, "files", sorted(files), f"a list with all of {list(required)}")
-    if not _is_int(manifest["chunks"]) or manifest["chunks"] < 0:
-        raise _invalid(where, "chunks", manifest["chunks"], "an integer >= 0")
+    delta = manifest.get("delta")
+    if delta is not None:
+        _check_keys(where, "delta", delta, _DELTA_KEYS)
+        _check_data(where, "delta.", delta, DELTA_FILES, DELTA_REQUIRED)
+        if delta["data"] == manifest["data"]:
+            raise _invalid(where, "delta.data", delta["data"], "another directory than the base's")
+        deleted = delta["deleted"]
+        if not _is_int(deleted) or not 0 <= deleted <= manifest["chunks"]:
+            raise _invalid(where, "delta.deleted", deleted, f"an integer from 0 to {manifest['chunks']}")
+        if (VECTORS_FILE in files) != (VECTORS_FILE in delta["files"]):
+            raise _invalid(where, "delta.files", sorted(delta["files"]), f"{VECTORS_FILE} as in the base's")
+        if any((name in files) != (name in delta["files"]) for name in BM25_FILES):
+            raise _invalid(where, "delta.files", sorted(delta["files"]), "the BM25 files as in the base's")
     embedder = manifest["embedder"]
     if embedder is not None:
         _check_keys(where, "embedder", embedder, ("name", "dim"))
@@ -612,15 +660,9 @@ def _read_columns(files: Mapping[str, Path], manifest: dict[str, Any]) -> ChunkC
     return ChunkColumns(ids, texts, metadata, codes, sources, checksums)
 
 
-def load_index(path: str | os.PathLike[str]) -> StoredIndex:
-    """Read an index directory written by :func:`save_index` (read-only). Every field of
-    the manifest is checked before any data file is opened; every problem, down to a
-    truncated array, is an :class:`IndexFormatError` naming the file and the field."""
-    root = Path(path)
-    if not root.is_dir():
-        raise IndexFormatError(f"no index directory at {root}; check the path or build the index first")
-    manifest = _read_manifest(root)
-    _check_manifest(manifest, root / MANIFEST)
+def _read_data(root: Path, manifest: dict[str, Any]) -> StoredIndex:
+    """The data directory ``manifest`` names (the base's, or the delta's entries laid over
+    the manifest), its checksums verified and its arrays mapped."""
     data = _inside(root, manifest["data"])  # names are plain (checked): this guards against links
     files = {name: _inside(data, name) for name in manifest["files"]}
     for name, file in files.items():
@@ -646,19 +688,93 @@ def load_index(path: str | os.PathLike[str]) -> StoredIndex:
         vectors = _read_vectors(files[VECTORS_FILE], rows, embedder["dim"])
     # formats 2 and 3 saved scores, not term frequencies: rebuilt at the first search
     postings = _read_postings(files, rows) if BM25_FILE in files and manifest["format_version"] >= 4 else None
-    return StoredIndex(manifest, chunks, sources, vectors, postings, columns)
+    stored = StoredIndex(manifest, chunks, sources, vectors, postings, columns)
+    if DELETED_FILE in files:
+        stored.deleted = _map_array(files[DELETED_FILE], np.int64, lambda s: len(s) == 1, "(positions,)")
+    return stored
+
+
+def _same_data(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(key) == b.get(key) for key in ("data", "files", "chunks"))
+
+
+def load_index(path: str | os.PathLike[str], reuse: StoredIndex | None = None) -> StoredIndex:
+    """Read an index directory written by :func:`save_index` (read-only). Every field of
+    the manifest is checked before any data file is opened; every problem, down to a
+    truncated array, is an :class:`IndexFormatError` naming the file and the field.
+
+    ``reuse``: an index loaded from the same directory before; when the base it was
+    saved on is still the base (a later save wrote a delta), its mapped arrays are taken
+    as they are and only the delta is read."""
+    root = Path(path)
+    if not root.is_dir():
+        raise IndexFormatError(f"no index directory at {root}; check the path or build the index first")
+    manifest = _read_manifest(root)
+    _check_manifest(manifest, root / MANIFEST)
+    if reuse is not None and _same_data(reuse.manifest, manifest):
+        stored = dataclasses.replace(reuse, manifest=manifest, delta=None, deleted=None)
+    else:
+        stored = _read_data(root, manifest)
+    delta = manifest.get("delta")
+    if delta is not None:
+        stored.delta = _read_data(root, {**manifest, **delta})
+        deleted = stored.delta.deleted
+        assert deleted is not None  # a required file of a delta
+        where = root / delta["data"] / DELETED_FILE
+        if len(deleted) != delta["deleted"]:
+            raise IndexFormatError(f"{where} holds {len(deleted)} positions, not {delta['deleted']}; {_FIX}")
+        if len(deleted) and (
+            int(deleted[0]) < 0 or int(deleted[-1]) >= len(stored) or bool((np.diff(deleted) <= 0).any())
+        ):
+            raise IndexFormatError(
+                f"{where} holds positions that are not ascending within the {len(stored)} chunks; {_FIX}"
+            )
+        stored.deleted = deleted
+    return stored
+
+
+def _write_data(root: Path, write: Callable[[Path], None]) -> tuple[str, dict[str, str]]:
+    """A new data directory: written under a temporary name by ``write``, synced, renamed
+    when complete; its name and its files' checksums."""
+    data = f"data-{uuid.uuid4().hex}"
+    tmp = root / f"{data}.tmp"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+        _fsync_dir(tmp)
+        os.replace(tmp, root / data)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return data, files
+
+
+def _write_part(
+    columns: ChunkColumns, vectors: np.ndarray | None, postings: Postings | None
+) -> Callable[[Path], None]:
+    def write(data: Path) -> None:
+        _write_columns(data, columns)
+        if vectors is not None:
+            _write_array(data / VECTORS_FILE, vectors.astype(np.float32, copy=False))
+        if postings is not None:
+            _write_postings(data, postings)
+
+    return write
 
 
 def save_index(
     path: str | os.PathLike[str],
     *,
     settings: dict[str, Any],
-    columns: ChunkColumns,
-    vectors: np.ndarray | None,
-    postings: Postings | None,
+    columns: ChunkColumns | None = None,
+    vectors: np.ndarray | None = None,
+    postings: Postings | None = None,
+    delta: Delta | None = None,
 ) -> None:
-    """Write the index to ``path`` atomically (see the module docstring). ``postings``:
-    the BM25 index over the chunks, in their order (None: loading rebuilds it)."""
+    """Write the index to ``path`` atomically (see the module docstring): the whole of it
+    (``columns``, ``vectors``, ``postings``: the BM25 index over the chunks, in their
+    order; None: loading rebuilds it), or a ``delta`` over the base saved there."""
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise IndexFormatError(f"{root} is a file, not an index directory; choose another path")
@@ -670,28 +786,30 @@ def save_index(
     if (root / MANIFEST).exists():
         _read_manifest(root)  # never replace something that is not ours
     root.mkdir(parents=True, exist_ok=True)
-    data = f"data-{uuid.uuid4().hex}"
-    tmp = root / f"{data}.tmp"
-    tmp.mkdir()
+    written: list[str] = []
     committed = False
     try:
-        _write_columns(tmp, columns)
-        if vectors is not None:
-            _write_array(tmp / VECTORS_FILE, vectors.astype(np.float32, copy=False))
-        if postings is not None:
-            _write_postings(tmp, postings)
-        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
-        _fsync_dir(tmp)
-        os.replace(tmp, root / data)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "data": data,
-            "files": files,
-            "chunks": len(columns),
-            **settings,
-        }
-        manifest_tmp = root / f"{MANIFEST}.{data}.tmp"
+        if delta is None:
+            assert columns is not None
+            data, files = _write_data(root, _write_part(columns, vectors, postings))
+            written.append(data)
+            entries: dict[str, Any] = {"data": data, "files": files, "chunks": len(columns)}
+        else:
+            entries = {key: delta.base[key] for key in ("data", "files", "chunks")}
+            if len(delta.columns) or len(delta.deleted):
+                part = _write_part(delta.columns, delta.vectors, delta.postings)
+
+                def write(data: Path) -> None:
+                    part(data)
+                    _write_array(data / DELETED_FILE, delta.deleted.astype(np.int64, copy=False))
+
+                data, files = _write_data(root, write)
+                written.append(data)
+                entries["delta"] = {
+                    "data": data, "files": files, "chunks": len(delta.columns), "deleted": len(delta.deleted)
+                }  # fmt: skip
+        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **entries, **settings}
+        manifest_tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
         _write_bytes(manifest_tmp, json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
         os.replace(manifest_tmp, root / MANIFEST)
         committed = True
@@ -699,12 +817,14 @@ def save_index(
     except BaseException:
         if committed:
             raise
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(root / data, ignore_errors=True)
-        (root / f"{MANIFEST}.{data}.tmp").unlink(missing_ok=True)
+        for data in written:
+            shutil.rmtree(root / data, ignore_errors=True)
+        for stale in root.glob(f"{MANIFEST}.*.tmp"):
+            stale.unlink(missing_ok=True)
         raise
+    keep = {manifest["data"], *([manifest["delta"]["data"]] if "delta" in manifest else [])}
     for stale in root.iterdir():  # older data and leftovers of interrupted saves
-        if stale.name.startswith("data-") and stale.name != data:
+        if stale.name.startswith("data-") and stale.name not in keep:
             shutil.rmtree(stale, ignore_errors=True)
         elif stale.name.startswith(f"{MANIFEST}.") and stale.name.endswith(".tmp"):
             stale.unlink(missing_ok=True)

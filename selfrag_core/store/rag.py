@@ -439,17 +439,28 @@ class RAG:
         if self._reranker_spec is not None:
             settings["reranker"] = self._reranker_spec
         tokenizer = self._index.tokenizer
-        with self._index.lock:
+        index = self._index
+        with index.lock:
             manifest = {
                 "embedder": self._identity(),
                 "tokenizer": None if tokenizer is None else tokenizer.stemming,
                 "settings": settings,
             }
-            save_index(target, settings=manifest, **self._index.snapshot())
-        if self.path is None:
-            self.path = target
-        if target == self.path:
-            self._disk_version = manifest_version(target)
+            # a delta over the base this index was restored from, when that is what is on disk
+            stored = index.stored
+            home = self.path is not None and target.resolve() == self.path.resolve()
+            base = None
+            if home and stored is not None and self._disk_version == manifest_version(target):
+                same = all(stored.manifest.get(key) == value for key, value in manifest.items())
+                base = stored.manifest if same else None
+            snapshot = index.snapshot(delta_of=base)
+            save_index(target, settings=manifest, **snapshot)
+            if self.path is None:
+                self.path = target
+            if target == self.path:
+                self._disk_version = manifest_version(target)
+                if "delta" not in snapshot:  # the next save writes a delta over this one
+                    index.restore(load_index(target))
         return target
 
     def changed_on_disk(self) -> bool:
@@ -465,7 +476,8 @@ class RAG:
             return False
         assert self.path is not None
         version = manifest_version(self.path)
-        self._index.restore(load_index(self.path))  # swaps the state under the lock when it is ready
+        # what another process saved: only its delta when the base is the one loaded here
+        self._index.restore(load_index(self.path, reuse=self._index.stored))  # swapped under the lock
         self._disk_version = version
         logger.info("selfrag store: reloaded %s (saved by another process)", self.path)
         return True

@@ -67,6 +67,12 @@ def read_manifest(root: Path) -> dict[str, Any]:
     return data
 
 
+def unchanged_base(rag: RAG) -> bool:
+    """Whether the index's chunks are its saved base's, untouched (no deletion, no addition)."""
+    chunks = rag._index.chunks
+    return isinstance(chunks.base, StoredChunks) and chunks.kept is None and not chunks.tail
+
+
 def is_mapped(array: np.ndarray) -> bool:
     return isinstance(array, np.memmap) or isinstance(array.base, np.memmap)
 
@@ -170,7 +176,7 @@ def test_an_index_of_format_2_loads_and_is_rebuilt_once(tmp_path: Path) -> None:
         assert manifest["format_version"] == persist.FORMAT_VERSION
         assert set(persist.COLUMN_FILES) <= set(manifest["files"])
         again = RAG.load(root)
-        assert isinstance(again._index.chunks, StoredChunks)
+        assert unchanged_base(again)
         assert results(again) == results(fresh) and again.sources() == fresh.sources()
         assert again.bm25_rebuilds == 0
 
@@ -192,20 +198,21 @@ def test_loading_decodes_no_chunk_and_a_search_only_its_hits(
     loaded = RAG.load(tmp_path)
     assert loaded.count() == rag.count() and not decoded
     index = loaded._index
-    assert isinstance(index.chunks, StoredChunks) and index._sources is None
-    columns = index.chunks.columns
+    assert unchanged_base(loaded) and index._sources is None
+    assert index.chunks.base is not None
+    columns = index.chunks.base.columns
     for column in (columns.ids, columns.texts, columns.metadata, columns.sources, columns.checksums):
         assert is_mapped(column.blob) and is_mapped(column.offsets) and not column.blob.flags.writeable
     assert is_mapped(columns.chunk_sources)
     hits = loaded.search("castle garden", top_k=3)
     assert len(hits) == 3 and 0 < len(decoded) <= 4 * 3  # id, text, metadata, source of each hit
-    assert index._sources is None and isinstance(index.chunks, StoredChunks)
+    assert index._sources is None and unchanged_base(loaded)
     assert results(loaded) == expected
     assert results(loaded, part=1) == results(rag, part=1)  # a filter parses the metadata, once
-    assert index.chunks._metadata is not None
+    assert index.chunks.base._metadata is not None
     assert loaded.sources() == rag.sources()
     assert loaded.index(DOCS["paris"], source="paris") == 0  # the checksum skip reads the sources
-    assert isinstance(index.chunks, StoredChunks)  # unchanged: still the columns
+    assert unchanged_base(loaded)  # unchanged: still the columns
 
 
 def test_an_unchanged_loaded_index_is_saved_as_it_was_read(tmp_path: Path) -> None:
@@ -214,12 +221,14 @@ def test_an_unchanged_loaded_index_is_saved_as_it_was_read(tmp_path: Path) -> No
     loaded.search("capital river")
     loaded.sources()
     loaded.save(tmp_path / "b")
-    assert isinstance(loaded._index.chunks, StoredChunks)  # written from the columns, not decoded
+    assert unchanged_base(loaded)  # written from the columns, not decoded
     first, second = read_manifest(tmp_path / "a"), read_manifest(tmp_path / "b")
     assert first["files"] == second["files"]  # byte for byte
-    loaded.delete("paris")  # a change decodes the chunks once; the next save encodes them
-    assert isinstance(loaded._index.chunks, list)
-    loaded.save(tmp_path / "c")
+    loaded.delete("paris")  # the base's chunks of paris are left out, nothing is decoded
+    chunks = loaded._index.chunks
+    assert chunks.base is not None and chunks.kept is not None and not chunks.tail
+    loaded.save(tmp_path / "c")  # elsewhere than its home: the whole index, encoded
+    assert "delta" not in read_manifest(tmp_path / "c")
     reread = RAG.load(tmp_path / "c")
     assert "paris" not in reread.sources() and results(reread) == results(loaded)
 
@@ -237,17 +246,17 @@ def test_a_saved_bm25_index_of_other_stemming_is_rebuilt(
     assert loaded.bm25_rebuilds == 1
 
 
-def test_without_autorebuild_stale_bm25_statistics_are_not_saved(tmp_path: Path) -> None:
+def test_without_autorebuild_the_saved_bm25_index_holds_every_chunk(tmp_path: Path) -> None:
+    # term frequencies, not statistics, are saved: nothing is stale on disk
     rag = build(bm25_autorebuild=False)
     rag.rebuild_bm25_from_store()
-    rag.save(tmp_path / "current")
-    assert set(persist.BM25_FILES) <= set(read_manifest(tmp_path / "current")["files"])
     rag.index("Tokyo is the capital of Japan.", source="tokyo")
-    rag.save(tmp_path / "stale")  # not rebuilt by the save: what is saved is the chunks alone
-    assert not set(persist.BM25_FILES) & set(read_manifest(tmp_path / "stale")["files"])
+    assert "tokyo" not in {h.source for h in rag.search("Tokyo capital", top_k=5)}  # stale here
+    rag.save(tmp_path / "stale")
+    assert set(persist.BM25_FILES) <= set(read_manifest(tmp_path / "stale")["files"])
     assert rag.bm25_rebuilds == 1
     loaded = RAG.load(tmp_path / "stale", bm25_autorebuild=True)
-    assert loaded.search("Tokyo")[0].source == "tokyo" and loaded.bm25_rebuilds == 1
+    assert loaded.search("Tokyo")[0].source == "tokyo" and loaded.bm25_rebuilds == 0
 
 
 def test_saving_over_the_mapped_index_it_was_loaded_from(tmp_path: Path) -> None:

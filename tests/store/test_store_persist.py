@@ -60,8 +60,10 @@ def test_path_argument_loads_and_saves(tmp_path: Path) -> None:
     again.index(DOCS["berlin"], source="berlin")
     again.save()
     assert RAG(path=target).count() == 2
-    data_dirs = [p.name for p in target.iterdir() if p.name.startswith("data-")]
-    assert len(data_dirs) == 1  # the previous version was cleaned up
+    data_dirs = {p.name for p in target.iterdir() if p.name.startswith("data-")}
+    saved = manifest(target)
+    assert saved["delta"]["chunks"] == 1  # the base saved before, and a delta of the new document
+    assert data_dirs == {saved["data"], saved["delta"]["data"]}  # nothing else left
     with pytest.raises(ValueError, match="no path"):
         RAG().save()
 
@@ -113,7 +115,8 @@ def test_crash_before_manifest_switch_keeps_previous_index(tmp_path: Path) -> No
     loaded.index("Tokyo is the capital of Japan.", source="tokyo")
     loaded.save()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert len(names) == 2 and names[1] == "manifest.json"  # leftovers cleaned by the next save
+    saved = manifest(tmp_path)
+    assert names == sorted([saved["data"], saved["delta"]["data"], "manifest.json"])  # leftovers cleaned
     assert RAG.load(tmp_path).count() == 4
 
 
