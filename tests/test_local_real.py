@@ -40,6 +40,29 @@ def test_smollm2_answers_from_the_context_deterministically(smol: LocalLLM) -> N
     assert first.output_tokens and 0 < first.output_tokens <= 48
 
 
+def test_every_prompt_is_evaluated_from_an_empty_context(smol: LocalLLM) -> None:
+    # a reused KV-cache prefix made a prompt's greedy reply depend on the prompt before it
+    prompt = Prompts().render("answer", "en", context=CONTEXT, question=QUESTION)
+    cached: list[int] = []
+    complete = smol._llama.create_chat_completion if smol.chat else smol._llama.create_completion
+
+    def spy(*args: object, **kwargs: object) -> object:
+        cached.append(smol._llama.n_tokens)
+        return complete(*args, **kwargs)
+
+    name = "create_chat_completion" if smol.chat else "create_completion"
+    setattr(smol._llama, name, spy)
+    try:
+        first = smol.generate(prompt)
+        smol.generate("Write one sentence about rivers.")
+        again = smol.generate(prompt)
+        last = smol.generate(prompt)  # straight after itself: the whole prompt is cached
+    finally:
+        delattr(smol._llama, name)
+    assert cached == [0, 0, 0, 0]
+    assert first == again == last
+
+
 def test_smollm2_does_not_stop_after_a_preamble() -> None:
     # the passages the demo retrieves for this question, on which SmolLM2 stops after a colon
     demo = Path(__file__).parents[1] / "selfrag_core" / "data" / "demo"

@@ -183,6 +183,11 @@ class LocalLLM:
         }  # fmt: skip
         if grammar is None and self.hold_end_after_colon:
             kwargs["logits_processor"] = self._no_empty_end()
+        # every prompt is evaluated from an empty context, in the same batches: llama.cpp's
+        # reuse of a cached prefix (the previous prompt's, or the whole prompt re-run as one
+        # token) changes the logits in their last bits, enough to flip a greedy choice, so
+        # one prompt got two replies depending on what was sent before it
+        self._llama.reset()
         if not self.chat:
             return self._llama.create_completion(prompt, **kwargs)
         messages: list[Any] = [{"role": "user", "content": prompt}]
