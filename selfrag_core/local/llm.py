@@ -187,7 +187,7 @@ class LocalLLM:
         # reuse of a cached prefix (the previous prompt's, or the whole prompt re-run as one
         # token) changes the logits in their last bits, enough to flip a greedy choice, so
         # one prompt got two replies depending on what was sent before it
-        self._llama.reset()
+        self._llama.reset()  # type: ignore[no-untyped-call]
         if not self.chat:
             return self._llama.create_completion(prompt, **kwargs)
         messages: list[Any] = [{"role": "user", "content": prompt}]

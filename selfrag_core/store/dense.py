@@ -7,8 +7,8 @@ searched exactly with one matrix-vector product.
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
 import zlib
 from typing import Any
 
@@ -29,10 +29,9 @@ def _word_features(word: str, low: int, high: int) -> list[str]:
     return feats
 
 
-@functools.lru_cache(maxsize=1 << 14)  # a few MB at most
-def _hashed_word(word: str, dim: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
-    """(slots, signs) of a word's features under signed CRC32 feature hashing."""
-    hashes = np.array([zlib.crc32(f.encode("utf-8")) for f in _word_features(word, low, high)], np.uint64)
+def _hashed_features(features: list[str], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, signs) of features under signed CRC32 feature hashing."""
+    hashes = np.array([zlib.crc32(f.encode("utf-8")) for f in features], np.uint64)
     signs = np.where((hashes >> np.uint64(31)) & np.uint64(1), -1.0, 1.0)
     return (hashes % np.uint64(dim)).astype(np.int64), signs
 
@@ -101,28 +100,71 @@ class HashingEmbeddings:
         self.dim = dim
         self.ngram_range = (low, high)
         self.name = f"selfrag-hashing-v1-{dim}-{low}{high}"
+        self._lock = threading.Lock()
+        self._forget()
 
-    def _features(self, text: str) -> list[str]:
-        feats: list[str] = []
-        for word in _WORD.findall(text.casefold()):
-            feats.extend(_word_features(word, *self.ngram_range))
-        return feats
+    #: distinct words whose vectors are kept (``4 * dim`` bytes each), then forgotten
+    WORD_LIMIT = 200_000
+    #: texts summed in one matrix product (their distinct words make its inner size)
+    _BATCH = 64
 
-    def _embed(self, text: str) -> np.ndarray:
-        words = _WORD.findall(text.casefold())
-        if not words:
-            return np.zeros(self.dim, dtype=np.float32)
-        low, high = self.ngram_range
-        hashed = [_hashed_word(w, self.dim, low, high) for w in words]  # memoised per word
-        slots = np.concatenate([h[0] for h in hashed])
-        signs = np.concatenate([h[1] for h in hashed])
-        # sums of +-1 are exact in any order: the same vector as adding feature by feature
-        vec = np.bincount(slots, weights=signs, minlength=self.dim).astype(np.float32)
-        norm = float(np.linalg.norm(vec))
-        return vec / norm if norm > 0 else vec
+    def _forget(self) -> None:
+        self._word_rows: dict[str, int] = {}  # word -> its row in the word vectors
+        self._words = np.zeros((1024, self.dim), np.float32)  # each word's features, summed
+
+    def _rows(self, words: list[str]) -> np.ndarray:
+        """Each word's row in the word vectors (new words hashed and added first)."""
+        rows = self._word_rows
+        found = list(map(rows.get, words))
+        if None in found:
+            new = [w for w in dict.fromkeys(words) if w not in rows]
+            if len(rows) + len(new) > self.WORD_LIMIT:
+                self._forget()
+                return self._rows(words)
+            needed = len(rows) + len(new)
+            if needed > len(self._words):
+                grown = np.zeros((max(needed, 2 * len(self._words)), self.dim), np.float32)
+                grown[: len(rows)] = self._words[: len(rows)]
+                self._words = grown
+            low, high = self.ngram_range
+            for word in new:
+                slots, signs = _hashed_features(_word_features(word, low, high), self.dim)
+                self._words[len(rows)] = np.bincount(slots, weights=signs, minlength=self.dim)
+                rows[word] = len(rows)
+            found = list(map(rows.get, words))
+        return np.array(found, np.int64)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self._embed(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        return self._embed(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embed(text)
+        vector: np.ndarray = self._embed([text])[0]
+        return vector
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Several queries' vectors in one call (what the store's batched searches use)."""
+        return self._embed(texts)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """The texts' vectors: each word's hashed features are summed once into a word
+        vector and kept; a batch of texts is then one product of its (texts x words) counts
+        with those vectors. Every value is a small integer until the normalisation, so
+        the sums are exact in any order: the same bits as adding feature by feature."""
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for first in range(0, len(texts), self._BATCH):
+            batch = texts[first : first + self._BATCH]
+            words = [_WORD.findall(t.casefold()) for t in batch]
+            with self._lock:  # embedders are called from several threads at once
+                rows = self._rows([w for ws in words for w in ws])
+                distinct, column = np.unique(rows, return_inverse=True)
+                vectors = self._words[distinct]
+            text = np.repeat(np.arange(len(batch), dtype=np.int64), [len(ws) for ws in words])
+            counts = np.bincount(text * len(distinct) + column, minlength=len(batch) * len(distinct))
+            out[first : first + len(batch)] = counts.reshape(len(batch), -1).astype(np.float32) @ vectors
+        squares = np.einsum("ij,ij->i", out, out)
+        if squares.max(initial=0) < 2**24:  # exact: each row's norm is the one of its own
+            norms = np.sqrt(squares)
+        else:
+            norms = np.array([np.linalg.norm(row) for row in out], np.float32)
+        np.divide(out, norms[:, None], out=out, where=norms[:, None] > 0)
+        return out

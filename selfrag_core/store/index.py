@@ -26,6 +26,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from selfrag_core.store import ann
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name
 from selfrag_core.store.lexical import LexicalIndex, Postings, Tokenizer
@@ -285,6 +286,8 @@ class Index:
         # ones too), memory-mapped; the tail's in blocks, stacked at the next dense search
         self._base_vectors: np.ndarray | None = None
         self._tail_vectors: list[np.ndarray] = []
+        # approximate indexes over the "base" and "tail" vectors when they are many (see _ann)
+        self._anns: dict[str, ann.ApproximateIndex | None] = {}
         self.stored: StoredIndex | None = None  # the saved base, when restored from one
 
     @property
@@ -372,7 +375,12 @@ class Index:
                     tail.extend(doc.chunks)
                     sources[doc.source] = doc.checksum
             if vectors is not None:
-                self._tail_vectors.append(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
+                added = vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)]
+                self._tail_vectors.append(added)
+                tail_ann = self._anns.pop("tail", None)
+                if tail_ann is not None:  # kept up to date; else decided again at the next search
+                    tail_ann.add(added)
+                    self._anns["tail"] = tail_ann
             if self.tokenizer is not None and self._lexical_built:
                 self._lexical.append([c.tokens or [] for c in self.chunks[first:]], first)
             return len(self.chunks) - first
@@ -392,7 +400,9 @@ class Index:
         in_base = self.chunks.in_base
         if self.embedder is not None and self._tail_vectors:
             tail = positions[positions >= in_base] - in_base
-            self._tail_vectors = [self._tail_matrix()[tail]]
+            if len(tail) < len(self._tail_matrix()):
+                self._tail_vectors = [self._tail_matrix()[tail]]
+                self._anns.pop("tail", None)  # its rows moved
         self.chunks = self.chunks.keep(positions)
         if self.tokenizer is not None and self._lexical_built:
             self._lexical.keep(positions)
@@ -484,21 +494,82 @@ class Index:
         self._lexical_current()
         return self._lexical.scores(self.tokenizer(query), len(self.chunks))
 
-    def dense_scores(self, qvecs: np.ndarray) -> np.ndarray:
-        """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix
-        (call under the lock)."""
+    def dense_scores(self, qvecs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix, and
+        which of them are exact (None: all). Vectors past :data:`~selfrag_core.store.ann.ANN_THRESHOLD`
+        are searched through an approximate index: the best of its candidates, re-ranked
+        exactly, are exact, and every other chunk gets the lowest score of the query (found
+        the same way with the negated query), so a chunk it did not return ranks last on its
+        dense score and hybrid scores keep their scale. Call under the lock."""
         if self.dim is not None and qvecs.shape[1] != self.dim and len(self.chunks):
             self.check_dim(qvecs.shape[1])
-        # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores was
-        # ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py). It reads
-        # a memory-mapped matrix where it lies, without copying it.
-        tail: np.ndarray = np.einsum("ij,kj->ik", self._tail_matrix(), qvecs)
-        if self._base_vectors is None:
-            return tail
-        base: np.ndarray = np.einsum("ij,kj->ik", self._base_vectors, qvecs)
-        if self.chunks.kept is not None:
-            base = base[self.chunks.kept]
-        return base if not len(tail) else np.vstack((base, tail))
+        parts = []
+        if self._base_vectors is not None:
+            parts.append(self._part_scores(self._base_vectors, self._ann("base"), qvecs, self.chunks.kept))
+        parts.append(self._part_scores(self._tail_matrix(), self._ann("tail"), qvecs, None))
+        if len(parts) == 1:
+            return parts[0]
+        (base, base_known), (tail, tail_known) = parts
+        if base_known is None and tail_known is None:
+            return np.vstack((base, tail)), None
+        known = np.vstack(
+            [np.ones_like(s, bool) if k is None else k for s, k in parts]
+        )  # fmt: skip
+        low = np.minimum(base.min(axis=0, initial=np.inf), tail.min(axis=0, initial=np.inf))
+        scores = np.vstack((base, tail))
+        np.copyto(scores, np.broadcast_to(low, scores.shape), where=~known)  # one floor for both parts
+        return scores, known
+
+    @staticmethod
+    def _part_scores(
+        matrix: np.ndarray, index: ann.ApproximateIndex | None, qvecs: np.ndarray, kept: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        if index is None:
+            # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores
+            # was ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py). It
+            # reads a memory-mapped matrix where it lies, without copying it.
+            exact: np.ndarray = np.einsum("ij,kj->ik", matrix, qvecs)
+            return (exact if kept is None else exact[kept]), None
+        ids, best = index.search_exact(qvecs, ann.RERANK, matrix)
+        _, worst = index.search_exact(-qvecs, 1, matrix, candidates=ann.RERANK // 10)
+        low = np.minimum(-worst[:, 0], np.where(ids >= 0, best, np.inf).min(axis=1))
+        scores = np.empty((len(matrix), len(qvecs)), np.float32)
+        scores[:] = low
+        known = np.zeros(scores.shape, bool)
+        for column, (rows, values) in enumerate(zip(ids, best, strict=True)):
+            found = rows >= 0
+            scores[rows[found], column] = values[found]
+            known[rows[found], column] = True
+        if kept is not None:
+            scores, known = scores[kept], known[kept]
+        return scores, known
+
+    def exact_dense(self, positions: np.ndarray, qvec: np.ndarray) -> np.ndarray:
+        """The exact cosine scores of the chunks at ``positions`` for one query vector."""
+        scores: np.ndarray = self.vectors(positions) @ qvec
+        return scores
+
+    def _ann(self, part: str) -> ann.ApproximateIndex | None:
+        """The approximate index over the base's or the tail's vectors when they number
+        :data:`~selfrag_core.store.ann.ANN_THRESHOLD` or more and faiss is installed (read
+        from the saved base, or built, at the first dense search); None: they are scanned."""
+        if part in self._anns:
+            return self._anns[part]
+        matrix = self._base_vectors if part == "base" else self._tail_matrix()
+        found = None
+        if matrix is not None and len(matrix) >= ann.ANN_THRESHOLD:
+            saved = self.stored.ann if part == "base" and self.stored is not None else None
+            if saved is not None:
+                found = ann.ApproximateIndex.from_array(saved)
+            elif ann.available():
+                found = ann.ApproximateIndex.build(matrix)
+            else:
+                logger.warning(
+                    "selfrag store: %d vectors are scanned one by one at every query; "
+                    "pip install 'selfrag[ann]' for an approximate index", len(matrix),
+                )  # fmt: skip
+        self._anns[part] = found
+        return found
 
     # ------------------------------------------------------------------ saving and restoring
 
@@ -536,8 +607,11 @@ class Index:
                 vectors = self._tail_matrix() if VECTORS_FILE in delta_of["files"] else None
                 return {"delta": Delta(dict(delta_of), columns, vectors, postings, deleted)}
         vectors = None
+        approximate = None
         if self.embedder is not None and self.dim is not None:
             vectors = self.vectors()
+            if len(vectors) >= ann.ANN_THRESHOLD and ann.available():
+                approximate = self._whole_ann() or ann.ApproximateIndex.build(vectors)
         postings = self._lexical.postings() if built else None
         if chunks.base is not None and chunks.kept is None and not chunks.tail:
             columns = chunks.base.columns  # unchanged since restored: written as they are
@@ -549,7 +623,16 @@ class Index:
                 [c.source for c in chunks],
                 self.sources,
             )
-        return {"columns": columns, "vectors": vectors, "postings": postings}
+        return {"columns": columns, "vectors": vectors, "postings": postings, "ann": approximate}
+
+    def _whole_ann(self) -> ann.ApproximateIndex | None:
+        """An approximate index this index has over all its vectors in order, if any."""
+        chunks = self.chunks
+        if chunks.base is None:
+            return self._anns.get("tail")
+        if chunks.kept is None and not chunks.tail:
+            return self._ann("base")
+        return None
 
     def _small_delta(self) -> bool:
         chunks = self.chunks
@@ -628,6 +711,7 @@ class Index:
             self._tail_sources = tail_sources
             self._base_vectors = vectors
             self._tail_vectors = tail_vectors
+            self._anns = {}
             self._lexical = lexical
             self._lexical_built = built
             self.stored = stored if stored.columns is not None else None

@@ -76,6 +76,7 @@ VECTORS_FILE = "vectors.npy"
 BM25_FILE = "bm25.json"
 BM25_TF, BM25_INDICES, BM25_INDPTR = "bm25_tf.npy", "bm25_indices.npy", "bm25_indptr.npy"
 BM25_LENGTHS = "bm25_lengths.npy"
+ANN_FILE = "ann.npy"  # uint8: an approximate index of the vectors (faiss's serialisation), when many
 BM25_FILES = (BM25_FILE, BM25_TF, BM25_INDICES, BM25_INDPTR, BM25_LENGTHS)
 #: formats 2 and 3 saved bm25s's scores: read as "rebuild at the first search"
 OLD_BM25_FILES = (BM25_FILE, "bm25_data.npy", BM25_INDICES, BM25_INDPTR)
@@ -91,7 +92,7 @@ FILES = {
     1: (STORE_FILE, VECTORS_FILE),
     2: (STORE_FILE, VECTORS_FILE, *OLD_BM25_FILES),
     3: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *OLD_BM25_FILES),
-    4: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *BM25_FILES),
+    4: (STORE_FILE, *COLUMN_FILES, VECTORS_FILE, *BM25_FILES, ANN_FILE),
 }
 #: the data files each format version must list
 REQUIRED = {
@@ -102,7 +103,7 @@ REQUIRED = {
 }
 #: a delta's data directory: the chunks added since the base was saved, and the base's deleted ones
 DELETED_FILE = "deleted.npy"
-DELTA_FILES = (*FILES[4], DELETED_FILE)
+DELTA_FILES = (*(name for name in FILES[4] if name != ANN_FILE), DELETED_FILE)
 DELTA_REQUIRED = (*REQUIRED[4], DELETED_FILE)
 
 
@@ -243,6 +244,7 @@ class StoredIndex:
     postings: Postings | None  # memory-mapped; None: rebuild BM25 from the chunks
     columns: ChunkColumns | None = None  # from format 3 on: the chunks and sources, memory-mapped
     delta: StoredIndex | None = None  # the chunks added since this base was saved
+    ann: np.ndarray | None = None  # uint8, memory-mapped: the vectors' approximate index, serialised
     deleted: np.ndarray | None = None  # with a delta: the base's chunks deleted since (positions)
 
     def __len__(self) -> int:
@@ -689,6 +691,10 @@ def _read_data(root: Path, manifest: dict[str, Any]) -> StoredIndex:
     # formats 2 and 3 saved scores, not term frequencies: rebuilt at the first search
     postings = _read_postings(files, rows) if BM25_FILE in files and manifest["format_version"] >= 4 else None
     stored = StoredIndex(manifest, chunks, sources, vectors, postings, columns)
+    if ANN_FILE in files:
+        if VECTORS_FILE not in files:
+            raise _invalid(files[ANN_FILE].parent, "files", sorted(files), f"{ANN_FILE} only beside vectors")
+        stored.ann = _map_array(files[ANN_FILE], np.uint8, lambda s: len(s) == 1 and s[0] > 0, "(bytes,)")
     if DELETED_FILE in files:
         stored.deleted = _map_array(files[DELETED_FILE], np.int64, lambda s: len(s) == 1, "(positions,)")
     return stored
@@ -751,12 +757,14 @@ def _write_data(root: Path, write: Callable[[Path], None]) -> tuple[str, dict[st
 
 
 def _write_part(
-    columns: ChunkColumns, vectors: np.ndarray | None, postings: Postings | None
+    columns: ChunkColumns, vectors: np.ndarray | None, postings: Postings | None, ann: Any = None
 ) -> Callable[[Path], None]:
     def write(data: Path) -> None:
         _write_columns(data, columns)
         if vectors is not None:
             _write_array(data / VECTORS_FILE, vectors.astype(np.float32, copy=False))
+            if ann is not None:
+                _write_array(data / ANN_FILE, ann.to_array())
         if postings is not None:
             _write_postings(data, postings)
 
@@ -770,11 +778,13 @@ def save_index(
     columns: ChunkColumns | None = None,
     vectors: np.ndarray | None = None,
     postings: Postings | None = None,
+    ann: Any = None,
     delta: Delta | None = None,
 ) -> None:
     """Write the index to ``path`` atomically (see the module docstring): the whole of it
     (``columns``, ``vectors``, ``postings``: the BM25 index over the chunks, in their
-    order; None: loading rebuilds it), or a ``delta`` over the base saved there."""
+    order; None: loading rebuilds it; ``ann``: an approximate index of the vectors, an
+    :class:`~selfrag_core.store.ann.ApproximateIndex`), or a ``delta`` over the base saved there."""
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise IndexFormatError(f"{root} is a file, not an index directory; choose another path")
@@ -791,7 +801,7 @@ def save_index(
     try:
         if delta is None:
             assert columns is not None
-            data, files = _write_data(root, _write_part(columns, vectors, postings))
+            data, files = _write_data(root, _write_part(columns, vectors, postings, ann))
             written.append(data)
             entries: dict[str, Any] = {"data": data, "files": files, "chunks": len(columns)}
         else:

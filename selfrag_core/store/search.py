@@ -84,14 +84,19 @@ def search_many(
         if not index.chunks:
             return [[] for _ in queries]
         mask = _mask(index, metadata_filter, filters)
-        dense = index.dense_scores(qvecs) if qvecs is not None else None
+        dense, known = index.dense_scores(qvecs) if qvecs is not None else (None, None)
         column = 0
         for group in groups:
             rankings = []
             for q in group:
-                rankings.append(
-                    _rank(index, q, alpha, None if dense is None else dense[:, column], mask, pool)
-                )
+                lex = index.lexical_scores(q) if alpha < 1 else None
+                scores = None
+                if dense is not None:
+                    assert qvecs is not None
+                    scores = dense[:, column]
+                    if known is not None:  # approximate: make exact whatever can rank
+                        _exact_where_needed(index, scores, known[:, column], qvecs[column], lex, mask, pool)
+                rankings.append(_rank(alpha, lex, scores, mask, pool))
                 column += 1
             ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
             hits = [_hit(index, *r) for r in ranked]
@@ -162,6 +167,38 @@ def _mask(index: Index, metadata_filter: Any, filters: Mapping[str, Any]) -> np.
     return np.fromiter((keep(m) for m in index.chunk_metadata()), dtype=bool, count=len(index.chunks))
 
 
+#: with an approximate dense index, the best chunks by BM25 whose dense scores are made exact
+_LEXICAL_CANDIDATES = 1_000
+
+
+def _exact_where_needed(
+    index: Index,
+    dense: np.ndarray,
+    known: np.ndarray,
+    qvec: np.ndarray,
+    lex: np.ndarray | None,
+    valid: np.ndarray | None,
+    pool: int,
+) -> None:
+    """Exact dense scores, in place, for the chunks that can rank besides the approximate
+    index's candidates: the best by BM25 (hybrid search), and every chunk a filter keeps
+    when fewer than ``pool`` of the candidates pass it."""
+    wanted = []
+    if lex is not None:
+        if valid is not None:
+            lex = np.where(valid, lex, 0)
+        hits = np.flatnonzero(lex > 0)
+        if len(hits) > _LEXICAL_CANDIDATES:
+            hits = hits[np.argpartition(-lex[hits], _LEXICAL_CANDIDATES - 1)[:_LEXICAL_CANDIDATES]]
+        wanted.append(hits)
+    if valid is not None and int(np.count_nonzero(valid & known)) < pool:
+        wanted.append(np.flatnonzero(valid))
+    if wanted:
+        positions = np.unique(np.concatenate(wanted))
+        positions = positions[~known[positions]]
+        dense[positions] = index.exact_dense(positions, qvec)
+
+
 def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
     """Scores scaled to [0, 1] over the ``valid`` positions (all when None)."""
     kept = scores if valid is None else scores[valid]
@@ -174,11 +211,10 @@ def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
 
 
 def _rank(
-    index: Index, query: str, alpha: float, dense: np.ndarray | None, valid: np.ndarray | None, pool: int
+    alpha: float, lex: np.ndarray | None, dense: np.ndarray | None, valid: np.ndarray | None, pool: int
 ) -> list[Ranked]:
-    """The top ``pool`` chunks for one query, given its dense scores, among the ``valid``
-    positions (all when None)."""
-    lex = index.lexical_scores(query) if alpha < 1 else None
+    """The top ``pool`` chunks for one query, given its BM25 and dense scores, among the
+    ``valid`` positions (all when None)."""
     if lex is not None and dense is not None:
         score = alpha * _minmax(dense, valid) + (1 - alpha) * _minmax(lex, valid)
     elif lex is not None:
