@@ -36,7 +36,8 @@ the single atomic step, so a crash at any point leaves the previous index loadab
 Older data directories are removed afterwards. Loading only reads; a missing,
 corrupt or foreign directory raises :class:`IndexFormatError` and touches nothing.
 Every manifest field is checked (type, range, file names plain and inside the index)
-before any data file is opened, then the checksums, the chunk records (formats 1 and 2;
+before any data file is opened, then the checksums (of the files up to
+:data:`VERIFY_LIMIT`, or of all with ``verify=True``), the chunk records (formats 1 and 2;
 from format 3 on each record is checked when it is read) and every array's header, shape and
 size (and the values of the arrays that index others: offsets, positions); no
 exception from ``json``, ``numpy`` or the file system gets out as anything but an
@@ -662,15 +663,23 @@ def _read_columns(files: Mapping[str, Path], manifest: dict[str, Any]) -> ChunkC
     return ChunkColumns(ids, texts, metadata, codes, sources, checksums)
 
 
-def _read_data(root: Path, manifest: dict[str, Any]) -> StoredIndex:
+#: files larger than this are checked by their structure when an index is opened and by
+#: their checksum only when asked (``verify=True``): hashing the gigabytes of a million
+#: chunks takes longer than the rest of opening them
+VERIFY_LIMIT = 64 * 2**20
+
+
+def _read_data(root: Path, manifest: dict[str, Any], verify: bool) -> StoredIndex:
     """The data directory ``manifest`` names (the base's, or the delta's entries laid over
-    the manifest), its checksums verified and its arrays mapped."""
+    the manifest), its checksums verified (see :data:`VERIFY_LIMIT`) and its arrays mapped."""
     data = _inside(root, manifest["data"])  # names are plain (checked): this guards against links
     files = {name: _inside(data, name) for name in manifest["files"]}
     for name, file in files.items():
         if not file.is_file():
             raise IndexFormatError(f"{file} is missing: the index is incomplete; re-index the documents")
         try:
+            if not verify and file.stat().st_size > VERIFY_LIMIT:
+                continue
             digest = _sha256(file)
         except OSError as e:
             raise IndexFormatError(f"{file} cannot be read ({e}); check its permissions or re-index") from e
@@ -704,14 +713,17 @@ def _same_data(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all(a.get(key) == b.get(key) for key in ("data", "files", "chunks"))
 
 
-def load_index(path: str | os.PathLike[str], reuse: StoredIndex | None = None) -> StoredIndex:
+def load_index(
+    path: str | os.PathLike[str], reuse: StoredIndex | None = None, *, verify: bool = False
+) -> StoredIndex:
     """Read an index directory written by :func:`save_index` (read-only). Every field of
     the manifest is checked before any data file is opened; every problem, down to a
     truncated array, is an :class:`IndexFormatError` naming the file and the field.
 
     ``reuse``: an index loaded from the same directory before; when the base it was
     saved on is still the base (a later save wrote a delta), its mapped arrays are taken
-    as they are and only the delta is read."""
+    as they are and only the delta is read. ``verify``: check the checksum of every file,
+    also those over :data:`VERIFY_LIMIT` (whose structure alone is checked otherwise)."""
     root = Path(path)
     if not root.is_dir():
         raise IndexFormatError(f"no index directory at {root}; check the path or build the index first")
@@ -720,10 +732,10 @@ def load_index(path: str | os.PathLike[str], reuse: StoredIndex | None = None) -
     if reuse is not None and _same_data(reuse.manifest, manifest):
         stored = dataclasses.replace(reuse, manifest=manifest, delta=None, deleted=None)
     else:
-        stored = _read_data(root, manifest)
+        stored = _read_data(root, manifest, verify)
     delta = manifest.get("delta")
     if delta is not None:
-        stored.delta = _read_data(root, {**manifest, **delta})
+        stored.delta = _read_data(root, {**manifest, **delta}, verify)
         deleted = stored.delta.deleted
         assert deleted is not None  # a required file of a delta
         where = root / delta["data"] / DELETED_FILE

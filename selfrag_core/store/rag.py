@@ -483,14 +483,18 @@ class RAG:
         return True
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], embed: Any = None, **overrides: Any) -> RAG:
+    def load(
+        cls, path: str | os.PathLike[str], embed: Any = None, *, verify: bool = False, **overrides: Any
+    ) -> RAG:
         """Open a saved index. Its saved settings apply unless overridden; ``embed`` must be
         the embedder it was built with (the built-in hashing embedder is recreated). The
         chunks' columns, the vectors and the BM25 arrays are memory-mapped, not rebuilt, and a
         chunk is decoded only when a search returns it (an index saved by an older selfrag, or
-        with another ``stemmer``, has its BM25 statistics rebuilt at the first search)."""
+        with another ``stemmer``, has its BM25 statistics rebuilt at the first search).
+        Every file's structure is checked, and its checksum up to 64 MiB; ``verify=True``
+        checks the checksums of the large files too (seconds at a million chunks)."""
         version = manifest_version(Path(path))  # before loading: a later save is seen later
-        stored = load_index(path)  # the manifest is validated: settings and embedder have their types
+        stored = load_index(path, verify=verify)  # the manifest is validated: settings and embedder typed
         settings = {k: v for k, v in stored.manifest["settings"].items() if k in CONFIG_KEYS}
         settings.update(overrides)
         identity = stored.manifest["embedder"]

@@ -215,3 +215,16 @@ def test_a_second_process_sees_saved_changes_on_refresh(tmp_path: Path) -> None:
 def test_refresh_without_a_saved_index_does_nothing(tmp_path: Path) -> None:
     assert not RAG().changed_on_disk()
     assert not RAG(path=tmp_path / "new").refresh()
+
+
+def test_large_files_are_hashed_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make().save(tmp_path)
+    store = tmp_path / str(manifest(tmp_path)["data"]) / "texts.npy"
+    store.write_bytes(store.read_bytes().replace(b"Paris", b"Pxris"))  # same size, same structure
+    monkeypatch.setattr(persist, "VERIFY_LIMIT", store.stat().st_size - 1)  # "large" from here on
+    assert RAG.load(tmp_path).count() == 3  # opened: its structure is sound
+    with pytest.raises(IndexFormatError, match="texts.npy is corrupt"):
+        RAG.load(tmp_path, verify=True)
+    monkeypatch.setattr(persist, "VERIFY_LIMIT", store.stat().st_size)  # small: always hashed
+    with pytest.raises(IndexFormatError, match="corrupt"):
+        RAG.load(tmp_path)
