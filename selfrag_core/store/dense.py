@@ -106,7 +106,7 @@ class HashingEmbeddings:
     #: distinct words whose vectors are kept (``4 * dim`` bytes each), then forgotten
     WORD_LIMIT = 200_000
     #: texts summed in one matrix product (their distinct words make its inner size)
-    _BATCH = 64
+    _BATCH = 32
 
     def _forget(self) -> None:
         self._word_rows: dict[str, int] = {}  # word -> its row in the word vectors
@@ -160,7 +160,10 @@ class HashingEmbeddings:
                 vectors = self._words[distinct]
             text = np.repeat(np.arange(len(batch), dtype=np.int64), [len(ws) for ws in words])
             counts = np.bincount(text * len(distinct) + column, minlength=len(batch) * len(distinct))
-            out[first : first + len(batch)] = counts.reshape(len(batch), -1).astype(np.float32) @ vectors
+            # einsum, not a BLAS product: BLAS threads spinning on busy cores were 10x slower
+            out[first : first + len(batch)] = np.einsum(
+                "ij,jk->ik", counts.reshape(len(batch), -1).astype(np.float32), vectors
+            )
         squares = np.einsum("ij,ij->i", out, out)
         if squares.max(initial=0) < 2**24:  # exact: each row's norm is the one of its own
             norms = np.sqrt(squares)

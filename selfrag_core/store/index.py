@@ -272,6 +272,7 @@ class Index:
     ) -> None:
         self.embedder = embedder
         self.chunker = chunker
+        self._chunker_json = json.dumps(chunker.settings())  # part of every document's checksum
         self.tokenizer = tokenizer
         self.autorebuild = autorebuild
         self.lock = threading.RLock()
@@ -324,7 +325,7 @@ class Index:
             source = "doc-" + _digest(text, meta_json)[:16]
         if checksum is not None and not isinstance(checksum, str):
             raise TypeError(f"checksum must be a str or None, got {type(checksum).__name__}")
-        checksum = checksum or _digest(text, meta_json, json.dumps(self.chunker.settings()))
+        checksum = checksum or _digest(text, meta_json, self._chunker_json)
         if self.sources.get(source) == checksum:
             return None
         chunks = []
