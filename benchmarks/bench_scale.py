@@ -15,9 +15,15 @@ Two phases, each in a fresh process so that its peak memory (``ru_maxrss``) is i
   lazy is paid there), then the same 200 searches.
 
 Modes: ``lexical`` (``RAG()``, BM25 only) and ``hybrid`` (``RAG(HashingEmbeddings())``,
-dense and BM25 at ``bm25_alpha=0.5``). Timings depend on the machine's load, which is
+dense and BM25 at ``bm25_alpha=0.5``; above 100,000 chunks dense search goes through the
+approximate index of the ``ann`` extra). Timings depend on the machine's load, which is
 printed with the table; the index is written under ``--dir`` (default: a temporary
 directory, removed afterwards) and read back from the page cache.
+
+A third phase checks that quality did not move: nDCG@10 of the same mode on BEIR SciFact
+(300 test queries, ``--scifact``, default ``../shared/data/scifact`` when it is there):
+lexical 0.6863 and hybrid (``HashingEmbeddings()``, dim 256) 0.6577, to the last digit the
+figures of the store before segments, term frequencies and the approximate index.
 
     python benchmarks/bench_scale.py                         # 100k documents, lexical
     python benchmarks/bench_scale.py --docs 1000000 --mode hybrid
@@ -151,9 +157,24 @@ def open_saved(target: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def scifact_ndcg(mode: str, root: Path) -> dict[str, Any]:
+    """nDCG@10 over SciFact's test queries with the store in ``mode``, one chunk per abstract."""
+    from retrieval_scifact import load_scifact, ndcg_at
+
+    from selfrag_core.store import RAG, HashingEmbeddings
+
+    corpus, queries, qrels = load_scifact(root)
+    embed = HashingEmbeddings() if mode == "hybrid" else None
+    rag = RAG(embed, bm25_alpha=0.5 if embed else None, chunk_size=20_000, chunk_overlap=0)
+    rag.index_many([{"text": text, "source": did} for did, text in corpus.items()])
+    scores = [ndcg_at([h.source for h in rag.search(q, top_k=10)], qrels[qid]) for qid, q in queries.items()]
+    return {"scifact_ndcg10": statistics.fmean(scores), "scifact_queries": len(scores)}
+
+
 def run_phase(args: argparse.Namespace, phase: str, target: Path) -> dict[str, Any]:
     """One phase in a fresh interpreter; its figures come back as the last line of its output."""
     command = [sys.executable, __file__, "--phase", phase, "--docs", str(args.docs), "--mode", args.mode]
+    command += ["--scifact", args.scifact]
     done = subprocess.run([*command, "--dir", str(target)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"the {phase} phase failed:\n{done.stderr}")
@@ -161,7 +182,9 @@ def run_phase(args: argparse.Namespace, phase: str, target: Path) -> dict[str, A
     return result
 
 
-def report(args: argparse.Namespace, built: dict[str, Any], opened: dict[str, Any]) -> None:
+def report(
+    args: argparse.Namespace, built: dict[str, Any], opened: dict[str, Any], quality: dict[str, Any]
+) -> None:
     print(f"selfrag store at scale: {built['chunks']:,} chunks, mode {args.mode}, load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")  # fmt: skip
     rows = [
@@ -175,6 +198,8 @@ def report(args: argparse.Namespace, built: dict[str, Any], opened: dict[str, An
         ("query p50 / p95, loaded", f"{opened['open_p50_ms']:.1f} / {opened['open_p95_ms']:.1f} ms"),
         ("peak RSS, open", f"{opened['open_peak_mib']:.0f} MiB"),
     ]
+    if quality:
+        rows.append((f"SciFact nDCG@10 ({args.mode})", f"{quality['scifact_ndcg10']:.4f}"))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
@@ -188,7 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("lexical", "hybrid"), default="lexical")
     parser.add_argument("--dir", default="", help="where to save the index (default: a temporary one)")
     parser.add_argument("--json", default="", help="also write the figures to this JSON file")
-    parser.add_argument("--phase", choices=("build", "open"), help=argparse.SUPPRESS)
+    default_scifact = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+    parser.add_argument(
+        "--scifact", default=str(default_scifact) if default_scifact.is_dir() else "",
+        help="BEIR SciFact folder for the quality check ('' to skip)",
+    )  # fmt: skip
+    parser.add_argument("--phase", choices=("build", "open", "quality"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.phase == "build":
         print(json.dumps(build(args.docs, args.mode, Path(args.dir))))
@@ -196,18 +226,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.phase == "open":
         print(json.dumps(open_saved(Path(args.dir))))
         return 0
+    if args.phase == "quality":
+        print(json.dumps(scifact_ndcg(args.mode, Path(args.scifact))))
+        return 0
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="selfrag-scale-"))
     target = root / f"index-{args.mode}-{args.docs}"
     try:
         shutil.rmtree(target, ignore_errors=True)
         built = run_phase(args, "build", target)
         opened = run_phase(args, "open", target)
+        quality = run_phase(args, "quality", target) if args.scifact else {}
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    report(args, built, opened)
+    report(args, built, opened, quality)
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), **built, **opened}, indent=2) + "\n")
+        figures = {"args": vars(args), **built, **opened, **quality}
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
