@@ -152,15 +152,34 @@ def _nlist(n: int) -> int:
     return max(16, 1 << round(np.log2(max(n, 1)) / 2))
 
 
-class FaissIVF(Variant):
-    def __init__(self, kind: str, threads: int) -> None:
+class FaissVariant(Variant):
+    """A faiss index: written and read with faiss's own files (memory-mapped where it can)."""
+
+    mmap = True
+
+    def __init__(self, threads: int) -> None:
         import faiss  # type: ignore[import-untyped]
 
         self.faiss = faiss
+        faiss.omp_set_num_threads(threads)
+
+    def save(self, path: Path) -> None:
+        self.faiss.write_index(self.index, str(path))
+
+    def open(self, path: Path) -> None:
+        flags = (self.faiss.IO_FLAG_MMAP_IFC,) if self.mmap else ()
+        self.index = self.faiss.read_index(str(path), *flags)
+
+    def search(self, q: np.ndarray, k: int) -> np.ndarray:
+        return self.index.search(q, k)[1]  # type: ignore[no-any-return]
+
+
+class FaissIVF(FaissVariant):
+    def __init__(self, kind: str, threads: int) -> None:
+        super().__init__(threads)
         self.kind = kind
         self.name = f"faiss-ivf-{kind}"
         self.sweep = (16, 64, 128, 256, 512)
-        faiss.omp_set_num_threads(threads)
 
     def build(self, vecs: np.ndarray) -> None:
         faiss = self.faiss
@@ -182,28 +201,13 @@ class FaissIVF(Variant):
             index.add(np.ascontiguousarray(vecs[start : start + 100_000]))
         self.index = index
 
-    def save(self, path: Path) -> None:
-        self.faiss.write_index(self.index, str(path))
-
-    def open(self, path: Path) -> None:
-        self.index = self.faiss.read_index(str(path), self.faiss.IO_FLAG_MMAP_IFC)
-
     def set_search(self, value: int) -> None:
         self.index.nprobe = value
 
-    def search(self, q: np.ndarray, k: int) -> np.ndarray:
-        return self.index.search(q, k)[1]  # type: ignore[no-any-return]
 
-
-class FaissHNSW(Variant):
+class FaissHNSW(FaissVariant):
     name = "faiss-hnsw"
     sweep = (32, 64, 128, 256)
-
-    def __init__(self, threads: int) -> None:
-        import faiss
-
-        self.faiss = faiss
-        faiss.omp_set_num_threads(threads)
 
     def build(self, vecs: np.ndarray) -> None:
         faiss = self.faiss
@@ -214,17 +218,8 @@ class FaissHNSW(Variant):
             index.add(np.ascontiguousarray(vecs[start : start + 100_000]))
         self.index = index
 
-    def save(self, path: Path) -> None:
-        self.faiss.write_index(self.index, str(path))
-
-    def open(self, path: Path) -> None:
-        self.index = self.faiss.read_index(str(path), self.faiss.IO_FLAG_MMAP_IFC)
-
     def set_search(self, value: int) -> None:
         self.index.hnsw.efSearch = value
-
-    def search(self, q: np.ndarray, k: int) -> np.ndarray:
-        return self.index.search(q, k)[1]  # type: ignore[no-any-return]
 
 
 class Hnswlib(Variant):
@@ -298,18 +293,17 @@ class Usearch(Variant):
         return np.asarray(keys, dtype=np.int64).reshape(len(q), -1)
 
 
-class FaissFastScan(Variant):
+class FaissFastScan(FaissVariant):
     """Product quantisation with 4-bit codes scanned in SIMD registers (faiss "fast scan"),
     exhaustive or behind an IVF; the candidates are re-ranked exactly."""
 
-    def __init__(self, m: int, ivf: bool, threads: int) -> None:
-        import faiss
+    mmap = False
 
-        self.faiss = faiss
+    def __init__(self, m: int, ivf: bool, threads: int) -> None:
+        super().__init__(threads)
         self.m = m
         self.ivf = ivf
         self.name = f"faiss-{'ivf-' if ivf else ''}pq{m}fs"
-        faiss.omp_set_num_threads(threads)
         self.sweep = (
             ((64, 200), (128, 200), (256, 200), (256, 500), (512, 500))
             if ivf
@@ -334,18 +328,9 @@ class FaissFastScan(Variant):
             index.add(np.ascontiguousarray(vecs[start : start + 100_000]))
         self.index = index
 
-    def save(self, path: Path) -> None:
-        self.faiss.write_index(self.index, str(path))
-
-    def open(self, path: Path) -> None:
-        self.index = self.faiss.read_index(str(path))
-
     def set_search(self, value: int) -> None:
         if self.ivf:
             self.index.nprobe = value
-
-    def search(self, q: np.ndarray, k: int) -> np.ndarray:
-        return self.index.search(q, k)[1]  # type: ignore[no-any-return]
 
 
 class SelfragANN(Variant):

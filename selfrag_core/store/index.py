@@ -50,7 +50,31 @@ class IndexedChunk:
     tokens: list[str] | None  # None: not tokenised yet (restored from disk)
 
 
-class StoredChunks(Sequence[IndexedChunk]):
+class _ChunkSequence(Sequence[IndexedChunk]):
+    """A sequence of chunks made by :meth:`_at` (a position in range) when asked for."""
+
+    def _at(self, i: int) -> IndexedChunk:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> IndexedChunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[IndexedChunk]: ...
+
+    def __getitem__(self, i: int | slice) -> IndexedChunk | list[IndexedChunk]:
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError("chunk position out of range")
+        return self._at(i % len(self))
+
+    def __iter__(self) -> Iterator[IndexedChunk]:
+        for i in range(len(self)):
+            yield self._at(i)
+
+
+class StoredChunks(_ChunkSequence):
     """The chunks of a restored index, read from its memory-mapped columns: each
     :class:`IndexedChunk` is made when it is asked for (its metadata parsed and checked then)."""
 
@@ -61,24 +85,10 @@ class StoredChunks(Sequence[IndexedChunk]):
     def __len__(self) -> int:
         return len(self.columns)
 
-    @overload
-    def __getitem__(self, i: int) -> IndexedChunk: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[IndexedChunk]: ...
-
-    def __getitem__(self, i: int | slice) -> IndexedChunk | list[IndexedChunk]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _at(self, i: int) -> IndexedChunk:
         c = self.columns
-        text = c.texts[i]  # IndexError past the end
-        i = i % len(self)
         meta = c.metadata_at(i) if self._metadata is None else self._metadata[i]
-        return IndexedChunk(c.ids[i], text, c.source_of(i), meta, None)
-
-    def __iter__(self) -> Iterator[IndexedChunk]:
-        for i in range(len(self)):
-            yield self[i]
+        return IndexedChunk(c.ids[i], c.texts[i], c.source_of(i), meta, None)
 
     def all_metadata(self) -> list[dict[str, Any]]:
         """Every chunk's metadata (parsed at the first metadata filter, then kept)."""
@@ -152,7 +162,7 @@ def _declared_dim(embedder: Any) -> int | None:
     return None
 
 
-class Chunks(Sequence[IndexedChunk]):
+class Chunks(_ChunkSequence):
     """The index's chunks, in order: the ones of the saved base it was restored from that
     are still in it (``kept``: their positions in ``base``; None: all of them), then the
     ones added since (``tail``). Deleting chunks replaces ``kept`` and ``tail`` by what
@@ -178,28 +188,12 @@ class Chunks(Sequence[IndexedChunk]):
     def __len__(self) -> int:
         return self.in_base + len(self.tail)
 
-    @overload
-    def __getitem__(self, i: int) -> IndexedChunk: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[IndexedChunk]: ...
-
-    def __getitem__(self, i: int | slice) -> IndexedChunk | list[IndexedChunk]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError("chunk position out of range")
-        i %= len(self)
+    def _at(self, i: int) -> IndexedChunk:
         base = self.in_base
         if i >= base:
             return self.tail[i - base]
         assert self.base is not None
-        return self.base[i if self.kept is None else int(self.kept[i])]
-
-    def __iter__(self) -> Iterator[IndexedChunk]:
-        for i in range(self.in_base):
-            yield self[i]
-        yield from self.tail
+        return self.base._at(i if self.kept is None else int(self.kept[i]))
 
     def metadata(self) -> Iterable[dict[str, Any]]:
         """Every chunk's metadata, in order (the base's parsed once, then kept)."""
