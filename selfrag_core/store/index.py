@@ -525,9 +525,11 @@ class Index:
             # reads a memory-mapped matrix where it lies, without copying it.
             exact: np.ndarray = np.einsum("ij,kj->ik", matrix, qvecs)
             return (exact if kept is None else exact[kept]), None
-        ids, best = index.search_exact(qvecs, ann.RERANK, matrix)
-        _, worst = index.search_exact(-qvecs, 1, matrix, candidates=ann.RERANK // 10)
-        low = np.minimum(-worst[:, 0], np.where(ids >= 0, best, np.inf).min(axis=1))
+        # the queries and their negations in one pass over the codes: the best candidates,
+        # and the lowest score (the best of the negated query, negated)
+        both_ids, both = index.search_exact(np.vstack((qvecs, -qvecs)), ann.RERANK, matrix)
+        ids, best, worst = both_ids[: len(qvecs)], both[: len(qvecs)], both[len(qvecs) :, 0]
+        low = np.minimum(-worst, np.where(ids >= 0, best, np.inf).min(axis=1))
         scores = np.empty((len(matrix), len(qvecs)), np.float32)
         scores[:] = low
         known = np.zeros(scores.shape, bool)
