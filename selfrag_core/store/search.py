@@ -90,13 +90,15 @@ def search_many(
             rankings = []
             for q in group:
                 lex = index.lexical_scores(q) if alpha < 1 else None
-                scores = None
+                scores = among = None
                 if dense is not None:
                     assert qvecs is not None
                     scores = dense[:, column]
                     if known is not None:  # approximate: make exact whatever can rank
-                        _exact_where_needed(index, scores, known[:, column], qvecs[column], lex, mask, pool)
-                rankings.append(_rank(alpha, lex, scores, mask, pool))
+                        among = _exact_where_needed(
+                            index, scores, known[:, column], qvecs[column], lex, mask, pool
+                        )
+                rankings.append(_rank(alpha, lex, scores, mask, pool, among))
                 column += 1
             ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
             hits = [_hit(index, *r) for r in ranked]
@@ -179,11 +181,12 @@ def _exact_where_needed(
     lex: np.ndarray | None,
     valid: np.ndarray | None,
     pool: int,
-) -> None:
+) -> np.ndarray:
     """Exact dense scores, in place, for the chunks that can rank besides the approximate
     index's candidates: the best by BM25 (hybrid search), and every chunk a filter keeps
-    when fewer than ``pool`` of the candidates pass it."""
-    wanted = []
+    when fewer than ``pool`` of the candidates pass it. Returns the positions of all these
+    chunks (ascending): no other chunk can rank above them."""
+    wanted = [np.flatnonzero(known)]
     if lex is not None:
         if valid is not None:
             lex = np.where(valid, lex, 0)
@@ -193,49 +196,62 @@ def _exact_where_needed(
         wanted.append(hits)
     if valid is not None and int(np.count_nonzero(valid & known)) < pool:
         wanted.append(np.flatnonzero(valid))
-    if wanted:
-        positions = np.unique(np.concatenate(wanted))
-        positions = positions[~known[positions]]
-        dense[positions] = index.exact_dense(positions, qvec)
+    among = np.unique(np.concatenate(wanted))
+    unknown = among[~known[among]]
+    dense[unknown] = index.exact_dense(unknown, qvec)
+    return among
 
 
-def _minmax(scores: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
-    """Scores scaled to [0, 1] over the ``valid`` positions (all when None)."""
+def _minmax(scores: np.ndarray, valid: np.ndarray | None, at: np.ndarray) -> np.ndarray:
+    """The scores at the positions ``at``, scaled to [0, 1] over the ``valid`` positions
+    (all when None)."""
     kept = scores if valid is None else scores[valid]
+    picked = scores[at]
     if kept.size == 0:
-        return np.zeros_like(scores)
+        return np.zeros_like(picked)
     low, high = float(kept.min()), float(kept.max())
     if high <= low:  # one value for all: keep only "has some signal"
-        return (scores > 0).astype(scores.dtype)
-    return (scores - low) / (high - low)
+        return np.asarray(picked > 0, dtype=scores.dtype)
+    scaled: np.ndarray = (picked - low) / (high - low)
+    return scaled
 
 
 def _rank(
-    alpha: float, lex: np.ndarray | None, dense: np.ndarray | None, valid: np.ndarray | None, pool: int
+    alpha: float,
+    lex: np.ndarray | None,
+    dense: np.ndarray | None,
+    valid: np.ndarray | None,
+    pool: int,
+    among: np.ndarray | None = None,
 ) -> list[Ranked]:
     """The top ``pool`` chunks for one query, given its BM25 and dense scores, among the
-    ``valid`` positions (all when None)."""
-    if lex is not None and dense is not None:
-        score = alpha * _minmax(dense, valid) + (1 - alpha) * _minmax(lex, valid)
-    elif lex is not None:
-        score = lex
+    ``valid`` positions (all when None); only the positions ``among`` are scored when the
+    caller knows no other can rank (an approximate dense search), the scales still set by
+    every valid chunk."""
+    first = lex if dense is None else dense
+    assert first is not None
+    if lex is not None and dense is None:
         valid = lex > 0 if valid is None else valid & (lex > 0)
+    if among is None:
+        candidates = np.arange(len(first)) if valid is None else np.flatnonzero(valid)
     else:
-        assert dense is not None
-        score = dense
-    candidates = np.arange(score.shape[0]) if valid is None else np.flatnonzero(valid)
+        candidates = among if valid is None else among[valid[among]]
+    if lex is not None and dense is not None:
+        score = alpha * _minmax(dense, valid, candidates) + (1 - alpha) * _minmax(lex, valid, candidates)
+    else:
+        score = first[candidates]
     if candidates.size > pool:
-        part = np.argpartition(-score[candidates], pool - 1)[:pool]
-        candidates = candidates[part]
-    order = candidates[np.argsort(-score[candidates], kind="stable")]
+        part = np.argpartition(-score, pool - 1)[:pool]
+        candidates, score = candidates[part], score[part]
+    order = np.argsort(-score, kind="stable")
     return [
         (
-            int(p),
-            float(score[p]),
-            None if lex is None else float(lex[p]),
-            None if dense is None else float(dense[p]),
+            int(candidates[i]),
+            float(score[i]),
+            None if lex is None else float(lex[candidates[i]]),
+            None if dense is None else float(dense[candidates[i]]),
         )
-        for p in order
+        for i in order
     ]
 
 

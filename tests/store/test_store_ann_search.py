@@ -100,3 +100,15 @@ def test_without_faiss_the_vectors_are_scanned(
     rag = build(1.0)
     assert ids(rag, QUERIES[0])
     assert rag._index._anns == {"tail": None} and "selfrag[ann]" in caplog.text
+
+
+def test_ranking_only_the_candidates_loses_no_chunk(threshold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # with an approximate index only its candidates and the best BM25 chunks are scored:
+    # every other chunk has the lowest dense score and a lower BM25 score, so cannot rank
+    from selfrag_core.store import search
+
+    rag = build(0.5)
+    pruned = [[(h.id, h.score) for h in rag.search(q, top_k=10)] for q in QUERIES]
+    whole = search._rank
+    monkeypatch.setattr(search, "_rank", lambda *args: whole(*args[:5]))  # every position scored
+    assert [[(h.id, h.score) for h in rag.search(q, top_k=10)] for q in QUERIES] == pruned
