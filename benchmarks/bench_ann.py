@@ -6,8 +6,8 @@ documents of 60 Zipf-drawn words; see ``bench_scale.corpus``). The queries are
 bench_scale's 200 three-word queries, embedded with ``embed_query``. The exact top 10
 of each query (a numpy dot product over every vector) is the reference.
 
-Embedding is slow (pure Python, about 0.3 ms a document), so the vectors and the exact
-top 10 are cached as ``.npy`` files under ``--dir`` (default: a temporary directory,
+Embedding takes minutes at a million documents, so the vectors and the exact top 10 are
+cached as ``.npy`` files under ``--dir`` (default: a temporary directory,
 removed afterwards) and embedded in ``--jobs`` processes the first time.
 
 Each library and variant (``--libs``) runs in a fresh process, so that its peak memory
