@@ -15,12 +15,14 @@ must be rebuilt (after documents are added or deleted), all at once then.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -351,13 +353,22 @@ class Index:
         return prepared
 
     def add(self, docs: list[PreparedDocument]) -> int:
-        """Embed the documents' chunks (outside the lock), then add them, replacing the
+        """Embed the documents' chunks and build their BM25 segment (outside the lock, side
+        by side: each runs while the other waits on numpy), then add them, replacing the
         chunks of sources indexed before; returns the number of chunks added."""
         if not docs:
             return 0
-        vectors = self._embed([c for d in docs for c in d.chunks])
         latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
         kept = [latest[d.source] is d for d in docs for _ in d.chunks]  # per chunk, as vectors' rows
+        new = [c for d in docs if latest[d.source] is d for c in d.chunks]
+        segment = None
+        with contextlib.ExitStack() as stack:
+            if self.tokenizer is not None and new:
+                pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="selfrag-bm25"))
+                lexical = self._lexical
+                segment = pool.submit(Postings.build, [c.tokens or [] for c in new], lexical.k1, lexical.b)
+            vectors = self._embed([c for d in docs for c in d.chunks])
+            postings = segment.result() if segment is not None else None
         with self.lock:
             sources = self.sources
             replaced = {s for s in latest if s in sources}
@@ -376,8 +387,8 @@ class Index:
                 if tail_ann is not None:  # kept up to date; else decided again at the next search
                     tail_ann.add(added)
                     self._anns["tail"] = tail_ann
-            if self.tokenizer is not None and self._lexical_built:
-                self._lexical.append([c.tokens or [] for c in self.chunks[first:]], first)
+            if postings is not None and self._lexical_built:
+                self._lexical.append_postings(postings, first)
             return len(self.chunks) - first
 
     def delete(self, source: str) -> int:
