@@ -223,7 +223,7 @@ def test_large_files_are_hashed_only_when_asked(tmp_path: Path, monkeypatch: pyt
     store.write_bytes(store.read_bytes().replace(b"Paris", b"Pxris"))  # same size, same structure
     monkeypatch.setattr(persist, "VERIFY_LIMIT", store.stat().st_size - 1)  # "large" from here on
     assert RAG.load(tmp_path).count() == 3  # opened: its structure is sound
-    with pytest.raises(IndexFormatError, match="texts.npy is corrupt"):
+    with pytest.raises(IndexFormatError, match=r"texts\.npy is corrupt"):
         RAG.load(tmp_path, verify=True)
     monkeypatch.setattr(persist, "VERIFY_LIMIT", store.stat().st_size)  # small: always hashed
     with pytest.raises(IndexFormatError, match="corrupt"):
