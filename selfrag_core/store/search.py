@@ -277,5 +277,5 @@ def _hit(index: Index, pos: int, score: float, lexical: float | None, dense: flo
 def _hit_vectors(index: Index, positions: list[int]) -> np.ndarray:
     """The vectors a reranker compares hits by (MMR): the index's, else hashed ones."""
     if index.embedder is not None and index.chunks:
-        return index.vectors()[np.asarray(positions, dtype=np.int64)] if positions else np.zeros((0, 1))
+        return index.vectors(np.asarray(positions, dtype=np.int64)) if positions else np.zeros((0, 1))
     return _MMR_EMBEDDER.embed_documents([index.chunks[p].text for p in positions])
