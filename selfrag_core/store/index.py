@@ -717,9 +717,12 @@ class Index:
             self.chunks = chunks
             self._sources = sources
             self._tail_sources = tail_sources
+            # the same base, reused by a reload: its approximate index stays as well
+            same_base = self.stored is not None and vectors is not None and vectors is self._base_vectors
+            base_ann = self._anns.get("base") if same_base else None
             self._base_vectors = vectors
             self._tail_vectors = tail_vectors
-            self._anns = {}
+            self._anns = {} if base_ann is None else {"base": base_ann}
             self._lexical = lexical
             self._lexical_built = built
             self.stored = stored if stored.columns is not None else None

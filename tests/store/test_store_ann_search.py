@@ -112,3 +112,17 @@ def test_ranking_only_the_candidates_loses_no_chunk(threshold: None, monkeypatch
     whole = search._rank
     monkeypatch.setattr(search, "_rank", lambda *args: whole(*args[:5]))  # every position scored
     assert [[(h.id, h.score) for h in rag.search(q, top_k=10)] for q in QUERIES] == pruned
+
+
+def test_a_reload_of_a_delta_keeps_the_base_approximate_index(tmp_path: Path, threshold: None) -> None:
+    writer = build(1.0, path=tmp_path)
+    writer.save()
+    reader = RAG("hashing", bm25_alpha=1.0, path=tmp_path)
+    ids(reader, QUERIES[0])
+    base = reader._index._anns.get("base")
+    assert base is not None
+    writer.index(QUERIES[2], source="new")
+    writer.save()  # a delta
+    assert reader.refresh()
+    assert reader._index._anns.get("base") is base  # not read again
+    assert ids(reader, QUERIES[2])[0] == "new#0"
