@@ -252,12 +252,31 @@ class LexicalIndex:
         self.b = b
         self.rebuilds = 0
         self.segments: list[tuple[int, Postings]] = []  # (first document number, postings)
+        self._live: np.ndarray | None = None  # position >= 0, made once per change of position
+        self._changed = False  # documents added or deleted since the last refresh
         self.position = np.zeros(0, np.int64)
         self.counted: np.ndarray | None = None  # None: every document numbered so far
         self._norm: np.ndarray | None = None  # k1 * (1 - b + b * length / average), per document
-        self._live = 0
+        self._counted = 0
         self._cache: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
         self._cached = 0
+
+    @property
+    def position(self) -> np.ndarray:
+        """Each document's position among the index's current chunks, -1 once deleted."""
+        return self._position
+
+    @position.setter
+    def position(self, value: np.ndarray) -> None:
+        self._position = value
+        self._live = None
+
+    @property
+    def live(self) -> np.ndarray:
+        """Which documents are not deleted (``position >= 0``)."""
+        if self._live is None:
+            self._live = self._position >= 0
+        return self._live
 
     @property
     def documents(self) -> int:
@@ -291,38 +310,41 @@ class LexicalIndex:
             (self.position, np.arange(first, first + len(postings), dtype=np.int64))
         )
         self.counted = np.concatenate((self.counted, np.zeros(len(postings), dtype=bool)))
+        self._changed = True
 
     def keep(self, positions: Sequence[int] | np.ndarray) -> None:
         """The chunks at ``positions`` (ascending) stay, renumbered from 0; the others are
         deleted. They leave the statistics at the next refresh."""
-        live = np.flatnonzero(self.position >= 0)
+        live = np.flatnonzero(self.live)
         position = np.full(self.documents, -1, np.int64)
         kept = np.asarray(positions, dtype=np.int64)
         position[live[kept]] = np.arange(len(kept), dtype=np.int64)
         self.position = position
         if self.counted is None:
             self.counted = np.ones(self.documents, dtype=bool)
+        self._changed = True
 
     @property
     def stale(self) -> bool:
         """Whether documents were added or deleted since the last refresh."""
-        return self.counted is not None and not np.array_equal(self.counted, self.position >= 0)
+        return self._changed
 
     def refresh(self) -> None:
         """Count the live documents in the statistics (cheap: no document is read), then
         merge segments when there are many, or many deleted documents."""
-        live = self.position >= 0
+        live = self.live
         self.counted = None if live.all() else live
-        self._live = int(live.sum())
+        self._changed = False
+        self._counted = int(live.sum())
         lengths = np.concatenate([p.lengths for _, p in self.segments]) if self.segments else np.zeros(0)
-        total = int(lengths[live].sum(dtype=np.int64)) if self._live else 0
-        average = total / self._live if self._live else 1.0
+        total = int(lengths[live].sum(dtype=np.int64)) if self._counted else 0
+        average = total / self._counted if self._counted else 1.0
         k1, b = self.k1, self.b
         self._norm = (k1 * ((1 - b) + b * lengths.astype(np.float64) / max(average, 1e-9))).astype(np.float32)
         self._forget()
         if len(self.segments) > 1:
             head = len(self.segments[0][1])
-            if self.documents >= 2 * max(self._live, 1) or self.documents - head > head:
+            if self.documents >= 2 * max(self._counted, 1) or self.documents - head > head:
                 self.merge(0)
             elif len(self.segments) > self.MAX_SEGMENTS:
                 self.merge(1)  # the small segments added since the first, into one
@@ -354,7 +376,7 @@ class LexicalIndex:
     def postings(self, start: int = 0) -> Postings:
         """The documents at chunk positions ``start`` and after, as one segment numbered
         from 0 (what a save writes; the index itself is left as it is)."""
-        live = self.position >= 0
+        live = self.live
         if start == 0 and len(self.segments) == 1 and live.all():
             return self.segments[0][1]  # as it is: a mapped segment is written from its pages
         numbers = np.where(live & (self.position >= start), self.position - start, -1)
@@ -379,7 +401,7 @@ class LexicalIndex:
                     docs, tf = docs[counted], tf[counted]
             df += len(docs)
             found.append((base, docs, tf))
-        idf = np.float32(math.log(1 + (self._live - df + 0.5) / (df + 0.5)))
+        idf = np.float32(math.log(1 + (self._counted - df + 0.5) / (df + 0.5)))
         norm = self._norm
         assert norm is not None
         out = []
@@ -408,6 +430,6 @@ class LexicalIndex:
         if self.documents == chunks and self.counted is None:
             return raw
         out = np.zeros(chunks, dtype=np.float32)
-        live = self.position >= 0
+        live = self.live
         out[self.position[live]] = raw[live]
         return out
