@@ -31,6 +31,9 @@ logger = logging.getLogger("selfrag.serve")
 
 #: how a worker process learns which app to build (set by :func:`serve_workers`)
 WORKER_ENV = "SELFRAG_SERVE_WORKER"
+_NO_SHARED_STORE = (
+    "--workers above 1 needs --index DIR or --backend SPEC: the workers share their documents through it"
+)
 
 
 def _uvicorn() -> Any:
@@ -48,27 +51,18 @@ def run(
     index_dir: str | None = None,
     llm_spec: str = "local",
     *,
-    settings: ServeSettings | None = None,
-    rag: Any = None,
-    llm: Any = None,
-    strategies: Mapping[str, Any] | None = None,
     log_level: str = "info",
-    backend: str | None = None,
+    **options: Any,
 ) -> None:
     """Serve the strategies over the index in ``index_dir`` with the LLM ``llm_spec``
     until interrupted; ingestion is saved to ``index_dir``.
 
-    ``settings`` defaults to ``ServeSettings.from_env()`` (the bearer token from
-    ``SELFRAG_API_TOKEN``). A caller that has already built them (the CLI) passes
-    ``rag``, ``llm`` and ``strategies``; otherwise they are built from ``index_dir``
-    and ``llm_spec`` (``default_strategies``). ``backend``: a ``--backend`` spec, winning
-    over ``index_dir`` (see :func:`build_app`).
+    ``options`` are :func:`build_app`'s: ``settings`` (default ``ServeSettings.from_env()``),
+    ``rag``, ``llm`` and ``strategies`` already built (else built from ``index_dir`` and
+    ``llm_spec``), ``backend`` (a ``--backend`` spec, winning over ``index_dir``).
     """
     _uvicorn()  # the install hint before any model loads
-    app = build_app(
-        index_dir, llm_spec, settings=settings, rag=rag, llm=llm, strategies=strategies, backend=backend
-    )
-    serve_forever(app, host, port, log_level)
+    serve_forever(build_app(index_dir, llm_spec, **options), host, port, log_level)
 
 
 def build_app(
@@ -100,10 +94,8 @@ def build_app(
 
 def freeze_startup_objects() -> None:
     """Exempt everything alive now (modules, index, models, the app) from garbage
-    collection, as a server process does once it has started (``gc.freeze``): a full
-    collection then walks only what the requests in flight allocated, not every
-    start-up object (``benchmarks/bench_serve.py`` measures the pauses). Those objects
-    live as long as the process."""
+    collection (``gc.freeze``), so a full collection walks only what the requests in
+    flight allocated. Those objects live as long as the process."""
     gc.collect()
     gc.freeze()
 
@@ -143,10 +135,7 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
     except (ImportError, AttributeError) as e:
         raise ConfigurationError(f"cannot import the app builder {builder!r}: {e}") from e
     if not getattr(args, "index", None) and not getattr(args, "backend", None):
-        raise ConfigurationError(
-            "--workers above 1 needs --index DIR or --backend SPEC: the workers share their documents "
-            "through it"
-        )
+        raise ConfigurationError(_NO_SHARED_STORE)
     settings = ServeSettings.from_env()  # as every worker reads it
     warn_if_open(args.host, settings.api_token)
     plain = (str, int, float, bool, list, type(None))
@@ -160,9 +149,7 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
 
 def _grace(seconds: float) -> int:
     """uvicorn's ``timeout_graceful_shutdown`` (whole seconds, at least 1 unless 0) for
-    ``shutdown_grace_s``: on SIGTERM uvicorn stops accepting connections, lets the requests
-    in flight finish for that long, then runs the app's lifespan shutdown (which marks
-    the app shutting down and waits for any query still running, as long again at most)."""
+    ``shutdown_grace_s``; the app's lifespan shutdown then waits as long again at most."""
     return max(1, round(seconds)) if seconds > 0 else 0
 
 
@@ -178,20 +165,13 @@ def worker_app() -> Any:
 
 def app_from_args(args: argparse.Namespace) -> Any:
     """The app that ``python -m selfrag_core.serve`` serves, from its parsed options."""
-    backend = getattr(args, "backend", None)
-    settings = settings_from_args(args, index_dir=None) if backend is None else _external_settings(args)
-    return build_app(args.index, args.llm, settings=settings, backend=backend)
-
-
-def _external_settings(args: argparse.Namespace) -> ServeSettings:
-    """The settings with a ``--backend``: an index directory it names is saved to, an
-    external backend is not (no index directory, no file lock)."""
     from selfrag_core.presets import backend_kind
 
-    spec = args.backend
-    return settings_from_args(
-        argparse.Namespace(**{**vars(args), "index": spec if backend_kind(spec) == "directory" else None})
-    )
+    backend = getattr(args, "backend", None)
+    if backend is not None:  # an index directory it names is saved to, an external backend is not
+        index = backend if backend_kind(backend) == "directory" else None
+        args = argparse.Namespace(**{**vars(args), "index": index})
+    return build_app(args.index, args.llm, settings=settings_from_args(args), backend=backend)
 
 
 def _positive_int(text: str) -> int:
@@ -286,8 +266,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.workers > 1 and not args.index and not args.backend:
-        parser.error(
-            "--workers above 1 needs --index DIR or --backend SPEC: the workers share their documents "
-            "through it"
-        )
+        parser.error(_NO_SHARED_STORE)
     run_from_args(args)
