@@ -17,17 +17,14 @@ With ``replay=True`` the model is never called: a prompt that was not recorded r
 :class:`CacheMissError`, a :class:`~selfrag_core.errors.ConfigurationError`, so it ends
 the query (never retried, never answered with a fallback).
 
-What is recorded: the text of every non-empty reply, once per key (the first recording
-wins; a caller that raced it gets the recorded reply, so a recording run and its
-replay agree). Errors and empty replies are not recorded: the library retries them, and
-the retry calls the model again. The file may be shared by several threads and
-processes (WAL journal, 30 s busy timeout; not on a network file system); concurrent
-calls with one key in one process make one model call. A ``CachedLLM`` does not stream:
-a streaming query gets each reply as one piece. One prompt has one reply: with a
-sampling model (temperature above 0), calls that repeat a prompt to get different
-replies (HyDE's passages, ``num_hypothetical_docs`` > 1) all get the first one.
-``namespace`` keeps recordings of the same prompts apart; ``fallback_namespaces`` lets a
-namespace take a reply recorded under another one (see :class:`CachedLLM`).
+Only non-empty replies are recorded, once per key: the first recording wins, and a
+caller that raced it gets the recorded reply. Errors and empty replies are not recorded:
+the library's retry calls the model again. The file may be shared by several threads and
+processes (not on a network file system); concurrent calls with one key in one process
+make one model call. A ``CachedLLM`` does not stream: a streaming query gets each reply
+as one piece. One prompt has one reply: with a sampling model (temperature above 0),
+calls that repeat a prompt to get different replies (HyDE's passages,
+``num_hypothetical_docs`` > 1) all get the first one.
 """
 
 from __future__ import annotations
@@ -40,16 +37,20 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from selfrag_core.errors import ConfigurationError
-from selfrag_core.llm import LLMReply, _ainvoke_once, _invoke_once, to_reply
+from selfrag_core.llm import _ainvoke_once, _invoke_once, to_reply
 from selfrag_core.protocols import LLMOutput
 
 __all__ = ["CacheMissError", "CachedLLM"]
+
+T = TypeVar("T")
+#: how the model is called: ``invoke(llm, prompt, schema)``
+_Invoke = Callable[[Any, str, dict[str, Any] | None], Awaitable[Any]]
 
 #: attributes that name the model, the first string one is used (see ``CachedLLM.model_id``)
 _NAME_ATTRIBUTES = ("model_name", "model", "model_id", "model_path", "name")
@@ -113,35 +114,22 @@ def _identity(llm: Any) -> Mapping[str, Any] | None:
 
 
 def _derive_model_id(llm: Any) -> str:
-    """``llm.cache_identity["model"]`` when the LLM has one, else its class (a function's
-    own name) plus ``":"`` and the first string among ``model_name``, ``model``,
-    ``model_id``, ``model_path`` and ``name``."""
     identity = _identity(llm)
     if identity is not None and isinstance(identity.get("model"), str) and identity["model"]:
         return str(identity["model"])
     owner = llm if inspect.isroutine(llm) else type(llm)
     model_id = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', type(llm).__name__)}"
-    for name in _NAME_ATTRIBUTES:
-        value = _attribute(llm, name)
-        if isinstance(value, str) and value:
-            return f"{model_id}:{value}"
-    return model_id
+    names = (_attribute(llm, name) for name in _NAME_ATTRIBUTES)
+    name = next((value for value in names if isinstance(value, str) and value), None)
+    return model_id if name is None else f"{model_id}:{name}"
 
 
 def _derive_params(llm: Any) -> dict[str, Any]:
-    """``llm.cache_identity`` without ``"model"`` when the LLM has one, else the JSON
-    values (None left out) of its attributes ``temperature``, ``top_p``, ``top_k``,
-    ``max_tokens``, ``max_new_tokens``, ``num_predict``, ``seed``, ``stop``, ``n_ctx``."""
     identity = _identity(llm)
     if identity is not None:
         return _checked_params({k: v for k, v in identity.items() if k != "model"}, "cache_identity")
-    params: dict[str, Any] = {}
-    for name in _PARAM_ATTRIBUTES:
-        value = _attribute(llm, name)
-        safe, normal = _json_safe(value)
-        if value is not None and safe:
-            params[name] = normal
-    return params
+    params = {name: _json_safe(_attribute(llm, name)) for name in _PARAM_ATTRIBUTES}
+    return {name: normal for name, (safe, normal) in params.items() if safe and normal is not None}
 
 
 def _checked_params(params: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -162,6 +150,25 @@ def _count(value: Any) -> int | None:
         return None if value is None else int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _blocking(fn: Callable[..., T]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """``fn`` as a coroutine function that never suspends (see :func:`_unsuspended`)."""
+
+    async def call(*args: Any, **kwargs: Any) -> T:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _unsuspended(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends: shared async logic run from sync
+    code, its waits and calls blocking (:func:`_blocking`)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("the coroutine suspended")  # pragma: no cover
 
 
 class _Flight:
@@ -198,15 +205,12 @@ class CachedLLM:
     a client library.
     ``replay``: never call the model; a miss raises :class:`CacheMissError`.
     ``namespace``: keeps these recordings apart from others of the same prompts in the
-    file (``selfrag eval`` records each contender apart by default, so that each one's
-    latency is its own model's time and not a reply another contender recorded).
+    file (``selfrag eval`` records each contender apart by default).
     ``fallback_namespaces``: where to look, in order, when ``namespace`` holds no reply
     for a key: the first reply recorded under one of them (same model, params, prompt
-    and schema) answers and is recorded under ``namespace`` too, so every later call,
-    from any ``CachedLLM`` on that namespace, gets that same reply (``selfrag eval
-    --shared-replies`` reuses each contender's earlier recordings this way). Counted as
-    a hit, and in ``borrowed``; it is written to the file even with ``replay=True``
-    (no model is called).
+    and schema) answers and is recorded under ``namespace`` too, even with
+    ``replay=True`` (``selfrag eval --shared-replies`` reuses each contender's earlier
+    recordings this way). Counted as a hit, and in ``borrowed``.
     ``hits`` / ``misses``: calls answered from the file / by the model (the model calls).
     Raises ConfigurationError when ``path`` is not a SQLite file or cannot be opened, or
     for a ``model_id`` / ``params`` the key cannot hold.
@@ -277,28 +281,26 @@ class CachedLLM:
             db.execute(_SCHEMA)
         except sqlite3.Error as e:
             db.close()
-            error = self._file_error(e)
-            if error is None:
-                raise
-            raise error from e
+            self._reraise(e)
         return db
 
-    def _file_error(self, error: sqlite3.Error) -> ConfigurationError | None:
-        """The ConfigurationError ``error`` stands for; None for a transient one (the file
-        is locked past the busy timeout: the library's retry may succeed) or a bug."""
+    def _reraise(self, error: sqlite3.Error) -> NoReturn:
+        """Raise ``error`` as the ConfigurationError it stands for, or as it is when it is
+        transient (the file is locked past the busy timeout: the library's retry may
+        succeed) or a bug."""
         if isinstance(error, sqlite3.OperationalError):
             if any(word in str(error) for word in ("locked", "busy")):
-                return None
-            return ConfigurationError(
+                raise error
+            raise ConfigurationError(
                 f"the replay cache {self.path} cannot be used ({error}); "
                 "check the path and its permissions, or choose another path"
-            )
+            ) from error
         if type(error) is sqlite3.DatabaseError:  # not a database, or a damaged one
-            return ConfigurationError(
+            raise ConfigurationError(
                 f"the replay cache {self.path} is not a readable SQLite file ({error}); "
                 "delete it or choose another path"
-            )
-        return None
+            ) from error
+        raise error
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[list[Any], int]:
         """The rows and the row count of one statement (the connection is shared by threads)."""
@@ -309,22 +311,13 @@ class CachedLLM:
                 cursor = self._db.execute(sql, args)
                 return cursor.fetchall(), cursor.rowcount
             except sqlite3.Error as e:
-                error = self._file_error(e)
-                if error is None:
-                    raise
-                raise error from e
+                self._reraise(e)
 
     def _lookup(self, key: str) -> LLMOutput | None:
         rows, _ = self._execute(
             "SELECT text, input_tokens, output_tokens FROM llm_replies WHERE key = ?", (key,)
         )
         return LLMOutput(*rows[0]) if rows else None
-
-    def _record(self, key: str, prompt: str, schema: Mapping[str, Any] | None, reply: LLMReply) -> LLMOutput:
-        output = LLMOutput(reply.text, _count(reply.input_tokens), _count(reply.output_tokens))
-        if not reply.text or not reply.text.strip():
-            return output  # the caller rejects it and retries: the retry must reach the model
-        return self._store(key, prompt, schema, output)
 
     def _store(self, key: str, prompt: str, schema: Mapping[str, Any] | None, output: LLMOutput) -> LLMOutput:
         """``output`` recorded under ``key``, or the recording another caller made first."""
@@ -344,8 +337,7 @@ class CachedLLM:
         )
         if stored:
             return output
-        # another thread or process recorded this key first: its reply is the recording
-        return self._lookup(key) or output
+        return self._lookup(key) or output  # another caller recorded this key first
 
     def __bool__(self) -> bool:
         return True  # an LLM, even while its file is empty (``if not llm`` must not reject it)
@@ -400,9 +392,7 @@ class CachedLLM:
         return None
 
     def _hit(self, key: str, prompt: str, schema: Mapping[str, Any] | None) -> LLMOutput | None:
-        found = self._lookup(key)
-        if found is None and self.fallback_namespaces:
-            found = self._borrow(key, prompt, schema)
+        found = self._lookup(key) or self._borrow(key, prompt, schema)
         if found is not None:
             with self._lock:
                 self.hits += 1
@@ -444,66 +434,53 @@ class CachedLLM:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
                 loop.call_soon_threadsafe(_wake, future)
 
-    def _take_off(self, key: str, prompt: str, schema: Mapping[str, Any] | None) -> LLMOutput | None:
-        """The reply recorded since this caller looked (a flight landed in between), else
-        None and the miss is counted: the caller calls the model."""
-        found = self._hit(key, prompt, schema)
-        if found is None:
-            with self._lock:
-                self.misses += 1
-        return found
-
     # ------------------------------------------------------------------ the LLM protocols
     def generate(self, prompt: str) -> LLMOutput:
-        return self._call(prompt, None)
+        return _unsuspended(self._answer(prompt, None, None, _blocking(_invoke_once)))
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        return self._call(prompt, schema)
+        return _unsuspended(self._answer(prompt, schema, None, _blocking(_invoke_once)))
 
     async def agenerate(self, prompt: str) -> LLMOutput:
-        return await self._acall(prompt, None)
+        return await self._answer(prompt, None, asyncio.get_running_loop(), _ainvoke_once)
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        return await self._acall(prompt, schema)
+        return await self._answer(prompt, schema, asyncio.get_running_loop(), _ainvoke_once)
 
-    def _call(self, prompt: str, schema: dict[str, Any] | None) -> LLMOutput:
+    async def _answer(
+        self,
+        prompt: str,
+        schema: dict[str, Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        invoke: _Invoke,
+    ) -> LLMOutput:
+        """The recorded reply, else the model's. A caller with the same key in flight is
+        waited for: on ``loop``, else blocking (the sync path, where ``invoke`` blocks too)."""
         key = self.key(prompt, schema)
-        while True:
-            found = self._hit(key, prompt, schema)
-            if found is not None:
-                return found
-            if self.replay:
-                raise self._missing(key, prompt)
-            flight, flies, _ = self._board(key, None)
-            if flies:
-                break
-            flight.done.wait()  # then look again: a failed or empty reply was not recorded
-        try:
-            found = self._take_off(key, prompt, schema)
-            if found is not None:
-                return found
-            return self._record(key, prompt, schema, to_reply(_invoke_once(self.llm, prompt, schema)))
-        finally:
-            self._land(key, flight)
-
-    async def _acall(self, prompt: str, schema: dict[str, Any] | None) -> LLMOutput:
-        key = self.key(prompt, schema)
-        loop = asyncio.get_running_loop()
-        while True:
-            found = self._hit(key, prompt, schema)
-            if found is not None:
-                return found
+        while (found := self._hit(key, prompt, schema)) is None:
             if self.replay:
                 raise self._missing(key, prompt)
             flight, flies, landed = self._board(key, loop)
-            if flies or landed is None:
-                break
-            await landed
-        try:
-            found = self._take_off(key, prompt, schema)
-            if found is not None:
-                return found
-            raw = await _ainvoke_once(self.llm, prompt, schema)  # a sync-only LLM runs on a thread
-            return self._record(key, prompt, schema, to_reply(raw))
-        finally:
-            self._land(key, flight)
+            if flies:
+                try:
+                    return await self._fly(key, prompt, schema, invoke)
+                finally:
+                    self._land(key, flight)
+            if landed is None:
+                flight.done.wait()  # then look again: a failed or empty reply was not recorded
+            else:
+                await landed
+        return found
+
+    async def _fly(self, key: str, prompt: str, schema: dict[str, Any] | None, invoke: _Invoke) -> LLMOutput:
+        """The reply recorded since this caller looked, else the model's, recorded."""
+        found = self._hit(key, prompt, schema)
+        if found is not None:
+            return found
+        with self._lock:
+            self.misses += 1
+        reply = to_reply(await invoke(self.llm, prompt, schema))
+        output = LLMOutput(reply.text, _count(reply.input_tokens), _count(reply.output_tokens))
+        if not reply.text or not reply.text.strip():
+            return output  # the caller rejects it and retries: the retry must reach the model
+        return self._store(key, prompt, schema, output)
