@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -296,17 +296,14 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
 
     if not body.stream:
         try:
-            try:
-                outcome = await _unless_disconnected(request, _guarded(query))
-                status, content = finish(outcome)
-            except Exception as e:  # answered as a 500 by the middleware
-                finish(e)
-                raise
-            if outcome is None:
-                return Response(status_code=499)
-            return FastJSONResponse(content, status_code=status)
+            outcome = await _unless_disconnected(request, _guarded(query))
+            status, content = finish(outcome)
+        except Exception as e:  # answered as a 500 by the middleware
+            finish(e)
+            raise
         finally:
             state.release()
+        return Response(status_code=499) if outcome is None else FastJSONResponse(content, status_code=status)
 
     async def produce() -> None:
         push("start", {"strategy": name, "question": question})
@@ -352,11 +349,10 @@ async def _unless_disconnected(request: Request, query: Awaitable[T]) -> T | Non
         watcher.cancel()
 
 
-async def _guarded(query: Any) -> Outcome | ApiError:
+async def _guarded(query: Awaitable[Outcome]) -> Outcome | ApiError:
     """The outcome, or the error a failed query is answered with (never a stack trace)."""
     try:
-        outcome: Outcome = await query
-        return outcome
+        return await query
     except ConfigurationError as e:
         return _misconfigured(e)
     except RAGSystemError as e:
@@ -368,9 +364,8 @@ async def _guarded(query: Any) -> Outcome | ApiError:
 
 def _misconfigured(e: ConfigurationError) -> ApiError:
     """A ConfigurationError of the backend or the LLM escaping a request: the server's
-    setup is at fault, not the request, and no retry mends it. Its message names the
-    component and the fix and is written for the operator (no secrets), so the client
-    gets it, with its own error type; the log gets it once, with the traceback."""
+    setup is at fault. Its message (for the operator, no secrets) goes to the client
+    with its own error type, and to the log once, with the traceback."""
     logger.error("the server is misconfigured: %s", e, exc_info=e)
     component = getattr(e, "component", "")
     return ApiError(
@@ -436,13 +431,12 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         failing check and its error otherwise, or ``shutting_down`` once shutdown began.
         Probes are cached for a second. Liveness is /healthz."""
         headers = {"Cache-Control": "no-store"}
-        if state.shutting_down:
-            return FastJSONResponse({"status": "shutting_down"}, status_code=503, headers=headers)
-        readiness = await state.readiness.check()
-        if state.shutting_down:  # began while probing
-            return FastJSONResponse({"status": "shutting_down"}, status_code=503, headers=headers)
-        status = 200 if readiness.ready else 503
-        return FastJSONResponse(readiness.to_dict(), status_code=status, headers=headers)
+        if not state.shutting_down:
+            readiness = await state.readiness.check()
+            if not state.shutting_down:  # nor began while probing
+                status = 200 if readiness.ready else 503
+                return FastJSONResponse(readiness.to_dict(), status_code=status, headers=headers)
+        return FastJSONResponse({"status": "shutting_down"}, status_code=503, headers=headers)
 
     if state.metrics is not None:
         metrics = state.metrics
@@ -478,20 +472,14 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             for doc in docs:
                 check_text(doc, settings.max_document_chars)
             added = await state.store.add(docs)
-            if state.metrics is not None:
-                state.metrics.documents_changed("add", len(docs))
         except ConfigurationError:
             raise  # the backend's setup, not the request (answered by the handler, as a 500)
         except (DocumentError, TypeError, ValueError) as e:
             status = 501 if isinstance(e, UnsupportedError) else 400
             raise ApiError(status, str(e)) from e
-        return IngestResponse(
-            indexed=len(added.sources),
-            chunks=added.chunks,
-            sources=added.sources,
-            count=added.count,
-            persisted=added.persisted,
-        )
+        if state.metrics is not None:
+            state.metrics.documents_changed("add", len(docs))
+        return added
 
     @app.delete("/documents/{source:path}", response_model=DeleteResponse, tags=["documents"])
     async def delete_document(source: str) -> DeleteResponse:
@@ -507,11 +495,8 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
 
 
 def _strategy_stats(strategy: Any) -> dict[str, Any]:
-    stats: dict[str, Any] = {"class": type(strategy).__name__}
-    getter: Callable[[], Any] | None = getattr(strategy, "get_stats", None)
-    if callable(getter):
-        stats.update(getter())
-    return stats
+    getter = getattr(strategy, "get_stats", None)
+    return {"class": type(strategy).__name__, **(getter() if callable(getter) else {})}
 
 
 # ---------------------------------------------------------------------- errors

@@ -28,11 +28,10 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.serve.models import DocumentIn
+from selfrag_core.serve.models import DocumentIn, IngestResponse
 
 logger = logging.getLogger("selfrag.serve")
 
@@ -85,18 +84,9 @@ async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _first_parameter(fn: Any) -> str | None:
     try:
-        names = list(inspect.signature(fn).parameters)
+        return next(iter(inspect.signature(fn).parameters), None)
     except (TypeError, ValueError):
         return None
-    return names[0] if names else None
-
-
-@dataclass
-class Added:
-    sources: list[str]
-    chunks: int | None
-    count: int | None
-    persisted: bool
 
 
 class DocumentStore:
@@ -106,10 +96,6 @@ class DocumentStore:
         self.backend = backend
         self.index_dir = Path(index_dir) if index_dir is not None else None
         self._lock = asyncio.Lock()
-
-    @property
-    def can_add(self) -> bool:
-        return any(callable(getattr(self.backend, n, None)) for n in ("aindex", "index", "add_document"))
 
     def count(self) -> int | None:
         counter = getattr(self.backend, "count", None)
@@ -139,30 +125,29 @@ class DocumentStore:
                 if fd is not None:
                     os.close(fd)  # releases the lock
 
-    async def add(self, docs: list[DocumentIn]) -> Added:
-        if not self.can_add:
+    async def add(self, docs: list[DocumentIn]) -> IngestResponse:
+        if not any(callable(getattr(self.backend, n, None)) for n in ("aindex", "index", "add_document")):
             raise UnsupportedError(f"{type(self.backend).__name__} cannot index documents (no add_document)")
-        sources: list[str] = []
-        counts: list[Any] = []
+        sources = [source_of(d) for d in docs]
+        counts: list[Any] = []  # one a call that succeeded
         async with self._writing():
             try:
                 batch = getattr(self.backend, "aindex_many", None)
                 if callable(batch):  # all or nothing
-                    names = [source_of(d) for d in docs]
                     items = [
-                        {"text": d.text, "source": name, "metadata": dict(d.metadata)}
-                        for d, name in zip(docs, names, strict=True)
+                        {"text": d.text, "source": source, "metadata": dict(d.metadata)}
+                        for d, source in zip(docs, sources, strict=True)
                     ]
                     counts.append(await batch(items))
-                    sources.extend(names)
                 else:
-                    for doc in docs:
-                        counts.append(await self._add_one(doc.text, source_of(doc), dict(doc.metadata)))
-                        sources.append(source_of(doc))
+                    for doc, source in zip(docs, sources, strict=True):
+                        counts.append(await self._add_one(doc.text, source, dict(doc.metadata)))
             finally:  # what was indexed before a failure is kept
-                persisted = await self._persist() if sources else False
+                persisted = await self._persist() if counts else False
         chunks = sum(counts) if all(isinstance(n, int) for n in counts) else None
-        return Added(sources, chunks, self.count(), persisted)
+        return IngestResponse(
+            indexed=len(sources), chunks=chunks, sources=sources, count=self.count(), persisted=persisted
+        )
 
     async def _add_one(self, text: str, source: str, metadata: dict[str, Any]) -> Any:
         b = self.backend
