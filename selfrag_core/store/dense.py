@@ -7,6 +7,7 @@ searched exactly with one matrix-vector product.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import zlib
@@ -18,6 +19,14 @@ from selfrag_core.errors import ConfigurationError
 from selfrag_core.validation import check_int
 
 _WORD = re.compile(r"(?u)\w+")
+#: every ASCII character that is not a word character, to a space
+_ASCII_SPACES = str.maketrans({c: " " for c in map(chr, range(128)) if not _WORD.match(c)})
+
+
+def _words(text: str) -> list[str]:
+    """The lower-cased words of ``text``: ``_WORD.findall``, twice as fast on ASCII text."""
+    text = text.casefold()
+    return text.translate(_ASCII_SPACES).split() if text.isascii() else _WORD.findall(text)
 
 
 def _word_features(word: str, low: int, high: int) -> list[str]:
@@ -34,6 +43,15 @@ def _hashed_features(features: list[str], dim: int) -> tuple[np.ndarray, np.ndar
     hashes = np.array([zlib.crc32(f.encode("utf-8")) for f in features], np.uint64)
     signs = np.where((hashes >> np.uint64(31)) & np.uint64(1), -1.0, 1.0)
     return (hashes % np.uint64(dim)).astype(np.int64), signs
+
+
+def _room(array: np.ndarray, size: int) -> np.ndarray:
+    """``array``, or a copy twice as long when it holds fewer than ``size`` items."""
+    if size <= len(array):
+        return array
+    grown = np.zeros(max(size, 2 * len(array)), array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 def as_matrix(raw: Any, rows: int) -> np.ndarray:
@@ -103,36 +121,42 @@ class HashingEmbeddings:
         self._lock = threading.Lock()
         self._forget()
 
-    #: distinct words whose vectors are kept (``4 * dim`` bytes each), then forgotten
+    #: distinct words whose features are kept (about 12 of them for a word of 6 letters)
     WORD_LIMIT = 200_000
-    #: texts summed in one matrix product (their distinct words make its inner size)
-    _BATCH = 32
+    #: words of the texts counted in one pass (bounds the memory of a large call)
+    _PASS_WORDS = 1 << 16
 
     def _forget(self) -> None:
-        self._word_rows: dict[str, int] = {}  # word -> its row in the word vectors
-        self._words = np.zeros((1024, self.dim), np.float32)  # each word's features, summed
+        self._word_rows: dict[str, int] = {}  # word -> its row
+        # row r's features are slots[starts[r]:starts[r + 1]] (and their signs); the
+        # arrays have room to spare and are written only past their used part, or copied
+        # when they grow, so a reader holding them keeps valid rows
+        self._starts = np.zeros(1024, np.int64)
+        self._slots = np.zeros(16_384, np.int64)
+        self._signs = np.zeros(16_384, np.float64)
 
     def _rows(self, words: list[str]) -> np.ndarray:
-        """Each word's row in the word vectors (new words hashed and added first)."""
+        """Each word's row (new words' features hashed and appended first)."""
         rows = self._word_rows
-        found = list(map(rows.get, words))
-        if None in found:
-            new = [w for w in dict.fromkeys(words) if w not in rows]
-            if len(rows) + len(new) > self.WORD_LIMIT:
-                self._forget()
-                return self._rows(words)
-            needed = len(rows) + len(new)
-            if needed > len(self._words):
-                grown = np.zeros((max(needed, 2 * len(self._words)), self.dim), np.float32)
-                grown[: len(rows)] = self._words[: len(rows)]
-                self._words = grown
-            low, high = self.ngram_range
-            for word in new:
-                slots, signs = _hashed_features(_word_features(word, low, high), self.dim)
-                self._words[len(rows)] = np.bincount(slots, weights=signs, minlength=self.dim)
-                rows[word] = len(rows)
-            found = list(map(rows.get, words))
-        return np.array(found, np.int64)
+        try:
+            return np.fromiter(map(rows.__getitem__, words), np.int64, len(words))
+        except KeyError:
+            pass
+        new = [w for w in dict.fromkeys(words) if w not in rows]
+        if rows and len(rows) + len(new) > self.WORD_LIMIT:  # one call may pass the limit
+            self._forget()
+            return self._rows(words)
+        low, high = self.ngram_range
+        features = [_word_features(w, low, high) for w in new]
+        slots, signs = _hashed_features([f for fs in features for f in fs], self.dim)
+        first, used = len(rows), int(self._starts[len(rows)])
+        end = used + len(slots)
+        self._starts = _room(self._starts, first + len(new) + 1)
+        self._slots, self._signs = _room(self._slots, end), _room(self._signs, end)
+        self._starts[first + 1 : first + len(new) + 1] = used + np.cumsum([len(fs) for fs in features])
+        self._slots[used:end], self._signs[used:end] = slots, signs
+        rows.update(zip(new, range(first, first + len(new)), strict=True))
+        return np.fromiter(map(rows.__getitem__, words), np.int64, len(words))
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         return self._embed(texts)
@@ -146,24 +170,29 @@ class HashingEmbeddings:
         return self._embed(texts)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        """The texts' vectors: each word's hashed features are summed once into a word
-        vector and kept; a batch of texts is then one product of its (texts x words) counts
-        with those vectors. Every value is a small integer until the normalisation, so
-        the sums are exact in any order: the same bits as adding feature by feature."""
+        """The texts' vectors: each word's features are hashed once and kept; a text's
+        vector counts the signed features of its words (one ``bincount`` a pass over many
+        texts). Every value is a small integer until the normalisation, so the sums are
+        exact in any order: the same bits as adding feature by feature."""
         out = np.zeros((len(texts), self.dim), np.float32)
-        for first in range(0, len(texts), self._BATCH):
-            batch = texts[first : first + self._BATCH]
-            words = [_WORD.findall(t.casefold()) for t in batch]
+        done = 0
+        while done < len(texts):
+            words: list[list[str]] = []
+            total = 0
+            while done + len(words) < len(texts) and total < self._PASS_WORDS:
+                words.append(_words(texts[done + len(words)]))
+                total += len(words[-1])
             with self._lock:  # embedders are called from several threads at once
-                rows = self._rows([w for ws in words for w in ws])
-                distinct, column = np.unique(rows, return_inverse=True)
-                vectors = self._words[distinct]
-            text = np.repeat(np.arange(len(batch), dtype=np.int64), [len(ws) for ws in words])
-            counts = np.bincount(text * len(distinct) + column, minlength=len(batch) * len(distinct))
-            # einsum, not a BLAS product: BLAS threads spinning on busy cores were 10x slower
-            out[first : first + len(batch)] = np.einsum(
-                "ij,jk->ik", counts.reshape(len(batch), -1).astype(np.float32), vectors
-            )
+                rows = self._rows(list(itertools.chain.from_iterable(words)))
+                starts, slots, signs = self._starts, self._slots, self._signs
+            first, sizes = starts[rows], starts[rows + 1] - starts[rows]
+            ends = np.cumsum(sizes)
+            feature = np.repeat(first - ends + sizes, sizes) + np.arange(ends[-1] if total else 0)
+            text = np.repeat(np.arange(len(words), dtype=np.int64), [len(ws) for ws in words])
+            cell = np.repeat(text * self.dim, sizes) + slots[feature]
+            counts = np.bincount(cell, weights=signs[feature], minlength=len(words) * self.dim)
+            out[done : done + len(words)] = counts.reshape(len(words), self.dim)
+            done += len(words)
         squares = np.einsum("ij,ij->i", out, out)
         if squares.max(initial=0) < 2**24:  # exact: each row's norm is the one of its own
             norms = np.sqrt(squares)

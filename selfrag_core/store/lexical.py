@@ -42,6 +42,8 @@ _ARABIC_STOPWORDS = """
 
 
 def _normalise_arabic(text: str) -> str:
+    if text.isascii():  # nothing to normalise (a fast check)
+        return text
     return _AR_MARKS.sub("", text).translate(_AR_LETTERS)
 
 
@@ -121,10 +123,12 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         words = _TOKEN.findall(_normalise_arabic(text.casefold()))
-        terms = list(map(self._cache.get, words))
-        if None in terms:
-            terms = [self._term(w) if t is None else t for w, t in zip(words, terms, strict=True)]
-        return [t for t in terms if t]
+        cache = self._cache
+        try:
+            terms = list(map(cache.__getitem__, words))
+        except KeyError:  # a word seen for the first time
+            terms = [cache[w] if w in cache else self._term(w) for w in words]
+        return list(filter(None, terms))  # stopwords' terms are ""
 
 
 @dataclass(frozen=True)

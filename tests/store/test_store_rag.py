@@ -548,7 +548,14 @@ def test_hashing_embeddings_match_the_feature_by_feature_definition() -> None:
         return vec / norm if norm > 0 else vec
 
     texts = [*DOCS.values(), "Straße, ÉCOLE et école", "", "river river river Seine"]
-    assert np.array_equal(HashingEmbeddings().embed_documents(texts), np.stack([reference(t) for t in texts]))
+    texts += ["snake_case x2 a-b,c;d\te\x1ff\x7fg!h", "ASCII, then ß", "...", "a " * 3000]
+    expected = np.stack([reference(t) for t in texts])
+    assert np.array_equal(HashingEmbeddings().embed_documents(texts), expected)
+    # several passes over the texts, and a word table forgotten and filled again on the way
+    small = HashingEmbeddings()
+    small._PASS_WORDS, small.WORD_LIMIT = 7, 4  # some texts alone have more words than that
+    assert np.array_equal(small.embed_documents(texts), expected)
+    assert np.array_equal(np.stack([small.embed_query(t) for t in texts]), expected)
 
 
 def test_bm25_scores_match_bm25s_own_scoring() -> None:
