@@ -1,7 +1,5 @@
-"""Readiness (``GET /readyz``): whether this replica can answer queries now.
-
-``/healthz`` says the process is up (liveness); ``/readyz`` says its dependencies answer,
-so a load balancer sends it traffic. Two checks, run together under
+"""Readiness (``GET /readyz``): whether this replica's dependencies answer now, so a load
+balancer sends it traffic (``/healthz`` is liveness). Two checks, run together under
 ``ServeSettings.readiness_timeout``:
 
 * ``backend``: a ``top_k=1`` retrieval of a fixed short query through the library's own
@@ -63,22 +61,17 @@ class ReadinessProbe:
     ) -> None:
         self.backend, self.llm = backend, llm
         self.timeout, self.ttl, self.clock = timeout, ttl, clock
-        self.probes = 0  # probes run (not answered from the cache)
         self._cached: tuple[float, Readiness] | None = None
-        self._lock: asyncio.Lock | None = None
+        self._lock = asyncio.Lock()
 
     async def check(self) -> Readiness:
         """The latest outcome if younger than ``ttl``, else a new probe's."""
-        if (fresh := self._fresh()) is not None:
-            return fresh
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:  # concurrent requests wait for one probe
-            if (fresh := self._fresh()) is not None:
-                return fresh
-            outcome = await self._probe()
-            self._cached = (self.clock(), outcome)
-            return outcome
+        if (fresh := self._fresh()) is None:
+            async with self._lock:  # concurrent requests wait for one probe
+                if (fresh := self._fresh()) is None:
+                    fresh = await self._probe()
+                    self._cached = (self.clock(), fresh)
+        return fresh
 
     def _fresh(self) -> Readiness | None:
         if self._cached is None or self.clock() - self._cached[0] >= self.ttl:
@@ -86,21 +79,16 @@ class ReadinessProbe:
         return self._cached[1]
 
     async def _probe(self) -> Readiness:
-        self.probes += 1
         backend, llm = await asyncio.gather(self._check_backend(), self._check_llm())
-        checks, errors = {}, {}
-        for name, (status, error) in (("backend", backend), ("llm", llm)):
-            checks[name] = status
-            if error is not None:
-                errors[name] = error
-        return Readiness(checks, errors)
+        results = {"backend": backend, "llm": llm}
+        errors = {name: error for name, (_, error) in results.items() if error is not None}
+        return Readiness({name: status for name, (status, _) in results.items()}, errors)
 
     async def _check_backend(self) -> tuple[str, str | None]:
         if self.backend is None:  # an app whose strategies hold their own backends
             return "unchecked", None
         probe = _aretrieve_safe(self.backend, PROBE_QUERY, top_k=1)
-        status, error, _ = await self._run(probe, "the backend did not answer a top_k=1 retrieval", "it is")
-        return status, error
+        return (await self._run(probe, "the backend did not answer a top_k=1 retrieval", "it is"))[:2]
 
     async def _check_llm(self) -> tuple[str, str | None]:
         aping, ping = getattr(self.llm, "aping", None), getattr(self.llm, "ping", None)
