@@ -20,16 +20,8 @@ logger = logging.getLogger("selfrag.serve")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-def _raw_header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return bytes(value)
-    return None
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    value = _raw_header(scope, name)
-    return None if value is None else value.decode("latin-1")
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    return next((bytes(value) for key, value in scope.get("headers", ()) if key.lower() == name), None)
 
 
 class GuardMiddleware:
@@ -80,7 +72,7 @@ class GuardMiddleware:
             return None
         if scope["path"] in self.public_paths or scope["method"] == "OPTIONS":
             return None
-        auth = _raw_header(scope, b"authorization") or b""
+        auth = _header(scope, b"authorization") or b""
         scheme, _, given = auth.partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
             return None
@@ -103,9 +95,10 @@ class GuardMiddleware:
         )  # fmt: skip
 
     def _check_length(self, scope: Scope) -> ASGIApp | None:
-        declared = _header(scope, b"content-length")
-        if declared is None:
+        raw = _header(scope, b"content-length")
+        if raw is None:
             return None
+        declared = raw.decode("latin-1")
         if not declared.strip().isdigit():
             return error_response(400, f"invalid Content-Length {declared!r}")
         if int(declared) > self.max_body_bytes:
@@ -131,7 +124,7 @@ class GuardMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if "json" in (_header(scope, b"content-type") or "").lower():
+        if b"json" in (_header(scope, b"content-type") or b"").lower():
             try:
                 body.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -143,13 +136,9 @@ class GuardMiddleware:
 
 def _replay(body: bytes, receive: Receive) -> Receive:
     """A receive channel that yields the already-read body once, then the real channel."""
-    sent = False
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+        return pending.pop() if pending else await receive()
 
     return replay

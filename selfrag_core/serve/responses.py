@@ -1,6 +1,5 @@
 """JSON bodies: orjson where it is installed (the ``[serve]`` extra brings it), else the
-standard library; orjson is much faster on a query's result (``benchmarks/bench_serve.py``
-measures both). One difference: orjson writes a non-finite float as ``null`` where
+standard library. One difference: orjson writes a non-finite float as ``null`` where
 ``json`` refuses it."""
 
 from __future__ import annotations
@@ -10,16 +9,11 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-
-def _load_orjson() -> Any:
-    try:
-        import orjson
-    except ImportError:
-        return None
-    return orjson
-
-
-_ORJSON = _load_orjson()
+_ORJSON: Any
+try:
+    import orjson as _ORJSON
+except ImportError:
+    _ORJSON = None
 
 
 def dumps(content: Any) -> bytes:
