@@ -30,18 +30,20 @@ exceptions, which the library retries with its policy (the client's retries are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.protocols import LLMOutput
+from selfrag_core.replay import _blocking, _unsuspended
 
 logger = logging.getLogger("selfrag")
 
@@ -155,11 +157,9 @@ class OpenAICompatibleLLM:
         self._method: str | None = None  # the structured method settled by the probe
         self._stream_usage = True  # whether the server takes stream_options
         self._client = client
-        self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
         self._fixed_async_client = async_client
-        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+        #: per event loop: its ``AsyncOpenAI`` (the connection pool belongs to the loop) and probe lock
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, asyncio.Lock]] = (
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()  # guards the lazily built clients and locks
@@ -200,25 +200,16 @@ class OpenAICompatibleLLM:
                     self._client = _build(lambda openai: openai.OpenAI(**self._client_options()))
         return self._client
 
-    def _async_client(self) -> Any:
-        """One ``AsyncOpenAI`` per event loop (its connection pool belongs to the loop)."""
-        if self._fixed_async_client is not None:
-            return self._fixed_async_client
+    def _on_loop(self) -> tuple[Any, asyncio.Lock]:
+        """The running event loop's async client and probe lock."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._async_clients.get(loop)
-            if client is None:
-                client = _build(lambda openai: openai.AsyncOpenAI(**self._client_options()))
-                self._async_clients[loop] = client
-        return client
-
-    def _async_lock(self) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lock = self._async_locks.get(loop)
-            if lock is None:
-                lock = self._async_locks[loop] = asyncio.Lock()
-        return lock
+            if loop not in self._loops:
+                client = self._fixed_async_client
+                if client is None:
+                    client = _build(lambda openai: openai.AsyncOpenAI(**self._client_options()))
+                self._loops[loop] = (client, asyncio.Lock())
+            return self._loops[loop]
 
     # ------------------------------------------------------------------ requests
     def _request(
@@ -228,12 +219,8 @@ class OpenAICompatibleLLM:
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
         request: dict[str, Any] = {"model": self.model, "messages": messages}
-        if self.max_tokens is not None:
-            request["max_tokens"] = self.max_tokens
-        if self.temperature is not None:
-            request["temperature"] = self.temperature
-        if self.seed is not None:
-            request["seed"] = self.seed
+        sampling = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
+        request.update((name, value) for name, value in sampling.items() if value is not None)
         if method == "json_schema":
             request["response_format"] = {
                 "type": "json_schema",
@@ -262,134 +249,107 @@ class OpenAICompatibleLLM:
 
     # ------------------------------------------------------------------ protocols
     def generate(self, prompt: str) -> LLMOutput:
-        response = self._call(lambda: self._sync_client().chat.completions.create(**self._request(prompt)))
+        client = self._sync_client()
+        with self._translating():
+            response = client.chat.completions.create(**self._request(prompt))
         return _output(response, None)
 
     async def agenerate(self, prompt: str) -> LLMOutput:
-        client = self._async_client()
-        response = await self._acall(client.chat.completions.create(**self._request(prompt)))
+        client, _ = self._on_loop()
+        with self._translating():
+            response = await client.chat.completions.create(**self._request(prompt))
         return _output(response, None)
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         """JSON text for ``schema``, by the method the probe settled on (see the module docstring)."""
-        if self._method is not None:
-            return self._structured_once(prompt, schema, self._method)
-        with self._probe_lock:
-            if self._method is not None:
-                return self._structured_once(prompt, schema, self._method)
-            return self._probe(prompt, schema)
+        create = _blocking(self._sync_client().chat.completions.create)
+        if self._method is None:
+            with self._probe_lock:
+                return _unsuspended(self._structured(prompt, schema, create))
+        return _unsuspended(self._structured(prompt, schema, create))
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        if self._method is not None:
-            return await self._astructured_once(prompt, schema, self._method)
-        async with self._async_lock():
-            if self._method is not None:
-                return await self._astructured_once(prompt, schema, self._method)
-            return await self._aprobe(prompt, schema)
+        client, probe_lock = self._on_loop()
+        if self._method is None:
+            async with probe_lock:
+                return await self._structured(prompt, schema, client.chat.completions.create)
+        return await self._structured(prompt, schema, client.chat.completions.create)
 
     def stream(self, prompt: str) -> Iterator[str | LLMOutput]:
         """The reply piece by piece; a last ``LLMOutput("")`` carries the token counts."""
-        client = self._sync_client()
-        chunks = self._call(lambda: self._open_stream(lambda r: client.chat.completions.create(**r), prompt))
-        try:
+        chunks = _unsuspended(
+            self._open_stream(prompt, _blocking(self._sync_client().chat.completions.create))
+        )
+        with self._translating():
             for chunk in chunks:
                 yield from _pieces(chunk)
-        except Exception as e:
-            raise _translated(e, self) from e
 
     async def astream(self, prompt: str) -> AsyncIterator[str | LLMOutput]:
-        client = self._async_client()
-        try:
-            chunks = await client.chat.completions.create(**self._stream_request(prompt))
-        except Exception as e:
-            if self._stream_usage and _status(e) in (400, 422):
-                self._no_stream_usage(e)
-                chunks = await self._acall(client.chat.completions.create(**self._stream_request(prompt)))
-            else:
-                raise _translated(e, self) from e
-        try:
+        client, _ = self._on_loop()
+        chunks = await self._open_stream(prompt, client.chat.completions.create)
+        with self._translating():
             async for chunk in chunks:
                 for piece in _pieces(chunk):
                     yield piece
-        except Exception as e:
-            raise _translated(e, self) from e
 
     async def aping(self) -> None:
         """Check that the server answers, without generating: one models-list request
         (``GET /models``). Raises as a call would (ConfigurationError for rejected
         credentials or a wrong URL). The HTTP service's /readyz uses it."""
-        await self._acall(self._async_client().models.list())
+        client, _ = self._on_loop()
+        with self._translating():
+            await client.models.list()
 
     # ------------------------------------------------------------------ internals
-    def _open_stream(self, create: Any, prompt: str) -> Any:
+    # The sync and the async paths share these coroutines: ``create`` sends a request
+    # (``chat.completions.create``), blocking on the sync path (see ``_unsuspended``).
+    @contextlib.contextmanager
+    def _translating(self) -> Iterator[None]:
+        """Raise an error of the client as :func:`_translated` says."""
         try:
-            return create(self._stream_request(prompt))
-        except Exception as e:
-            if not (self._stream_usage and _status(e) in (400, 422)):
-                raise
-            self._no_stream_usage(e)
-            return create(self._stream_request(prompt))
-
-    def _no_stream_usage(self, e: Exception) -> None:
-        self._stream_usage = False
-        logger.warning(
-            "%s: the server refused stream_options (%s); streaming without token counts", self, _brief(e)
-        )
-
-    def _call(self, fn: Any) -> Any:
-        try:
-            return fn()
+            yield
         except Exception as e:
             raise _translated(e, self) from e
 
-    async def _acall(self, awaitable: Any) -> Any:
-        try:
-            return await awaitable
-        except Exception as e:
-            raise _translated(e, self) from e
+    async def _open_stream(self, prompt: str, create: Callable[..., Awaitable[Any]]) -> Any:
+        """The chunks of a streamed reply (without token counts from a server that refuses
+        ``stream_options``)."""
+        with self._translating():
+            try:
+                return await create(**self._stream_request(prompt))
+            except Exception as e:
+                if not (self._stream_usage and _status(e) in (400, 422)):
+                    raise
+                self._stream_usage = False
+                logger.warning(
+                    "%s: the server refused stream_options (%s); streaming without token counts",
+                    self,
+                    _brief(e),
+                )
+            return await create(**self._stream_request(prompt))
 
-    def _structured_once(self, prompt: str, schema: dict[str, Any], method: str) -> LLMOutput:
-        request = self._request(prompt, method, schema)
-        response = self._call(lambda: self._sync_client().chat.completions.create(**request))
-        return _structured_output(response, method, strict=False)
-
-    async def _astructured_once(self, prompt: str, schema: dict[str, Any], method: str) -> LLMOutput:
-        client = self._async_client()
-        response = await self._acall(client.chat.completions.create(**self._request(prompt, method, schema)))
-        return _structured_output(response, method, strict=False)
-
-    def _probe(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
+    async def _structured(
+        self, prompt: str, schema: dict[str, Any], create: Callable[..., Awaitable[Any]]
+    ) -> LLMOutput:
+        """The method settled on, else the probe (under the probe lock): every method in
+        order until one answers; a refused one is skipped while another is left to try."""
+        settled = self._method
+        if settled is not None:
+            with self._translating():
+                response = await create(**self._request(prompt, settled, schema))
+            return _structured_output(response, settled, strict=False)
         refused: list[tuple[str, Exception]] = []
-        client = self._sync_client()
         for method in self.structured_methods:
             try:
-                response = client.chat.completions.create(**self._request(prompt, method, schema))
+                response = await create(**self._request(prompt, method, schema))
                 output = _structured_output(response, method, strict=method != "text")
             except Exception as e:
-                refused.append((method, self._refusal(method, e)))
+                if not _refused(e) or method == self.structured_methods[-1]:
+                    raise _translated(e, self) from e
+                refused.append((method, e))
                 continue
             return self._settle(method, refused, output)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _aprobe(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        refused: list[tuple[str, Exception]] = []
-        client = self._async_client()
-        for method in self.structured_methods:
-            try:
-                response = await client.chat.completions.create(**self._request(prompt, method, schema))
-                output = _structured_output(response, method, strict=method != "text")
-            except Exception as e:
-                refused.append((method, self._refusal(method, e)))
-                continue
-            return self._settle(method, refused, output)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _refusal(self, method: str, error: Exception) -> Exception:
-        """``error`` when it is the server refusing ``method`` and another method is left to
-        try (the probe moves on); else it is raised, translated."""
-        if not _refused(error) or method == self.structured_methods[-1]:
-            raise _translated(error, self) from error
-        return error
 
     def _settle(self, method: str, refused: list[tuple[str, Exception]], output: LLMOutput) -> LLMOutput:
         """Remember ``method`` for this server; the probe's reply carries each refused
