@@ -33,24 +33,17 @@ class ServeSettings:
         outright (the engine normally stops it at ``query_timeout`` itself).
     max_top_k: the largest ``top_k`` a request may ask for.
     max_batch_documents / max_document_chars: ingestion limits (400 beyond them).
-    api_token: when set, every endpoint but /healthz needs ``Authorization: Bearer <token>``;
-        printable ASCII without spaces (RFC 6750), else ConfigurationError at start.
-        ``create_app`` and ``selfrag serve`` read it from ``SELFRAG_API_TOKEN`` when given
-        no settings (:meth:`from_env`); settings passed explicitly are used as given.
+    api_token: when set, every endpoint but /healthz and /readyz needs ``Authorization:
+        Bearer <token>``; printable ASCII without spaces (RFC 6750).
     cors_origins: allowed CORS origins; empty (the default) means no CORS headers.
-    index_dir: when set and the backend has ``save``, the index is saved there after
-        every ingestion or deletion; None with an external backend (``--backend
-        chroma://...``, ``module:factory``), which is written to directly.
-    readiness_timeout: seconds the /readyz probes (a ``top_k=1`` retrieval, the LLM's
-        ``aping``/``ping`` where it has one) may take before the check fails.
-    metrics: serve Prometheus metrics at /metrics (needs ``pip install 'selfrag[metrics]'``);
-        :meth:`from_env` reads it from ``SELFRAG_METRICS``.
-    shutdown_grace_s: on shutdown, seconds the queries in flight get to finish (uvicorn's
-        ``timeout_graceful_shutdown``, and the app's own wait in its lifespan).
-    otel: record every query as OpenTelemetry spans (``selfrag_core.otel``; needs ``pip
-        install 'selfrag[otel]'``): to the global tracer provider, or, when none is set,
-        the OTLP exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables;
-        :meth:`from_env` reads it from ``SELFRAG_OTEL``.
+    index_dir: where the index is saved after every change when the backend has ``save``;
+        None with an external backend, which is written to directly.
+    readiness_timeout: seconds the /readyz probes may take before the check fails.
+    metrics: serve Prometheus metrics at /metrics (``pip install 'selfrag[metrics]'``).
+    shutdown_grace_s: on shutdown, seconds the queries in flight get to finish.
+    otel: record every query as OpenTelemetry spans (``selfrag_core.otel``, ``pip install
+        'selfrag[otel]'``), to the global tracer provider or else to the OTLP exporter the
+        ``OTEL_EXPORTER_OTLP_*`` variables configure.
     """
 
     max_body_bytes: int = 1_000_000
@@ -98,10 +91,8 @@ class ServeSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServeSettings:
         """Settings with ``api_token`` read from ``SELFRAG_API_TOKEN``, ``metrics`` from
-        ``SELFRAG_METRICS`` and ``otel`` from ``SELFRAG_OTEL`` (unless overridden); the
-        values are stripped. A token variable that is set but empty
-        (``SELFRAG_API_TOKEN=$UNSET``) is a ConfigurationError, not an open service: unset it
-        to serve without a token."""
+        ``SELFRAG_METRICS`` and ``otel`` from ``SELFRAG_OTEL`` (unless overridden). A token
+        variable set but empty is a ConfigurationError, not an open service."""
         env = os.environ if environ is None else environ
         raw = env.get(TOKEN_ENV)
         token = None if raw is None else raw.strip()
@@ -125,13 +116,9 @@ def _flag(name: str, raw: str) -> bool:
 
 
 def _check_token(token: object) -> None:
-    """Refuse a token no client can be sure to send as it is.
-
-    A header carries bytes: curl sends a non-ASCII token as UTF-8, a browser's fetch as
-    latin-1, httpx refuses it, so such a token would match some clients and lock out
-    others. RFC 6750 bearer tokens are printable ASCII, so anything else (non-ASCII,
-    spaces, control characters) is refused at start rather than accepted half-way.
-    The message gives the position, never the token."""
+    """Refuse a token no client can be sure to send as it is: clients encode non-ASCII
+    differently (curl as UTF-8, fetch as latin-1, httpx not at all), so only printable
+    ASCII is accepted (RFC 6750). The message gives the position, never the token."""
     if not isinstance(token, str):
         raise ConfigurationError(f"api_token must be a str, got {type(token).__name__}")
     if not token.strip():
