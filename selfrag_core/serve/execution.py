@@ -51,22 +51,16 @@ def configured(strategy: Any, options: dict[str, Any]) -> Any:
     own ConfigurationError for a value it rejects.
     """
     clone = copy.copy(strategy)
-    if not options:
-        return clone
     config = getattr(strategy, "config", None)
-    config_fields = (
-        {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
-    )
+    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
     changes: dict[str, Any] = {}
     for option, value in options.items():
-        name = next((n for n in OPTION_FIELDS[option] if n in config_fields), None)
-        if name is not None:
+        if name := next((n for n in OPTION_FIELDS[option] if n in fields), None):
             changes[name] = value
-            continue
-        name = next((n for n in OPTION_FIELDS[option] if _is_setting(strategy, n)), None)
-        if name is None:
+        elif name := next((n for n in OPTION_FIELDS[option] if _is_setting(strategy, n)), None):
+            setattr(clone, name, value)
+        else:
             raise UnsupportedOptionError(f"option {option!r} does not apply to {type(strategy).__name__}")
-        setattr(clone, name, value)
     if changes:
         clone.config = dataclasses.replace(config, **changes)  # type: ignore[type-var]
     return clone
@@ -78,17 +72,7 @@ def _is_setting(obj: Any, name: str) -> bool:
 
 
 def _min(*values: float | None) -> Any:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
-
-
-def execution_for(base: ExecutionConfig, settings: ServeSettings, request: QueryRequest) -> ExecutionConfig:
-    """The strategy's execution config under the server's caps, lowered by the request."""
-    return dataclasses.replace(
-        base,
-        max_llm_calls=_min(base.max_llm_calls, settings.max_llm_calls, request.max_llm_calls),
-        query_timeout=_min(base.query_timeout, settings.query_timeout, request.timeout),
-    )
+    return min((v for v in values if v is not None), default=None)
 
 
 @dataclass
@@ -120,14 +104,18 @@ def _exceeded(trace: Trace, run: Run) -> str | None:
 
 
 def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tuple[Any, ExecutionConfig]:
-    """The per-request strategy copy and its execution config (raises on a bad option)."""
+    """The per-request strategy copy and its execution config: the strategy's, under the
+    server's caps, lowered by the request (raises on a bad option)."""
     clone = configured(strategy, request.strategy_options())
     if isinstance(getattr(clone, "memory", None), ConversationMemory):
         # a stateless service: one client's conversation must never reach another's prompt
         clone.memory = None
     base = getattr(strategy, "execution", None)
-    return clone, execution_for(
-        base if isinstance(base, ExecutionConfig) else ExecutionConfig(), settings, request
+    base = base if isinstance(base, ExecutionConfig) else ExecutionConfig()
+    return clone, dataclasses.replace(
+        base,
+        max_llm_calls=_min(base.max_llm_calls, settings.max_llm_calls, request.max_llm_calls),
+        query_timeout=_min(base.query_timeout, settings.query_timeout, request.timeout),
     )
 
 
@@ -142,13 +130,11 @@ async def execute(
     on_trace: Callable[[Trace], None] | None = None,
 ) -> Outcome:
     """Run ``question`` through the prepared ``strategy`` (anything with ``plan(query,
-    context)``: the four strategies) on the running loop.
+    context)``) on the running loop.
 
-    ``on_trace`` is given the query's trace as it starts, so a caller counting the LLM
-    work (the metrics) has it even when the query raises.
-
-    A StrategyError (SelfHealingRAG: every attempt raised) is re-raised with its
-    report finished, unless the budget or the timeout caused it.
+    ``on_trace`` is given the query's trace as it starts (it outlives a query that
+    raises). A StrategyError (SelfHealingRAG: every attempt raised) is re-raised,
+    unless the budget or the timeout caused it.
     """
     context = {"metadata_filter": dict(request.metadata_filter)} if request.metadata_filter else None
     streamed: list[str] = []
