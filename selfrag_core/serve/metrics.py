@@ -23,6 +23,7 @@ prometheus-client's multiprocess mode. Without it a scrape sees one worker.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from typing import Any
@@ -50,29 +51,18 @@ class ServiceMetrics:
     """The service's metrics, in a registry of their own."""
 
     def __init__(self) -> None:
-        prom = _prometheus()
-        self._prom = prom
+        prom = self._prom = _prometheus()
         self.registry = prom.CollectorRegistry()
-        r = self.registry
-        self.requests = prom.Counter(
-            "selfrag_requests", "Query requests by HTTP status", ["strategy", "status"], registry=r
-        )
+        counter = functools.partial(prom.Counter, registry=self.registry)
+        self.requests = counter("selfrag_requests", "Query requests by HTTP status", ["strategy", "status"])
         self.seconds = prom.Histogram(
-            "selfrag_request_seconds", "Seconds to answer a query", ["strategy"], registry=r
+            "selfrag_request_seconds", "Seconds to answer a query", ["strategy"], registry=self.registry
         )
-        self.llm_calls = prom.Counter(
-            "selfrag_llm_calls", "LLM calls (retries included)", ["strategy"], registry=r
-        )
-        self.tokens = prom.Counter(
-            "selfrag_llm_tokens", "Tokens the LLM reported", ["strategy", "kind"], registry=r
-        )
-        self.fallbacks = prom.Counter(
-            "selfrag_fallbacks", "Failures absorbed by a fallback", ["strategy", "name"], registry=r
-        )
-        self.errors = prom.Counter(
-            "selfrag_errors", "Failed queries by error type", ["strategy", "type"], registry=r
-        )
-        self.documents = prom.Counter("selfrag_documents", "Documents added or deleted", ["op"], registry=r)
+        self.llm_calls = counter("selfrag_llm_calls", "LLM calls (retries included)", ["strategy"])
+        self.tokens = counter("selfrag_llm_tokens", "Tokens the LLM reported", ["strategy", "kind"])
+        self.fallbacks = counter("selfrag_fallbacks", "Failures absorbed by a fallback", ["strategy", "name"])
+        self.errors = counter("selfrag_errors", "Failed queries by error type", ["strategy", "type"])
+        self.documents = counter("selfrag_documents", "Documents added or deleted", ["op"])
 
     def query(
         self,
@@ -101,8 +91,7 @@ class ServiceMetrics:
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type (every worker's in multiprocess mode)."""
-        prom = self._prom
-        registry = self.registry
+        prom, registry = self._prom, self.registry
         if os.environ.get(MULTIPROC_ENV):
             multiprocess: Any = importlib.import_module("prometheus_client.multiprocess")
             registry = prom.CollectorRegistry()
