@@ -78,8 +78,7 @@ class Generate:
     stream: bool = False
 
     def quiet(self) -> Generate:
-        """The same call with its streaming off (every field but ``stream``, by hand:
-        ``dataclasses.replace`` costs four times as much, on every sub-question's answer)."""
+        """The same call with its streaming off."""
         return Generate(self.llm, self.prompt, self.purpose, self.retries, self.schema, stream=False)
 
 
@@ -132,6 +131,7 @@ class Parallel:
 
 
 Effect = Union[Generate, Retrieve, RetrieveMany, Note, Parallel]
+Call = Union[Generate, Retrieve, RetrieveMany]  # what takes a place under max_concurrency
 Plan = Generator[Effect, Any, T]
 
 
@@ -396,7 +396,37 @@ def without_streaming(plan: Plan[T]) -> Plan[T]:
             value, error = None, e
 
 
-# ------------------------------------------------------------------- sync driver
+# ------------------------------------------------------------------- the drivers
+
+
+def _outcomes(results: list[Any], run: Run) -> list[Any]:
+    """The results of parallel tasks, where a failed task's entry is its exception;
+    raises the first error that ends the query (:meth:`Run.fatal`)."""
+    for result in results:
+        if isinstance(result, Exception) and run.fatal(result):
+            raise result
+    return results
+
+
+def _record(
+    run: Run, effect: Call, start: float, result: Any, error: Exception | None, use_async: bool
+) -> None:
+    """The trace of one LLM call or retrieval, with a note of the options its backend ignored."""
+    if isinstance(effect, Generate):
+        run.record_llm(effect, start, result, error)
+        return
+    if isinstance(effect, Retrieve):
+        run.record_retrieval(effect, start, result, error)
+    else:
+        run.record_retrievals(effect, start, result, error)
+    if error is None and effect.options:
+        many = isinstance(effect, RetrieveMany)
+        run.note_ignored(effect.backend, effect.options, use_async=use_async, many=many)
+
+
+def _queries(effect: Retrieve | RetrieveMany) -> Any:
+    """What a retrieval function takes first: the query, or the list of queries."""
+    return effect.query if isinstance(effect, Retrieve) else list(effect.queries)
 
 
 def run_sync(plan: Plan[T], run: Run) -> T:
@@ -428,68 +458,22 @@ def _task_sync(task: Any, run: Run, sem: threading.Semaphore) -> Any:
         return e
 
 
-def _outcomes(results: list[Any], run: Run) -> list[Any]:
-    """The results of parallel tasks, where a failed task's entry is its exception;
-    raises the first error that ends the query (:meth:`Run.fatal`)."""
-    for result in results:
-        if isinstance(result, Exception) and run.fatal(result):
-            raise result
-    return results
+def _call_sync(effect: Call, run: Run) -> Any:
+    if isinstance(effect, Generate):
+        return call_llm_detailed(
+            effect.llm, effect.prompt, effect.retries, **run.call_options(effect, run.sleep_sync)
+        )
+    retrieve: Callable[..., Any] = _retrieve_safe if isinstance(effect, Retrieve) else _retrieve_many_safe
+    return call_within(
+        lambda: retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options),
+        run.retrieval_timeout(),
+        run.retrieval_timed_out(effect),
+    )
 
 
 def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
-    if isinstance(effect, Generate):
-        with run.slot_sync(sem):
-            start = time.perf_counter()
-            common = run.call_options(effect, run.sleep_sync)
-            try:
-                reply = call_llm_detailed(effect.llm, effect.prompt, effect.retries, **common)
-            except Exception as e:
-                run.record_llm(effect, start, None, e)
-                raise
-            run.record_llm(effect, start, reply, None)
-            return reply
-    if isinstance(effect, Retrieve):
-        run.check_deadline()
-        with run.slot_sync(sem):
-            start = time.perf_counter()
-            try:
-                docs = call_within(
-                    lambda: _retrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options),
-                    run.retrieval_timeout(),
-                    run.retrieval_timed_out(effect),
-                )
-            except Exception as e:
-                run.record_retrieval(effect, start, None, e)
-                raise
-            run.record_retrieval(effect, start, docs, None)
-            if effect.options:
-                run.note_ignored(effect.backend, effect.options, use_async=False)
-            return docs
-    if isinstance(effect, RetrieveMany):
-        if not effect.batched():
-            return _exec_sync(effect.each(), run, sem)
-        try:
-            run.check_deadline()
-            with run.slot_sync(sem):
-                start = time.perf_counter()
-                try:
-                    found = call_within(
-                        lambda: _retrieve_many_safe(
-                            effect.backend, list(effect.queries), effect.top_k, **effect.options
-                        ),
-                        run.retrieval_timeout(),
-                        run.retrieval_timed_out(effect),
-                    )
-                except Exception as e:
-                    run.record_retrievals(effect, start, None, e)
-                    raise
-                run.record_retrievals(effect, start, found, None)
-                if effect.options:
-                    run.note_ignored(effect.backend, effect.options, use_async=False, many=True)
-                return found
-        except Exception as e:
-            return _outcomes([e] * len(effect.queries), run)
+    if isinstance(effect, RetrieveMany) and not effect.batched():
+        effect = effect.each()
     if isinstance(effect, Note):
         run.record_note(effect)
         return None
@@ -500,10 +484,24 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
         # timeout never holds up the interpreter's exit
         futures = [TASKS.submit(_task_sync, t, run, sem) for t in effect.tasks]
         return _outcomes([f.result() for f in futures], run)
-    raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
-
-
-# ------------------------------------------------------------------ async driver
+    if not isinstance(effect, (Generate, Retrieve, RetrieveMany)):
+        raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+    try:
+        if not isinstance(effect, Generate):
+            run.check_deadline()
+        with run.slot_sync(sem):
+            start = time.perf_counter()
+            try:
+                result = _call_sync(effect, run)
+            except Exception as e:
+                _record(run, effect, start, None, e, use_async=False)
+                raise
+            _record(run, effect, start, result, None, use_async=False)
+            return result
+    except Exception as e:
+        if not isinstance(effect, RetrieveMany):
+            raise
+        return _outcomes([e] * len(effect.queries), run)
 
 
 async def run_async(plan: Plan[T], run: Run) -> T:
@@ -539,69 +537,44 @@ async def _task_async(task: Any, run: Run, sem: asyncio.Semaphore) -> Any:
         return e
 
 
-async def _bounded_retrieval(awaitable: Any, run: Run, effect: Retrieve | RetrieveMany) -> Any:
+async def _call_async(effect: Call, run: Run) -> Any:
+    if isinstance(effect, Generate):
+        options = run.call_options(effect, run.sleep_async)
+        return await acall_llm_detailed(effect.llm, effect.prompt, effect.retries, **options)
+    retrieve: Callable[..., Any] = _aretrieve_safe if isinstance(effect, Retrieve) else _aretrieve_many_safe
     timeout = run.retrieval_timeout()
     try:
-        return await within(awaitable, timeout)
+        return await within(
+            retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options), timeout
+        )
     except asyncio.TimeoutError as e:
         raise run.retrieval_timed_out(effect)(timeout or 0.0) from e
 
 
 async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
-    if isinstance(effect, Generate):
-        async with run.slot_async(sem):
-            start = time.perf_counter()
-            common = run.call_options(effect, run.sleep_async)
-            try:
-                reply = await acall_llm_detailed(effect.llm, effect.prompt, effect.retries, **common)
-            except Exception as e:
-                run.record_llm(effect, start, None, e)
-                raise
-            run.record_llm(effect, start, reply, None)
-            return reply
-    if isinstance(effect, Retrieve):
-        run.check_deadline()
-        async with run.slot_async(sem):
-            start = time.perf_counter()
-            try:
-                docs = await _bounded_retrieval(
-                    _aretrieve_safe(effect.backend, effect.query, effect.top_k, **effect.options), run, effect
-                )
-            except Exception as e:
-                run.record_retrieval(effect, start, None, e)
-                raise
-            run.record_retrieval(effect, start, docs, None)
-            if effect.options:
-                run.note_ignored(effect.backend, effect.options, use_async=True)
-            return docs
-    if isinstance(effect, RetrieveMany):
-        if not effect.batched():
-            return await _exec_async(effect.each(), run, sem)
-        try:
-            run.check_deadline()
-            async with run.slot_async(sem):
-                start = time.perf_counter()
-                try:
-                    found = await _bounded_retrieval(
-                        _aretrieve_many_safe(
-                            effect.backend, list(effect.queries), effect.top_k, **effect.options
-                        ),
-                        run,
-                        effect,
-                    )
-                except Exception as e:
-                    run.record_retrievals(effect, start, None, e)
-                    raise
-                run.record_retrievals(effect, start, found, None)
-                if effect.options:
-                    run.note_ignored(effect.backend, effect.options, use_async=True, many=True)
-                return found
-        except Exception as e:
-            return _outcomes([e] * len(effect.queries), run)
+    if isinstance(effect, RetrieveMany) and not effect.batched():
+        effect = effect.each()
     if isinstance(effect, Note):
         run.record_note(effect)
         return None
     if isinstance(effect, Parallel):
         results = await asyncio.gather(*(_task_async(t, run, sem) for t in effect.tasks))
         return _outcomes(list(results), run)
-    raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+    if not isinstance(effect, (Generate, Retrieve, RetrieveMany)):
+        raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+    try:
+        if not isinstance(effect, Generate):
+            run.check_deadline()
+        async with run.slot_async(sem):
+            start = time.perf_counter()
+            try:
+                result = await _call_async(effect, run)
+            except Exception as e:
+                _record(run, effect, start, None, e, use_async=True)
+                raise
+            _record(run, effect, start, result, None, use_async=True)
+            return result
+    except Exception as e:
+        if not isinstance(effect, RetrieveMany):
+            raise
+        return _outcomes([e] * len(effect.queries), run)
