@@ -13,7 +13,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -101,58 +101,49 @@ def evaluate(
     (relevance judgements), the share of answers the grounding signals flag as
     unsupported, the share of each answer's sentences a source supports
     (:func:`~selfrag_core.citations.cite`), and with ``judge`` (an LLM) the judged
-    faithfulness. ``retrieval_only``
-    (default: when the data has judgements but no answers) ranks ``k`` documents
-    instead of answering, for the contenders that can (``plain``, ``hyde``).
+    faithfulness. ``retrieval_only`` (default: when the data has judgements but no
+    answers) ranks ``k`` documents instead of answering, for the contenders that can
+    (``plain``, ``hyde``).
 
     ``cache``: every LLM call (``llm`` and ``judge``) goes through a
     :class:`~selfrag_core.replay.CachedLLM` on that SQLite file; ``replay`` makes a
     cache miss an error. Each contender's replies are recorded apart (its namespace is
-    its name), so that a model whose replies vary from call to call varies for each
-    contender, and each contender's latency is its own model calls'. ``shared_replies``:
-    the contenders share their recorded replies instead, so one prompt (same model, same
-    generation settings) gets one reply in every contender, as a deterministic model
-    would give it, and a difference between contenders comes from what they send, not
+    its name), so each contender's latency is its own model calls'. ``shared_replies``:
+    the contenders share their recorded replies instead, so one prompt gets one reply in
+    every contender and a difference between contenders comes from what they send, not
     from the model's run-to-run noise. A prompt not yet recorded for all is answered, in
-    order, by the baseline's own recording, the contender's own, else the model (so a
-    cache recorded apart is reused), and is recorded for all. Without ``cache`` the
-    replies are shared through a temporary file. A contender's latency then counts only
-    the model calls it made itself: a prompt another contender sent first costs it
-    nothing (``report.cache["contenders"]`` says how many of each contender's calls the
-    model answered). The judge's replies are always recorded apart. ``output``: a
-    directory for ``results.jsonl`` (written as questions finish), ``summary.json`` and
-    ``report.html``.
+    order, by the baseline's own recording, the contender's own, else the model, and is
+    recorded for all (without ``cache``, in a temporary file). A contender's latency then
+    counts only the model calls it made itself (``report.cache["contenders"]`` says how
+    many). The judge's replies are always recorded apart. ``output``: a directory for
+    ``results.jsonl`` (written as questions finish), ``summary.json`` and ``report.html``.
     """
     data = _questions(questions).sample(limit, seed)
     check_int("k", k, 1)
     check_int("concurrency", concurrency, 1)
     problems = list(data.problems)
-    names = list(contenders) if not isinstance(contenders, Mapping) else list(contenders.keys())
+    names = list(contenders)
     if baseline not in names:
         raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
     cached: dict[str, CachedLLM] = {}  # by contender name
-    judged: list[CachedLLM] = []
     scratch: tempfile.TemporaryDirectory[str] | None = None
     store = cache
 
-    def recorded(model: Any, name: str) -> Any:  # a contender's LLM, recorded apart or shared
+    def recorded(model: Any, namespace: str, fallbacks: tuple[str, ...] = ()) -> CachedLLM | None:
+        """``model`` recording its replies under ``namespace``; None without a cache file,
+        or when ``model`` is None or records already."""
         if store is None or model is None or isinstance(model, CachedLLM):
-            return model
-        if shared_replies:  # one reply a prompt, for every contender
-            wrapped = CachedLLM(
-                model, Path(store), replay=replay, namespace=SHARED_NAMESPACE,
-                fallback_namespaces=(str(baseline), name),
-            )  # fmt: skip
-        else:
-            wrapped = CachedLLM(model, Path(store), replay=replay, namespace=name)
+            return None
+        return CachedLLM(
+            model, Path(store), replay=replay, namespace=namespace, fallback_namespaces=fallbacks
+        )
+
+    def contender_llm(name: str) -> Any:  # shared: one reply a prompt, for every contender
+        wrapped = recorded(llm, SHARED_NAMESPACE, (baseline, name)) if shared_replies else recorded(llm, name)
+        if wrapped is None:
+            return llm
         cached[name] = wrapped
         return wrapped
-
-    def recorded_judge(model: Any) -> Any:  # the judge's replies: always its own
-        if store is None or isinstance(model, CachedLLM):
-            return model
-        judged.append(CachedLLM(model, Path(store), replay=replay, namespace=JUDGE_NAMESPACE))
-        return judged[-1]
 
     needs_backend = not isinstance(contenders, Mapping) or any(
         isinstance(v, str) for v in contenders.values()
@@ -163,10 +154,11 @@ def evaluate(
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
         store = Path(scratch.name) / "replies.sqlite"
-    built = _contenders(contenders, rag, lambda name: recorded(llm, name), options)
+    built = _contenders(contenders, rag, contender_llm, options)
     ranking = (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
     metrics = _metrics(data, k, judge is not None, ranking, problems)
-    scorer = _Scorer(k, FaithfulnessMetric(recorded_judge(judge)) if judge is not None else None)
+    judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
+    scorer = _Scorer(k, None if judge is None else FaithfulnessMetric(judge if judged is None else judged))
     run_settings = {
         "k": k,
         "top_k": top_k,
@@ -189,7 +181,7 @@ def evaluate(
         raise
     finally:
         sink.close()
-        every = [*cached.values(), *judged]
+        every = [c for c in (*cached.values(), judged) if c is not None]
         if every:
             report.cache = {
                 "path": None if scratch is not None else str(store),
@@ -199,7 +191,7 @@ def evaluate(
                 # each contender's calls answered from the file (``borrowed`` of them from
                 # another namespace's recording: shared replies) and by the model
                 "contenders": {name: _counts(c) for name, c in cached.items()},
-                "judge": _counts(judged[0]) if judged else None,
+                "judge": None if judged is None else _counts(judged),
             }
         for wrapped in every:
             wrapped.close()
@@ -315,13 +307,8 @@ def doc_key(doc: RetrievedDoc) -> str:
 def _matched(keys: list[str], relevant: Mapping[str, float]) -> list[str]:
     """The keys, each replaced by the judged id it names (its file name or stem counts:
     ``notes/bees.md`` matches a judgement on ``bees.md`` or ``bees``)."""
-    if not relevant:
-        return keys
-    out = []
-    for key in keys:
-        path = Path(key)
-        out.append(next((c for c in (key, path.name, path.stem) if c in relevant), key))
-    return out
+    paths = ((key, Path(key)) for key in keys)
+    return [next((c for c in (key, path.name, path.stem) if c in relevant), key) for key, path in paths]
 
 
 class _Scorer:
@@ -359,6 +346,7 @@ class _Scorer:
 def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float | None]) -> dict[str, Any]:
     """One contender's result on one question, as ``results.jsonl`` and the report hold it."""
     trace = outcome.trace
+    events = [] if trace is None else [e for e in trace.events if e.kind in ("llm", "retrieval")]
     return {
         "answer": outcome.answer,
         "error": outcome.error,
@@ -372,17 +360,14 @@ def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float 
         "output_tokens": outcome.output_tokens,
         "latency_s": round(outcome.latency_s, 6),
         "fallbacks": None if trace is None else [e.name for e in trace.fallbacks],
-        "timeline": []
-        if trace is None
-        else [
+        "timeline": [
             {
                 "kind": e.kind,
                 "name": e.name,
                 "start_s": round(e.start_s, 4),
                 "latency_s": round(e.latency_s, 4),
             }
-            for e in trace.events
-            if e.kind in ("llm", "retrieval")
+            for e in events
         ],
     }
 
@@ -438,28 +423,15 @@ def _run(
             results[contender.name] = record(question, outcome, scorer.score(question, outcome, not ranking))
         return results
 
-    done = 0
-    total = len(questions)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="selfrag-eval")
-    pending: dict[Future[dict[str, dict[str, Any]]], int] = {}
-    queue = iter(enumerate(questions))
     try:
-        for i, question in queue:
-            pending[pool.submit(one, question)] = i
-            if len(pending) >= concurrency:
-                break
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                i = pending.pop(future)
-                results = future.result()  # a ConfigurationError (a miss under replay) stops the run
-                report.results[i] = results
-                sink.write({"id": questions[i].id, "question": questions[i].question, "results": results})
-                done += 1
-                if progress is not None:
-                    progress(done, total, questions[i].question)
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending[pool.submit(one, nxt[1])] = nxt[0]
+        futures = {pool.submit(one, question): i for i, question in enumerate(questions)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            i = futures[future]
+            results = future.result()  # a ConfigurationError (a miss under replay) stops the run
+            report.results[i] = results
+            sink.write({"id": questions[i].id, "question": questions[i].question, "results": results})
+            if progress is not None:
+                progress(done, len(questions), questions[i].question)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
