@@ -1,13 +1,9 @@
 """The ASGI app: the strategies, ingestion and stats over HTTP.
 
-``create_app(rag=..., llm=..., strategies=None, settings=None)`` builds a FastAPI app
-(settings from the environment, as ``selfrag serve`` reads them, unless given) holding
-everything it uses in ``app.state`` (no globals), so tests and replicas each build their
-own. Queries run on the event loop with the strategies' async path; a query's events
-reach a streaming client as server-sent events.
-
-Operations: ``/healthz`` is liveness (the process answers), ``/readyz`` readiness (the
-backend and the LLM answer: ``serve/readiness.py``); ``/metrics`` serves Prometheus
+:func:`create_app` keeps everything the app uses in ``app.state`` (no globals), so tests
+and replicas each build their own. Queries run on the event loop with the strategies'
+async path; a query's events reach a streaming client as server-sent events. ``/healthz``
+is liveness, ``/readyz`` readiness (``serve/readiness.py``), ``/metrics`` Prometheus
 metrics when ``settings.metrics`` is on (``serve/metrics.py``). On shutdown (the ASGI
 lifespan) the app stops taking queries, /readyz answers 503 ``shutting_down``, and the
 queries in flight get ``settings.shutdown_grace_s`` seconds to finish.
@@ -147,12 +143,10 @@ def create_app(
 ) -> FastAPI:
     """The service over ``rag`` (the backend) and ``llm``.
 
-    ``strategies`` maps URL names to strategy instances (default: every strategy this
-    library has, built over ``rag`` and ``llm``; see ``default_strategies``).
-    ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``: with
-    ``SELFRAG_API_TOKEN`` set, every endpoint but /healthz and /readyz needs the bearer token. Settings
-    passed explicitly are used as given (``ServeSettings.from_env(...)`` keeps the token);
-    without a token the app is open, and says so in the log.
+    ``strategies`` maps URL names to strategy instances (default: ``default_strategies(rag,
+    llm)``). ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``
+    (``SELFRAG_API_TOKEN`` guards every endpoint but /healthz and /readyz); settings passed
+    explicitly are used as given. Without a token the app is open, and logs so.
     """
     if settings is None:
         settings = ServeSettings.from_env()
@@ -202,9 +196,6 @@ def create_app(
         _add_query_routes(app, state, name)
     _add_routes(app, state)
     return app
-
-
-# ---------------------------------------------------------------------- queries
 
 
 def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
@@ -284,9 +275,19 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
         elif outcome is None:  # nobody is waiting for the answer
             state.counters["abandoned"] += 1
             status, content, error = 499, {}, None
+        elif isinstance(outcome, ApiError):
+            state.counters["failed"] += 1
+            status, error = outcome.status, outcome.cause
+            content = error_body(status, outcome.message, outcome.type, **outcome.extra)
+        elif outcome.exceeded is not None:
+            state.counters["exceeded"] += 1
+            status, error = 504, outcome.exceeded
+            content = error_body(504, outcome.message(execution), error, trace=outcome.trace.to_dict())
+            if outcome.result is not None:
+                content["result"] = outcome.result.to_dict()
         else:
-            status, content = _reply(state, outcome, execution)
-            error = outcome.cause if isinstance(outcome, ApiError) else outcome.exceeded
+            state.counters["served"] += 1
+            status, content, error = 200, outcome.result.to_dict(), None
         if state.metrics is not None:
             seconds = time.perf_counter() - started
             state.metrics.query(name, status, seconds, traces[0] if traces else None, error)
@@ -377,21 +378,6 @@ def _misconfigured(e: ConfigurationError) -> ApiError:
     )
 
 
-def _reply(state: ServiceState, outcome: Outcome | ApiError, execution: Any) -> tuple[int, dict[str, Any]]:
-    """The status and JSON body answering a query (counted in the stats)."""
-    if isinstance(outcome, ApiError):
-        state.counters["failed"] += 1
-        return outcome.status, error_body(outcome.status, outcome.message, outcome.type, **outcome.extra)
-    if outcome.exceeded is not None:
-        state.counters["exceeded"] += 1
-        partial = {"trace": outcome.trace.to_dict()}
-        if outcome.result is not None:
-            partial["result"] = outcome.result.to_dict()
-        return 504, error_body(504, outcome.message(execution), outcome.exceeded, **partial)
-    state.counters["served"] += 1
-    return 200, outcome.result.to_dict()
-
-
 async def _sse(
     events: asyncio.Queue[tuple[str, dict[str, Any]] | None], task: asyncio.Task[None]
 ) -> AsyncIterator[str]:
@@ -404,9 +390,6 @@ async def _sse(
         if not task.done():
             task.cancel()
             logger.info("client went away mid-stream; query cancelled")
-
-
-# ---------------------------------------------------------------------- the rest
 
 
 def _add_routes(app: FastAPI, state: ServiceState) -> None:
@@ -497,9 +480,6 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
 def _strategy_stats(strategy: Any) -> dict[str, Any]:
     getter = getattr(strategy, "get_stats", None)
     return {"class": type(strategy).__name__, **(getter() if callable(getter) else {})}
-
-
-# ---------------------------------------------------------------------- errors
 
 
 def _install_errors(app: FastAPI) -> None:
