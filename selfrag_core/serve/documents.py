@@ -1,21 +1,17 @@
 """Ingestion and deletion against whatever backend the service was given.
 
-Writes are serialised by one lock and, when an index directory is configured and the
-backend can ``save``, persisted after every change, so a crash or a client going away
-never loses an indexed document. Several processes (``selfrag serve --workers N``) share
-that directory: a write holds an exclusive file lock on it and first reloads what the
-others saved, and every query first reloads the index if another process saved it
-since (``RAG.changed_on_disk`` / ``refresh``), so no worker loses or misses a write.
-An external backend (``--backend chroma://...``, ``ChromaBackend``) has no index directory:
-each write goes to it directly, without a file lock, and it makes a document's chunk ids
-from its source and text, so a retried write upserts rather than duplicates (a document
-sent without a source gets one from its content, :func:`source_of`, for the same reason).
+Writes are serialised by one lock and, with an index directory and a backend that can
+``save``, persisted after every change. Several processes (``--workers N``) share that
+directory: a write holds an exclusive file lock on it and first reloads what the others
+saved, and every query first reloads the index if another process saved it since. An
+external backend (``--backend chroma://...``) is written to directly; it makes chunk ids
+from a document's source and text, so a retried write upserts (a document sent without a
+source gets one from its content, :func:`source_of`, for the same reason).
 
-Backends are used by duck typing, best first:
-``aindex_many(documents)`` (a batch, all or nothing), ``aindex(text, source=..., **metadata)``,
-``index(...)``, ``add_document(text, metadata)``;
-``delete(source)`` and ``count()`` where they exist (a ``delete(ids)``, as LangChain vector
-stores have, deletes by id, not by source: it is not called).
+Backends are used by duck typing, best first: ``aindex_many(documents)`` (all or nothing),
+``aindex(text, source=..., **metadata)``, ``index(...)``, ``add_document(text, metadata)``;
+``delete(source)`` and ``count()`` where they exist (a LangChain-style ``delete(ids)``
+deletes by id, not by source: it is not called).
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import asyncio
 import contextlib
 import hashlib
 import inspect
-import logging
 import os
 import re
 from collections.abc import AsyncIterator
@@ -32,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from selfrag_core.serve.models import DocumentIn, IngestResponse
-
-logger = logging.getLogger("selfrag.serve")
 
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufffd]")  # as the store: \t\n\r\f\v are text
 
@@ -106,8 +99,7 @@ class DocumentStore:
         return len(docs) if isinstance(docs, list) else None
 
     async def sync(self) -> None:
-        """Reload the backend if another process saved the shared index since (a no-op
-        without an index directory or for backends without ``refresh``)."""
+        """Reload the backend if another process saved the shared index since."""
         changed = getattr(self.backend, "changed_on_disk", None)
         if self.index_dir is not None and callable(changed) and changed():
             await asyncio.to_thread(self.backend.refresh)
