@@ -1,15 +1,9 @@
 """``selfrag serve``: the app on uvicorn, with its command-line arguments.
 
-``python -m selfrag_core.serve`` parses :func:`add_arguments` and calls :func:`run`.
-Importing this module needs neither FastAPI nor uvicorn (``run`` imports them), so a
-CLI can add the arguments to its parser unconditionally.
-
-With ``--workers N`` uvicorn runs N processes on one socket, each building its own app
-from the parsed options (:func:`serve_workers`, given the builder's import path: the
-CLI passes its own); they share the index directory, which the document store keeps
-consistent across them (``serve/documents.py``), or, with ``--backend`` naming an external
-backend (``chroma://HOST:PORT/COLLECTION``, ``module:factory``), each opens its own client
-to it and holds no state a request needs from an earlier one.
+Importing this module needs neither FastAPI nor uvicorn, so a CLI can add the arguments
+to its parser unconditionally. With ``--workers N`` uvicorn runs N processes on one
+socket, each building its own app from the parsed options (:func:`serve_workers`); they
+share the index directory (``serve/documents.py``) or an external backend (``--backend``).
 """
 
 from __future__ import annotations
@@ -75,10 +69,8 @@ def build_app(
     strategies: Mapping[str, Any] | None = None,
     backend: str | None = None,
 ) -> Any:
-    """The app :func:`run` serves (same arguments, without the server's). ``backend`` (a
-    spec for ``presets.open_backend``: an index directory, ``chroma://HOST:PORT/COLLECTION``,
-    ``module:factory``) wins over ``index_dir``; only an index directory is saved to after
-    each change, an external backend is written to directly."""
+    """The app :func:`run` serves. ``backend`` (a spec for ``presets.open_backend``) wins
+    over ``index_dir``; only an index directory is saved to after each change."""
     from selfrag_core.local import make_llm
     from selfrag_core.presets import backend_kind, open_backend
     from selfrag_core.serve.app import create_app
@@ -124,16 +116,8 @@ def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> No
 def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
     """Serve with ``workers`` processes, each building its app with ``builder``, the
     import path ``"module:function"`` of a function taking ``args`` (the parsed options,
-    passed as JSON through ``WORKER_ENV``): this module's :func:`app_from_args`, or the
-    CLI's ``serve_app`` (the server names no caller). They share the index directory,
-    or an external backend (``--backend``, each worker its own client), so one is required."""
-    module, sep, name = builder.partition(":")
-    if not (module and sep and name):
-        raise ConfigurationError(f"the app builder must be 'module:function', got {builder!r}")
-    try:  # fail here, not in every worker
-        getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigurationError(f"cannot import the app builder {builder!r}: {e}") from e
+    passed as JSON through ``WORKER_ENV``). They share the index directory or the backend."""
+    _import_builder(builder)  # fail here, not in every worker
     if not getattr(args, "index", None) and not getattr(args, "backend", None):
         raise ConfigurationError(_NO_SHARED_STORE)
     settings = ServeSettings.from_env()  # as every worker reads it
@@ -147,6 +131,16 @@ def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
     )  # fmt: skip
 
 
+def _import_builder(builder: str) -> Any:
+    module, sep, name = builder.partition(":")
+    if not (module and sep and name):
+        raise ConfigurationError(f"the app builder must be 'module:function', got {builder!r}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigurationError(f"cannot import the app builder {builder!r}: {e}") from e
+
+
 def _grace(seconds: float) -> int:
     """uvicorn's ``timeout_graceful_shutdown`` (whole seconds, at least 1 unless 0) for
     ``shutdown_grace_s``; the app's lifespan shutdown then waits as long again at most."""
@@ -156,9 +150,7 @@ def _grace(seconds: float) -> int:
 def worker_app() -> Any:
     """The app of one worker process (uvicorn's factory; see :func:`serve_workers`)."""
     spec = json.loads(os.environ[WORKER_ENV])
-    module, _, name = spec["builder"].partition(":")
-    build = getattr(importlib.import_module(module), name)
-    app = build(argparse.Namespace(**spec["args"]))
+    app = _import_builder(spec["builder"])(argparse.Namespace(**spec["args"]))
     freeze_startup_objects()
     return app
 
@@ -242,11 +234,8 @@ def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -
         cors_origins=tuple(args.cors_origin),
         index_dir=index_dir if index_dir is not None else args.index,
     )
-    if getattr(args, "metrics", False):  # --metrics; else SELFRAG_METRICS decides
-        settings = dataclasses.replace(settings, metrics=True)
-    if getattr(args, "otel", False):  # --otel; else SELFRAG_OTEL decides
-        settings = dataclasses.replace(settings, otel=True)
-    return settings
+    flags: dict[str, Any] = {f: True for f in ("metrics", "otel") if getattr(args, f, False)}
+    return dataclasses.replace(settings, **flags)  # else SELFRAG_METRICS and SELFRAG_OTEL decide
 
 
 def run_from_args(args: argparse.Namespace) -> None:
