@@ -36,20 +36,14 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "max_depth": ("max_depth",),
 }
 
-#: a listener receives (event name, JSON-safe data)
-Listener = Callable[[str, dict[str, Any]], None]
-
 
 class UnsupportedOptionError(ConfigurationError):
     """A request option that the chosen strategy does not have."""
 
 
 def configured(strategy: Any, options: dict[str, Any]) -> Any:
-    """A shallow per-request copy of ``strategy`` with ``options`` applied.
-
-    Raises UnsupportedOptionError for an option the strategy lacks, and the config's
-    own ConfigurationError for a value it rejects.
-    """
+    """A shallow per-request copy of ``strategy`` with ``options`` applied (raises
+    UnsupportedOptionError for an option it lacks, ConfigurationError for a bad value)."""
     clone = copy.copy(strategy)
     config = getattr(strategy, "config", None)
     fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
@@ -106,7 +100,8 @@ def _exceeded(trace: Trace, run: Run) -> str | None:
 def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tuple[Any, ExecutionConfig]:
     """The per-request strategy copy and its execution config: the strategy's, under the
     server's caps, lowered by the request (raises on a bad option)."""
-    clone = configured(strategy, request.strategy_options())
+    options = {o: getattr(request, o) for o in OPTION_FIELDS if getattr(request, o) is not None}
+    clone = configured(strategy, options)
     if isinstance(getattr(clone, "memory", None), ConversationMemory):
         # a stateless service: one client's conversation must never reach another's prompt
         clone.memory = None
@@ -125,17 +120,14 @@ async def execute(
     request: QueryRequest,
     execution: ExecutionConfig,
     settings: ServeSettings,
-    listener: Listener | None = None,
+    listener: Callable[[str, dict[str, Any]], None] | None = None,
     *,
     on_trace: Callable[[Trace], None] | None = None,
 ) -> Outcome:
-    """Run ``question`` through the prepared ``strategy`` (anything with ``plan(query,
-    context)``) on the running loop.
-
-    ``on_trace`` is given the query's trace as it starts (it outlives a query that
-    raises). A StrategyError (SelfHealingRAG: every attempt raised) is re-raised,
-    unless the budget or the timeout caused it.
-    """
+    """Run ``question`` through the prepared ``strategy`` on the running loop; ``listener``
+    gets (event name, JSON-safe data). ``on_trace`` is given the query's trace as it starts
+    (it outlives a query that raises). A StrategyError (SelfHealingRAG: every attempt
+    raised) is re-raised, unless the budget or the timeout caused it."""
     context = {"metadata_filter": dict(request.metadata_filter)} if request.metadata_filter else None
     streamed: list[str] = []
 

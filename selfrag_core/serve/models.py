@@ -33,11 +33,6 @@ class QueryOptions(BaseModel):
     timeout: float | None = Field(None, gt=0, description="seconds (may only lower the server's)")
     stream: bool = Field(False, description="answer as server-sent events (trace, answer tokens, result)")
 
-    def strategy_options(self) -> dict[str, Any]:
-        """The options that change a strategy's configuration, as given."""
-        names = ("top_k", "max_iterations", "threshold", "max_depth")
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
-
 
 class QueryParams(QueryOptions):
     """GET ``/query/{strategy}?q=...``: the question and the options as query parameters."""
