@@ -1,10 +1,8 @@
 """``selfrag serve``: the strategies as an async HTTP service (extra ``[serve]``).
 
-``create_app(rag=..., llm=..., strategies=None, settings=None)`` builds the FastAPI app
-(``SELFRAG_API_TOKEN`` read as ``selfrag serve`` reads it, unless settings are given);
-``run(host, port, index_dir, llm_spec)`` serves it with uvicorn. Only ``ServeSettings``
-is imported eagerly: the rest loads FastAPI on first use, with an install hint when the
-extra is missing.
+``create_app`` builds the FastAPI app, ``run`` serves it with uvicorn. Only
+``ServeSettings`` is imported eagerly: the rest loads FastAPI on first use, with an
+install hint when the extra is missing.
 """
 
 from __future__ import annotations

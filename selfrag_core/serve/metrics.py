@@ -1,9 +1,8 @@
 """Prometheus metrics (``GET /metrics``), off unless ``ServeSettings.metrics`` is on.
 
-Uses the official ``prometheus-client`` (``pip install 'selfrag[metrics]'``), imported
-only when metrics are on. Each app has its own ``CollectorRegistry``, so two apps in one
-process never share or collide on a metric. Every query is counted once, when it
-finishes, from its trace (:meth:`ServiceMetrics.query`):
+Uses ``prometheus-client`` (``pip install 'selfrag[metrics]'``), imported only when
+metrics are on, with a ``CollectorRegistry`` per app. Every query is counted once, when
+it finishes, from its trace (:meth:`ServiceMetrics.query`):
 
 =============================================  ==============================================
 ``selfrag_requests_total{strategy,status}``    query requests by HTTP status (499: client gone)
@@ -15,10 +14,9 @@ finishes, from its trace (:meth:`ServiceMetrics.query`):
 ``selfrag_documents_total{op}``                documents added / deleted (``add``/``delete``)
 =============================================  ==============================================
 
-With several uvicorn workers each process counts on its own; set
-``PROMETHEUS_MULTIPROC_DIR`` (an empty directory, the same for every worker, emptied
-between runs) before start and /metrics answers for all of them, through
-prometheus-client's multiprocess mode. Without it a scrape sees one worker.
+With several workers each counts on its own, and a scrape sees one of them, unless
+``PROMETHEUS_MULTIPROC_DIR`` names an empty directory (the same for every worker, emptied
+between runs) before start: /metrics then answers for all of them (multiprocess mode).
 """
 
 from __future__ import annotations
