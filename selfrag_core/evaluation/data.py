@@ -177,13 +177,9 @@ def load_corpus(
         title = line.get("title") or ""
         if not isinstance(title, str):
             raise _Skip(f'field "title" is {_kind(line, "title")}; write the title as a string')
-        doc_id = _unique(
-            seen,
-            _beir_id(line),
-            f"line {number}",
-            "give each document its own id",
+        return CorpusDoc(
+            _unique(seen, _beir_id(line), f"line {number}", "give each document its own id"), text, title
         )
-        return CorpusDoc(doc_id, text, title)
 
     found: list[InputProblem] = []
     docs = _some(_read_jsonl(path, parse, found), "documents", path, found)
@@ -198,9 +194,8 @@ def load_squad(path: str | os.PathLike[str]) -> EvalData:
     """SQuAD v1.1 JSON: each paragraph becomes a document ``"<title>#<index>"``, each of
     its questions gets the distinct answer texts and that paragraph as relevant."""
     path = Path(path)
-    text = _read_text(path)
     try:
-        top = json.loads(text)
+        top = json.loads(_read_text(path))
     except json.JSONDecodeError as e:
         raise ConfigurationError(
             f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
@@ -433,17 +428,9 @@ def _kind(entry: dict[str, Any], key: str) -> str:
 
 
 def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return (
-        "array" if isinstance(value, list) else "object" if isinstance(value, dict) else type(value).__name__
-    )
+    kinds = ((bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (dict, "object"))
+    found = next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
+    return "null" if value is None else found
 
 
 def _is_id(value: Any) -> bool:

@@ -179,13 +179,9 @@ def paired_difference(
         raise ValueError(f"resamples must be at least 1, got {resamples}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    pairs = zip(contender, baseline, strict=True)
     diffs = np.array(
-        [
-            c - b
-            for c, b in zip(contender, baseline, strict=True)
-            if c is not None and b is not None and math.isfinite(c - b)
-        ],
-        dtype=float,
+        [c - b for c, b in pairs if c is not None and b is not None and math.isfinite(c - b)], float
     )
     if diffs.size == 0:
         return None
@@ -194,14 +190,9 @@ def paired_difference(
     if np.ptp(diffs) > 0:
         rng = np.random.default_rng(seed)
         block = max(1, _BOOTSTRAP_BLOCK // diffs.size)
-        means = np.concatenate(
-            [
-                diffs[rng.integers(0, diffs.size, size=(min(block, resamples - start), diffs.size))].mean(
-                    axis=1
-                )
-                for start in range(0, resamples, block)
-            ]
-        )
+        sizes = [min(block, resamples - start) for start in range(0, resamples, block)]
+        draws = (rng.integers(0, diffs.size, size=(size, diffs.size)) for size in sizes)
+        means = np.concatenate([diffs[draw].mean(axis=1) for draw in draws])
         tail = (1 - confidence) / 2
         low, high = (float(x) for x in np.quantile(means, [tail, 1 - tail]))
     return PairedDifference(mean, low, high, int(diffs.size), confidence, higher_is_better)

@@ -36,8 +36,12 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
 def _known(values: list[Any]) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return [v for v in map(_finite, values) if v is not None]
 
 
 @dataclass
@@ -64,12 +68,11 @@ class EvalReport:
     # ------------------------------------------------------------------ the numbers
     def values(self, contender: str, metric: str) -> list[float | None]:
         """Per question (None where unknown or not run): a metric or a cost."""
-        out: list[float | None] = []
-        for results in self.results:
-            rec = (results or {}).get(contender)
-            value = None if rec is None else (rec[metric] if metric in COSTS else rec["metrics"].get(metric))
-            out.append(float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None)
-        return out
+        records = ((results or {}).get(contender) for results in self.results)
+        return [
+            None if rec is None else _finite(rec[metric] if metric in COSTS else rec["metrics"].get(metric))
+            for rec in records
+        ]
 
     def _records(self, contender: str) -> list[dict[str, Any]]:
         return [r[contender] for r in self.results if r is not None and contender in r]
@@ -78,11 +81,8 @@ class EvalReport:
         out = {}
         for name in self.contenders:
             records = self._records(name)
-            metrics = {}
-            for m in self.metrics:
-                known = _known(self.values(name, m.name))
-                if known:
-                    metrics[m.name] = {"mean": round(sum(known) / len(known), 6), "n": len(known)}
+            known = {m.name: _known(self.values(name, m.name)) for m in self.metrics}
+            metrics = {m: {"mean": _rounded(_mean(v)), "n": len(v)} for m, v in known.items() if v}
             latency = _known([r["latency_s"] for r in records])
             out[name] = {
                 "metrics": metrics,
@@ -102,22 +102,17 @@ class EvalReport:
         """Each contender against the baseline, per metric and cost: the paired
         difference (contender - baseline) with its bootstrap 95% interval and verdict."""
         seed = int(self.settings.get("seed") or 0)
-        out: dict[str, dict[str, dict[str, Any]]] = {}
         kinds = [(m.name, m.higher_is_better) for m in self.metrics] + [(c, False) for c in COSTS]
-        for name in self.contenders:
-            if name == self.baseline:
-                continue
-            rows = {}
-            for metric, higher in kinds:
-                diff = paired_difference(
-                    self.values(name, metric),
-                    self.values(self.baseline, metric),
-                    higher_is_better=higher,
-                    seed=seed,
+        baseline = {metric: self.values(self.baseline, metric) for metric, _ in kinds}
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for name in (c for c in self.contenders if c != self.baseline):
+            diffs = {
+                metric: paired_difference(
+                    self.values(name, metric), baseline[metric], higher_is_better=higher, seed=seed
                 )
-                if diff is not None:
-                    rows[metric] = diff.to_dict()
-            out[name] = rows
+                for metric, higher in kinds
+            }
+            out[name] = {metric: d.to_dict() for metric, d in diffs.items() if d is not None}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,12 +160,19 @@ class EvalReport:
         lines = [f"{self.name}: {len(self.questions)} question(s), baseline {self.baseline}", *_grid(rows)]
         compared = [["vs " + self.baseline, "metric", "difference", "95% interval", "n", "verdict"]]
         shown = {*metric_names, "llm_calls", "latency_s"}  # the token counts are in the JSON
-        for name, rows_ in comparisons.items():
-            for metric, d in rows_.items():
-                if metric not in shown:
-                    continue
-                interval = f"[{d['low']:+.3f}, {d['high']:+.3f}]"
-                compared.append([name, metric, f"{d['mean']:+.3f}", interval, str(d["n"]), d["verdict"]])
+        compared += [
+            [
+                name,
+                metric,
+                f"{d['mean']:+.3f}",
+                f"[{d['low']:+.3f}, {d['high']:+.3f}]",
+                str(d["n"]),
+                d["verdict"],
+            ]
+            for name, diffs in comparisons.items()
+            for metric, d in diffs.items()
+            if metric in shown
+        ]
         if len(compared) > 1:
             lines += ["", *_grid(compared)]
         if self.problems:
