@@ -36,27 +36,19 @@ fuse rankings by rank, never by raw score.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from selfrag_core.errors import (
-    ConfigurationError,
-    RAGSystemError,
-    RetrievalError,
-    misconfiguration_hint,
-    misconfigured,
-)
+from selfrag_core.errors import ConfigurationError, RetrievalError, misconfiguration_hint, misconfigured
 from selfrag_core.llm import _from_package, _mro_names, is_coroutine_callable, run_coroutine_sync
 from selfrag_core.types import RetrievedDoc, ScoreKind
 from selfrag_core.workers import to_thread
-
-logger = logging.getLogger("selfrag")
 
 _TEXT_KEYS = ("text", "content", "page_content", "document", "chunk", "passage")
 
@@ -68,9 +60,7 @@ _KINDS = {kind.value: kind for kind in ScoreKind}
 
 
 def _kind_of(value: Any) -> ScoreKind:
-    if isinstance(value, ScoreKind):
-        return value
-    return _KINDS.get(str(value).lower(), ScoreKind.UNKNOWN)
+    return value if isinstance(value, ScoreKind) else _KINDS.get(str(value).lower(), ScoreKind.UNKNOWN)
 
 
 def _number(value: Any) -> float | None:
@@ -105,12 +95,9 @@ def _text_of(obj: Any) -> str | None:
         except UnicodeDecodeError:
             return None
     if isinstance(obj, dict):
-        for key in _TEXT_KEYS:
-            value = obj.get(key)
-            text = _text_of(value) if isinstance(value, (str, bytes, bytearray)) else None
-            if text is not None:
-                return text
-        return None
+        values = (obj.get(key) for key in _TEXT_KEYS)
+        texts = (_text_of(value) for value in values if isinstance(value, (str, bytes, bytearray)))
+        return next((text for text in texts if text is not None), None)
     get_content = getattr(obj, "get_content", None)
     if callable(get_content):  # LlamaIndex nodes
         try:
@@ -118,11 +105,8 @@ def _text_of(obj: Any) -> str | None:
         except Exception:
             content = None
         return content if isinstance(content, str) else None
-    for attr in ("page_content", "content", "text"):
-        value = getattr(obj, attr, None)
-        if isinstance(value, str):
-            return value
-    return None
+    values = (getattr(obj, attr, None) for attr in ("page_content", "content", "text"))
+    return next((value for value in values if isinstance(value, str)), None)
 
 
 def _metadata_of(obj: Any) -> dict[str, Any]:
@@ -500,20 +484,24 @@ async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any
     return await to_thread(_sync_call, backend, query, top_k, extra)
 
 
-def _wrap(backend: Any, query: str, exc: Exception) -> RAGSystemError:
-    """The error a failed retrieval raises: a :class:`ConfigurationError` for a
+@contextlib.contextmanager
+def _wrapped(backend: Any, query: str) -> Iterator[None]:
+    """Raises the error of a failed retrieval: a :class:`ConfigurationError` for a
     programming or configuration error of the backend (no retry or fallback mends it),
     else a :class:`RetrievalError`."""
-    if isinstance(exc, ConfigurationError):
-        return exc
-    hint = misconfiguration_hint(exc)
-    if hint is not None:
-        return misconfigured("backend", backend, exc, hint)
-    return RetrievalError(
-        f"retrieval from {type(backend).__name__} failed for query {query[:80]!r}: "
-        f"{type(exc).__name__}: {exc}",
-        query=query,
-    )
+    try:
+        yield
+    except (RetrievalError, ConfigurationError):
+        raise
+    except Exception as e:
+        hint = misconfiguration_hint(e)
+        if hint is not None:
+            raise misconfigured("backend", backend, e, hint) from e
+        raise RetrievalError(
+            f"retrieval from {type(backend).__name__} failed for query {query[:80]!r}: "
+            f"{type(e).__name__}: {e}",
+            query=query,
+        ) from e
 
 
 def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Retrieved:
@@ -524,24 +512,16 @@ def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Re
     backends whose ``retrieve`` accepts them. Raises :class:`RetrievalError` if the
     backend raises, or returns items of which none can be read.
     """
-    try:
+    with _wrapped(backend, query):
         raw, kind = _sync_call(backend, query, top_k, extra)
         return _collect(backend, query, raw, kind, top_k)
-    except RetrievalError:
-        raise
-    except Exception as e:
-        raise _wrap(backend, query, e) from e
 
 
 async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Retrieved:
     """Async :func:`_retrieve_safe`: uses the backend's async API where it has one."""
-    try:
+    with _wrapped(backend, query):
         raw, kind = await _async_call(backend, query, top_k, extra)
         return _collect(backend, query, raw, kind, top_k)
-    except RetrievalError:
-        raise
-    except Exception as e:
-        raise _wrap(backend, query, e) from e
 
 
 def supports_many(backend: Any) -> bool:
@@ -556,17 +536,13 @@ def _retrieve_many_safe(backend: Any, queries: list[str], top_k: int = 5, **extr
     ``retrieve_many`` (or ``aretrieve_many``): see :func:`supports_many`."""
     if not queries:
         return []
-    try:
+    with _wrapped(backend, _first_of(queries)):
         fn, awaited = _many_target(backend, use_async=False)
         if awaited:
             raw = run_coroutine_sync(lambda: _invoke(fn, queries, top_k, extra))
         else:
             raw = _invoke(fn, queries, top_k, extra)
         return _per_query(backend, queries, raw, top_k)
-    except RetrievalError:
-        raise
-    except Exception as e:
-        raise _wrap(backend, _first_of(queries), e) from e
 
 
 async def _aretrieve_many_safe(
@@ -576,17 +552,13 @@ async def _aretrieve_many_safe(
     else ``retrieve_many`` in a worker thread."""
     if not queries:
         return []
-    try:
+    with _wrapped(backend, _first_of(queries)):
         fn, awaited = _many_target(backend, use_async=True)
         if awaited:
             raw = await _invoke(fn, queries, top_k, extra)
         else:
             raw = await to_thread(_invoke, fn, queries, top_k, extra)
         return _per_query(backend, queries, raw, top_k)
-    except RetrievalError:
-        raise
-    except Exception as e:
-        raise _wrap(backend, _first_of(queries), e) from e
 
 
 def _per_query(backend: Any, queries: list[str], raw: Any, top_k: int) -> list[Retrieved]:
