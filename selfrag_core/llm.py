@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 import sys
 import threading
 import time
@@ -42,8 +41,6 @@ from selfrag_core.errors import (
 )
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.workers import CALLS, call_within, to_thread
-
-logger = logging.getLogger("selfrag")
 
 Hook = Callable[[], None]
 TokenSink = Callable[[str], None]
