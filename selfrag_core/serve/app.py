@@ -61,7 +61,6 @@ from selfrag_core.validation import validate_query
 logger = logging.getLogger("selfrag.serve")
 
 T = TypeVar("T")
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 500, 502, 503, 504)
 }
@@ -179,12 +178,7 @@ def create_app(
     )
     app.state.service = state
     _install_errors(app)
-    app.add_middleware(
-        GuardMiddleware,
-        token=settings.api_token,
-        max_body_bytes=settings.max_body_bytes,
-        public_paths=PUBLIC_PATHS,
-    )
+    app.add_middleware(GuardMiddleware, settings=settings)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -13,11 +13,13 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from selfrag_core.serve.errors import INTERNAL_ERROR, error_response
-from selfrag_core.serve.settings import TOKEN_ENV, is_loopback
+from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings, is_loopback
 
 logger = logging.getLogger("selfrag.serve")
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+#: the paths that need no bearer token
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -25,15 +27,12 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 
 class GuardMiddleware:
-    def __init__(
-        self, app: ASGIApp, *, token: str | None, max_body_bytes: int, public_paths: frozenset[str]
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, settings: ServeSettings) -> None:
         self.app = app
         # compared as bytes, as the header arrives (settings refuse non-ASCII tokens)
-        self.token = None if token is None else token.encode()
+        self.token = None if settings.api_token is None else settings.api_token.encode()
         self.warned_open = False
-        self.max_body_bytes = max_body_bytes
-        self.public_paths = public_paths
+        self.max_body_bytes = settings.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,7 +69,7 @@ class GuardMiddleware:
         if self.token is None:
             self._warn_open(scope)
             return None
-        if scope["path"] in self.public_paths or scope["method"] == "OPTIONS":
+        if scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
             return None
         auth = _header(scope, b"authorization") or b""
         scheme, _, given = auth.partition(b" ")
