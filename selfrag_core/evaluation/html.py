@@ -85,19 +85,15 @@ def render_html(report: Mapping[str, Any], *, max_timelines: int = 200) -> str:
     or null values show as "n/a". Raises :class:`~selfrag_core.errors.MissingDependencyError`
     when matplotlib is not installed.
     """
-    plots = _Plots()
-    contenders = [str(c) for c in report.get("contenders") or list(report.get("summary") or {})]
-    metrics = _present_metrics(report, contenders)
+    page = _Page(report)
     title = f"selfrag eval: {_e(report.get('name') or 'evaluation')}"
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
-        f"{_header(report, contenders)}\n{_summary_table(report, contenders, metrics)}\n"
-        f"{_quality_cost(plots, report, contenders, metrics)}\n"
-        f"{_distributions(plots, report, contenders, metrics)}\n"
-        f"{_questions(plots, report, contenders, metrics, max_timelines)}\n</body></html>\n"
+        f"{page.header()}\n{page.summary_table()}\n{page.quality_cost()}\n{page.distributions()}\n"
+        f"{page.questions_section(max_timelines)}\n</body></html>\n"
     )
 
 
@@ -141,21 +137,6 @@ def _label(metric: Mapping[str, Any]) -> str:
     return str(metric.get("label") or metric["name"])
 
 
-def _mean(summary: Any, contender: str, metric: str) -> float | None:
-    return _num(_get(summary, contender, "metrics", metric, "mean"))
-
-
-def _present_metrics(report: Mapping[str, Any], contenders: list[str]) -> list[Mapping[str, Any]]:
-    """The listed metrics with a mean for at least one contender."""
-    listed = [m for m in report.get("metrics") or [] if isinstance(m, Mapping) and m.get("name")]
-    summary = report.get("summary")
-    return [m for m in listed if any(_mean(summary, c, m["name"]) is not None for c in contenders)]
-
-
-def _question_list(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [q for q in report.get("questions") or [] if isinstance(q, Mapping)]
-
-
 class _Plots:
     """Draws matplotlib figures (no pyplot: no window, no global figure) as inline SVG."""
 
@@ -193,35 +174,6 @@ class _Plots:
 # --------------------------------------------------------------------------------------- sections
 
 
-def _header(report: Mapping[str, Any], contenders: list[str]) -> str:
-    settings = " · ".join(
-        f"{_e(k)} = <code>{_e(v)}</code>" for k, v in (report.get("settings") or {}).items()
-    )
-    questions = _question_list(report)
-    parts = [
-        f"<h1>selfrag eval: {_e(report.get('name') or 'evaluation')}</h1>",
-        f"<p>created {_e(report.get('created') or 'unknown')} · baseline <b>{_e(report.get('baseline'))}</b>"
-        f" · {len(questions)} questions · contenders: {_e(', '.join(contenders))}</p>",
-        f"<p>settings: {settings or 'unknown'}</p>",
-    ]
-    problems = [
-        f"<li><code>{_e(p.get('where'))}</code>: {_e(p.get('message'))}</li>"
-        for p in report.get("problems") or []
-        if isinstance(p, Mapping)
-    ]
-    errors = [
-        f"<li>{_e(q.get('id'))} · {_e(c)}: <span class='error'>{_e(error)}</span></li>"
-        for q in questions
-        for c in contenders
-        if (error := _get(q, "results", c, "error"))
-    ]
-    if problems or errors:
-        more = [f"<li>and {len(errors) - 50} more</li>"] if len(errors) > 50 else []
-        parts.append(f"<h2>Problems</h2><ul>{''.join(problems)}</ul>" if problems else "<h2>Problems</h2>")
-        parts.append(f"<p>Contender errors ({len(errors)}):</p><ul>{''.join(errors[:50] + more)}</ul>")
-    return "<header>" + "\n".join(parts) + "</header>"
-
-
 def _difference(comparison: Mapping[str, Any]) -> str:
     verdict = str(comparison.get("verdict") or "unknown")
     confidence = _num(comparison.get("confidence"))
@@ -232,105 +184,142 @@ def _difference(comparison: Mapping[str, Any]) -> str:
     return f"<span class='diff {css}'>Δ {mean} ({ci} {low} … {high}, n={n}): {_e(verdict)}</span>"
 
 
-def _summary_table(report: Mapping[str, Any], contenders: list[str], metrics: list[Mapping[str, Any]]) -> str:
-    summary, baseline = report.get("summary"), report.get("baseline")
-    arrows = ["↑" if m.get("higher_is_better", True) else "↓" for m in metrics]
-    head = "".join(f"<th>{_e(_label(m))} {a}</th>" for m, a in zip(metrics, arrows, strict=True))
-    rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _, _ in _COLUMNS)}</tr>"]
-    for c in contenders:
-        cells = []
-        for m in metrics:
-            comparison = _get(report, "comparisons", c, m["name"])
-            diff = _difference(comparison) if c != baseline and isinstance(comparison, Mapping) else ""
-            cells.append(f"<td class='num'>{_fmt(_mean(summary, c, m['name']))}{diff}</td>")
-        cells += [
-            f"<td class='num'>{_fmt(_get(summary, c, key), digits)}</td>" for _, key, digits in _COLUMNS
+class _Page:
+    """The sections of the page of one report (the metrics shown: those with a mean)."""
+
+    def __init__(self, report: Mapping[str, Any]) -> None:
+        self.plots = _Plots()
+        self.report, self.summary = report, report.get("summary")
+        self.contenders = [str(c) for c in report.get("contenders") or list(self.summary or {})]
+        listed = [m for m in report.get("metrics") or [] if isinstance(m, Mapping) and m.get("name")]
+        self.metrics = [
+            m for m in listed if any(self.mean(c, m["name"]) is not None for c in self.contenders)
         ]
-        rows.append(f"<tr><th>{_e(c)}{' (baseline)' if c == baseline else ''}</th>{''.join(cells)}</tr>")
-    return f"<h2>Summary</h2><div class='scroll'><table class='summary'>{''.join(rows)}</table></div>"
+        self.questions = [q for q in report.get("questions") or [] if isinstance(q, Mapping)]
 
+    def mean(self, contender: str, metric: str) -> float | None:
+        return _num(_get(self.summary, contender, "metrics", metric, "mean"))
 
-def _quality_cost(
-    plots: _Plots, report: Mapping[str, Any], contenders: list[str], metrics: list[Mapping[str, Any]]
-) -> str:
-    summary, parts = report.get("summary"), ["<h2>Quality versus cost</h2>"]
-    for m in metrics:
-        better = bool(m.get("higher_is_better", True))
-        panels = []
-        for key, cost_label in _COSTS:
-            points = [
-                (c, cost, quality)
-                for c in contenders
-                if (cost := _num(_get(summary, c, key))) is not None
-                and (quality := _mean(summary, c, m["name"])) is not None
-            ]
-            panels.append((cost_label, points, pareto_front(points, better)))
-        ylabel = _label(m) + ("" if better else " (lower is better)")
-        parts.append(
-            plots.svg((8.0, 3.2), f"{_label(m)} versus cost", _draw_tradeoff, panels, ylabel, contenders)
+    def header(self) -> str:
+        report, contenders = self.report, self.contenders
+        settings = " · ".join(
+            f"{_e(k)} = <code>{_e(v)}</code>" for k, v in (report.get("settings") or {}).items()
         )
-        fronts = "; ".join(f"by {label}: {', '.join(front) or 'n/a'}" for label, _, front in panels)
-        parts.append(f"<p>Pareto front (not dominated) {_e(fronts)}.</p>")
-    return "\n".join(parts)
-
-
-def _distributions(
-    plots: _Plots, report: Mapping[str, Any], contenders: list[str], metrics: list[Mapping[str, Any]]
-) -> str:
-    series: list[tuple[str, tuple[str, ...]]] = [(_label(m), ("metrics", m["name"])) for m in metrics]
-    series += [("latency (s)", ("latency_s",)), ("LLM calls", ("llm_calls",))]
-    parts = ["<h2>Per-question distributions</h2>"]
-    for label, keys in series:
-        values = [[_num(_get(q, "results", c, *keys)) for q in _question_list(report)] for c in contenders]
-        data = [[v for v in row if v is not None] for row in values]
-        parts.append(plots.svg((6.0, 2.8), f"{label} per question", _draw_strip, data, label, contenders))
-    return "\n".join(parts)
-
-
-def _questions(
-    plots: _Plots,
-    report: Mapping[str, Any],
-    contenders: list[str],
-    metrics: list[Mapping[str, Any]],
-    max_timelines: int,
-) -> str:
-    names = [m["name"] for m in metrics]
-    key = "f1" if "f1" in names else (names[0] if names else None)
-    legend = "".join(f"<i style='background:{colour}'></i>{kind}" for kind, colour in _EVENT_COLOURS.items())
-    parts = [
-        f"<h2>Questions</h2><p class='key'>Timelines (rows = contenders, in seconds):{legend}."
-        f" Only the first {max_timelines} questions with events get one.</p>"
-    ]
-    timelines = 0
-    for q in _question_list(report):
-        results, text = q.get("results") or {}, str(q.get("question") or "")
-        short = text if len(text) <= 90 else text[:89] + "…"
-        relevant = {str(r) for r in q.get("relevant") or []}
-        answers = " | ".join(str(a) for a in q.get("answers") or [])
-        line = f"<b>{_e(q.get('id'))}</b> {_e(short)}"
-        if key:
-            scores = (_fmt(_get(results, c, "metrics", key), 2) for c in contenders)
-            line += f" — {_e(key)}: " + " · ".join(
-                f"{_e(c)} {'error' if _get(results, c, 'error') else score}"
-                for c, score in zip(contenders, scores, strict=True)
+        parts = [
+            f"<h1>selfrag eval: {_e(report.get('name') or 'evaluation')}</h1>",
+            f"<p>created {_e(report.get('created') or 'unknown')} · baseline"
+            f" <b>{_e(report.get('baseline'))}</b> · {len(self.questions)} questions"
+            f" · contenders: {_e(', '.join(contenders))}</p>",
+            f"<p>settings: {settings or 'unknown'}</p>",
+        ]
+        problems = [
+            f"<li><code>{_e(p.get('where'))}</code>: {_e(p.get('message'))}</li>"
+            for p in report.get("problems") or []
+            if isinstance(p, Mapping)
+        ]
+        errors = [
+            f"<li>{_e(q.get('id'))} · {_e(c)}: <span class='error'>{_e(error)}</span></li>"
+            for q in self.questions
+            for c in contenders
+            if (error := _get(q, "results", c, "error"))
+        ]
+        if problems or errors:
+            more = [f"<li>and {len(errors) - 50} more</li>"] if len(errors) > 50 else []
+            parts.append(
+                f"<h2>Problems</h2><ul>{''.join(problems)}</ul>" if problems else "<h2>Problems</h2>"
             )
-        parts.append(
-            f"<details class='q'><summary>{line}</summary>"
-            f"<p><b>Question:</b> {_e(text)}<br><b>Gold answers:</b> {_e(answers or 'none')}<br>"
-            f"<b>Relevant:</b> {_e(', '.join(sorted(relevant)) or 'none')}</p>"
-            f"{_answers_table(results, contenders, relevant)}"
+            parts.append(f"<p>Contender errors ({len(errors)}):</p><ul>{''.join(errors[:50] + more)}</ul>")
+        return "<header>" + "\n".join(parts) + "</header>"
+
+    def summary_table(self) -> str:
+        baseline, metrics = self.report.get("baseline"), self.metrics
+        arrows = ["↑" if m.get("higher_is_better", True) else "↓" for m in metrics]
+        head = "".join(f"<th>{_e(_label(m))} {a}</th>" for m, a in zip(metrics, arrows, strict=True))
+        rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _, _ in _COLUMNS)}</tr>"]
+        for c in self.contenders:
+            cells = []
+            for m in metrics:
+                comparison = _get(self.report, "comparisons", c, m["name"])
+                diff = _difference(comparison) if c != baseline and isinstance(comparison, Mapping) else ""
+                cells.append(f"<td class='num'>{_fmt(self.mean(c, m['name']))}{diff}</td>")
+            cells += [
+                f"<td class='num'>{_fmt(_get(self.summary, c, key), digits)}</td>"
+                for _, key, digits in _COLUMNS
+            ]
+            rows.append(f"<tr><th>{_e(c)}{' (baseline)' if c == baseline else ''}</th>{''.join(cells)}</tr>")
+        return f"<h2>Summary</h2><div class='scroll'><table class='summary'>{''.join(rows)}</table></div>"
+
+    def quality_cost(self) -> str:
+        parts = ["<h2>Quality versus cost</h2>"]
+        for m in self.metrics:
+            better = bool(m.get("higher_is_better", True))
+            panels = []
+            for key, cost_label in _COSTS:
+                points = [
+                    (c, cost, quality)
+                    for c in self.contenders
+                    if (cost := _num(_get(self.summary, c, key))) is not None
+                    and (quality := self.mean(c, m["name"])) is not None
+                ]
+                panels.append((cost_label, points, pareto_front(points, better)))
+            ylabel = _label(m) + ("" if better else " (lower is better)")
+            title = f"{_label(m)} versus cost"
+            parts.append(self.plots.svg((8.0, 3.2), title, _draw_tradeoff, panels, ylabel, self.contenders))
+            fronts = "; ".join(f"by {label}: {', '.join(front) or 'n/a'}" for label, _, front in panels)
+            parts.append(f"<p>Pareto front (not dominated) {_e(fronts)}.</p>")
+        return "\n".join(parts)
+
+    def distributions(self) -> str:
+        series: list[tuple[str, tuple[str, ...]]] = [
+            (_label(m), ("metrics", m["name"])) for m in self.metrics
+        ]
+        series += [("latency (s)", ("latency_s",)), ("LLM calls", ("llm_calls",))]
+        parts = ["<h2>Per-question distributions</h2>"]
+        for label, keys in series:
+            values = [[_num(_get(q, "results", c, *keys)) for q in self.questions] for c in self.contenders]
+            data = [[v for v in row if v is not None] for row in values]
+            title = f"{label} per question"
+            parts.append(self.plots.svg((6.0, 2.8), title, _draw_strip, data, label, self.contenders))
+        return "\n".join(parts)
+
+    def questions_section(self, max_timelines: int) -> str:
+        contenders, names = self.contenders, [m["name"] for m in self.metrics]
+        key = "f1" if "f1" in names else (names[0] if names else None)
+        legend = "".join(
+            f"<i style='background:{colour}'></i>{kind}" for kind, colour in _EVENT_COLOURS.items()
         )
-        if any(_get(results, c, "timeline") for c in contenders):
-            if timelines < max_timelines:
-                size = (6.0, 0.6 + 0.28 * len(contenders))
-                parts.append(
-                    plots.svg(size, f"timeline of {q.get('id')}", _draw_timeline, results, contenders)
+        parts = [
+            f"<h2>Questions</h2><p class='key'>Timelines (rows = contenders, in seconds):{legend}."
+            f" Only the first {max_timelines} questions with events get one.</p>"
+        ]
+        timelines = 0
+        for q in self.questions:
+            results, text = q.get("results") or {}, str(q.get("question") or "")
+            short = text if len(text) <= 90 else text[:89] + "…"
+            relevant = {str(r) for r in q.get("relevant") or []}
+            answers = " | ".join(str(a) for a in q.get("answers") or [])
+            line = f"<b>{_e(q.get('id'))}</b> {_e(short)}"
+            if key:
+                scores = (_fmt(_get(results, c, "metrics", key), 2) for c in contenders)
+                line += f" — {_e(key)}: " + " · ".join(
+                    f"{_e(c)} {'error' if _get(results, c, 'error') else score}"
+                    for c, score in zip(contenders, scores, strict=True)
                 )
-                timelines += 1
-            else:
-                parts.append("<p class='note'>Timeline left out (max_timelines reached).</p>")
-        parts.append("</details>")
-    return "\n".join(parts)
+            parts.append(
+                f"<details class='q'><summary>{line}</summary>"
+                f"<p><b>Question:</b> {_e(text)}<br><b>Gold answers:</b> {_e(answers or 'none')}<br>"
+                f"<b>Relevant:</b> {_e(', '.join(sorted(relevant)) or 'none')}</p>"
+                f"{_answers_table(results, contenders, relevant)}"
+            )
+            if any(_get(results, c, "timeline") for c in contenders):
+                if timelines < max_timelines:
+                    size, title = (6.0, 0.6 + 0.28 * len(contenders)), f"timeline of {q.get('id')}"
+                    parts.append(self.plots.svg(size, title, _draw_timeline, results, contenders))
+                    timelines += 1
+                else:
+                    parts.append("<p class='note'>Timeline left out (max_timelines reached).</p>")
+            parts.append("</details>")
+        return "\n".join(parts)
 
 
 def _answers_table(results: Mapping[str, Any], contenders: list[str], relevant: set[str]) -> str:
