@@ -40,9 +40,7 @@ class GuardMiddleware:
             return
         problem = self._check_token(scope) or self._check_length(scope)
         if problem is None and scope["method"] in _BODY_METHODS:
-            body, problem = await self._read_body(scope, receive)
-            if problem is None:
-                receive = _replay(body, receive)
+            receive, problem = await self._read_body(scope, receive)
         if problem is not None:
             await problem(scope, receive, send)
             return
@@ -109,7 +107,8 @@ class GuardMiddleware:
             413, f"request body is larger than {self.max_body_bytes:,} bytes; send less per request"
         )
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes, ASGIApp | None]:
+    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[Receive, ASGIApp | None]:
+        """A receive channel replaying the body once read, then the real one; or a refusal."""
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -118,7 +117,7 @@ class GuardMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                return b"", self._too_large()
+                return receive, self._too_large()
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -127,17 +126,12 @@ class GuardMiddleware:
             try:
                 body.decode("utf-8")
             except UnicodeDecodeError as e:
-                return b"", error_response(
+                return receive, error_response(
                     400, f"request body is not valid UTF-8 (byte {e.start}); send JSON encoded as UTF-8"
                 )
-        return body, None
+        pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive channel that yields the already-read body once, then the real channel."""
-    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replay() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replay
+        return replay, None
