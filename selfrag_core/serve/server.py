@@ -49,12 +49,9 @@ def run(
     **options: Any,
 ) -> None:
     """Serve the strategies over the index in ``index_dir`` with the LLM ``llm_spec``
-    until interrupted; ingestion is saved to ``index_dir``.
-
-    ``options`` are :func:`build_app`'s: ``settings`` (default ``ServeSettings.from_env()``),
-    ``rag``, ``llm`` and ``strategies`` already built (else built from ``index_dir`` and
-    ``llm_spec``), ``backend`` (a ``--backend`` spec, winning over ``index_dir``).
-    """
+    until interrupted. ``options`` are :func:`build_app`'s: ``settings`` (default
+    ``ServeSettings.from_env()``), ``rag``, ``llm`` and ``strategies`` already built, or
+    ``backend`` (a ``--backend`` spec, winning over ``index_dir``)."""
     _uvicorn()  # the install hint before any model loads
     serve_forever(build_app(index_dir, llm_spec, **options), host, port, log_level)
 
@@ -208,16 +205,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
         metavar="ORIGIN",
         help="allow a CORS origin (repeatable)",
     )
-    add(
-        "--metrics",
-        action="store_true",
-        help=f"serve Prometheus metrics at /metrics (or {METRICS_ENV}=1; pip install 'selfrag[metrics]')",
-    )
-    add(
-        "--otel",
-        action="store_true",
-        help=f"record every query as OpenTelemetry spans (or {OTEL_ENV}=1; pip install 'selfrag[otel]')",
-    )
+    for flag, variable, what in (
+        ("metrics", METRICS_ENV, "serve Prometheus metrics at /metrics"),
+        ("otel", OTEL_ENV, "record every query as OpenTelemetry spans"),
+    ):
+        add(f"--{flag}", action="store_true", help=f"{what} (or {variable}=1; pip install 'selfrag[{flag}]')")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.epilog = (
         f"Set {TOKEN_ENV} to require 'Authorization: Bearer <token>' on every endpoint but /healthz "
