@@ -323,8 +323,7 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
 
 async def _unless_disconnected(request: Request, query: Awaitable[T]) -> T | None:
     """``query``'s value, or None once the client has gone away (the query is then
-    cancelled, so it spends no more LLM calls). The request body is read already, so
-    the next message on the channel is the disconnect."""
+    cancelled). The body is read already, so the next message is the disconnect."""
     task = asyncio.ensure_future(query)
 
     async def watch() -> None:
@@ -426,8 +425,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
 
     @app.get("/stats", response_model=StatsResponse, tags=["service"])
     async def stats() -> StatsResponse:
-        limits = dataclasses.asdict(state.settings)
-        limits["api_token"] = state.settings.api_token is not None
+        limits = {**dataclasses.asdict(state.settings), "api_token": state.settings.api_token is not None}
         await state.store.sync()
         return StatsResponse(
             strategies={name: _strategy_stats(s) for name, s in state.strategies.items()},

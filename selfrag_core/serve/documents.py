@@ -121,7 +121,7 @@ class DocumentStore:
         if not any(callable(getattr(self.backend, n, None)) for n in ("aindex", "index", "add_document")):
             raise UnsupportedError(f"{type(self.backend).__name__} cannot index documents (no add_document)")
         sources = [source_of(d) for d in docs]
-        counts: list[Any] = []  # one a call that succeeded
+        counts: list[Any] = []  # one per call that succeeded
         async with self._writing():
             try:
                 batch = getattr(self.backend, "aindex_many", None)

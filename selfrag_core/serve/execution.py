@@ -1,12 +1,10 @@
 """Running one query for the service.
 
-Each request gets a shallow copy of the shared strategy with its options applied
-(the shared instance is never mutated), and the engine is driven here with a
-per-request ``ExecutionConfig`` (the server's caps, lowered by the request), so the
-LLM-call budget and the timeout hold per request and the partial trace survives
-even when the query is cancelled. A listener sees every trace event as it happens
-and the final answer's text: token by token where the strategy streams it
-(``Generate(stream=True)``) and the LLM can stream, else whole, before the result.
+Each request gets a shallow copy of the shared strategy with its options applied (the
+shared instance is never mutated) and its own ``ExecutionConfig``, so the LLM-call budget
+and the timeout hold per request and the partial trace survives a cancelled query. A
+listener sees every trace event as it happens, then the final answer's text (token by
+token where the strategy and the LLM stream it, else whole) before the result.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Readiness (``GET /readyz``): whether this replica's dependencies answer now, so a load
-balancer sends it traffic (``/healthz`` is liveness). Two checks, run together under
-``ServeSettings.readiness_timeout``:
+"""Readiness (``GET /readyz``): whether this replica's dependencies answer now. Two
+checks, run together under ``ServeSettings.readiness_timeout``:
 
-* ``backend``: a ``top_k=1`` retrieval of a fixed short query through the library's own
-  retrieval path (``_aretrieve_safe``); an empty result is still "ok".
+* ``backend``: a ``top_k=1`` retrieval through the library's own retrieval path
+  (``_aretrieve_safe``); an empty result is still "ok".
 * ``llm``: the LLM's ``aping()`` (or ``ping()``, in a thread) where it has one, else
   "unchecked": no probe ever spends a generation.
 
-A probe's result is kept for ``ttl`` seconds (1 by default), and concurrent requests share
-one probe, so a load balancer polling hard does not load the backend.
+A probe's result is kept for ``ttl`` seconds, and concurrent requests share one probe.
 """
 
 from __future__ import annotations
@@ -22,10 +20,7 @@ from typing import Any
 from selfrag_core.llm import within
 from selfrag_core.retrieval import _aretrieve_safe
 
-#: the query of the backend probe
-PROBE_QUERY = "readiness probe"
-#: the longest error message a check reports
-_MAX_ERROR = 300
+_MAX_ERROR = 300  # characters of a check's error message
 
 
 @dataclass(frozen=True)
@@ -87,7 +82,7 @@ class ReadinessProbe:
     async def _check_backend(self) -> tuple[str, str | None]:
         if self.backend is None:  # an app whose strategies hold their own backends
             return "unchecked", None
-        probe = _aretrieve_safe(self.backend, PROBE_QUERY, top_k=1)
+        probe = _aretrieve_safe(self.backend, "readiness probe", top_k=1)
         return (await self._run(probe, "the backend did not answer a top_k=1 retrieval", "it is"))[:2]
 
     async def _check_llm(self) -> tuple[str, str | None]:
