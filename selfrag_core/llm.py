@@ -92,9 +92,7 @@ def is_async_capable(llm: Any) -> bool:
         return hasattr(llm, "ainvoke")
     if _is_llamaindex(llm):
         return hasattr(llm, "acomplete")
-    if any(hasattr(llm, name) for name in ("agenerate", "generate_async")):
-        return True
-    return is_coroutine_callable(llm)
+    return any(hasattr(llm, name) for name in ("agenerate", "generate_async")) or is_coroutine_callable(llm)
 
 
 def is_coroutine_callable(obj: Any) -> bool:
@@ -108,13 +106,11 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type", "text") == "text":
-                parts.append(str(block.get("text", "")))
-        return "".join(parts)
+        return "".join(
+            block if isinstance(block, str) else str(block.get("text", ""))
+            for block in content
+            if isinstance(block, str) or (isinstance(block, dict) and block.get("type", "text") == "text")
+        )
     return "" if content is None else str(content)
 
 
@@ -186,12 +182,9 @@ def _invoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
         return llm.invoke(prompt)
     if _is_llamaindex(llm):
         return llm.complete(prompt)
-    if hasattr(llm, "generate"):
-        return llm.generate(prompt)
-    if hasattr(llm, "invoke"):
-        return llm.invoke(prompt)
-    if hasattr(llm, "complete"):
-        return llm.complete(prompt)
+    for name in ("generate", "invoke", "complete"):
+        if hasattr(llm, name):
+            return getattr(llm, name)(prompt)
     if is_async_capable(llm):
         return run_coroutine_sync(lambda: _ainvoke_once(llm, prompt, schema))
     if callable(llm):
@@ -273,17 +266,17 @@ def _exhausted(exc: BaseException, attempts: int, purpose: str) -> LLMCallError:
     )
 
 
-def _stopped(error: RAGSystemError, attempts: int, failed: list[Exception]) -> RAGSystemError:
+def _stopped(error: RAGSystemError, failed: list[Exception]) -> RAGSystemError:
     """``error`` (the budget or the deadline refused the next attempt, or the call can
-    never succeed) with the attempts the LLM received; a refused retry names the
-    failure it would have retried."""
+    never succeed) with the attempts the LLM received (``failed``: their errors); a
+    refused retry names the failure it would have retried."""
     if failed and failed[-1] is not error:
         last = f" (the last attempt failed with {type(failed[-1]).__name__}: {failed[-1]})"
         if isinstance(error, QueryTimeoutError):
             error = QueryTimeoutError(f"{error}{last}")
         elif isinstance(error, BudgetExceededError):
             error = BudgetExceededError(f"{error}{last}", limit=error.limit)
-    error.attempts = attempts  # what the LLM received before the call stopped
+    error.attempts = len(failed)
     return error
 
 
@@ -312,20 +305,17 @@ def _retry_sync(
 ) -> LLMReply:
     """One attempt; if it fails, tenacity's sync driver (shared by call and stream)."""
     policy = _policy(retries, initial_wait, max_wait)  # validated before any attempt
-    attempts = 0
-    failed: list[Exception] = []
+    failed: list[Exception] = []  # the error of each attempt the LLM received but the last
 
     def attempt() -> LLMReply:
-        nonlocal attempts
         if before_attempt is not None:
             before_attempt()  # raises when the budget or the deadline refuses the attempt
-        attempts += 1
         try:
             reply = _check_text(attempt_fn())
         except Exception as e:
             failed.append(e)
             raise
-        reply.attempts = attempts
+        reply.attempts = len(failed) + 1
         return reply
 
     try:
@@ -340,9 +330,9 @@ def _retry_sync(
             with state:
                 return again()
     except _FATAL as e:
-        raise _stopped(e, attempts, failed) from failed[-1] if failed else None
+        raise _stopped(e, failed) from failed[-1] if failed else None
     except Exception as e:
-        raise _exhausted(e, attempts, purpose) from e
+        raise _exhausted(e, len(failed), purpose) from e
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -358,20 +348,17 @@ async def _retry_async(
     """One attempt; if it fails, tenacity's async driver (same policy): the retry state
     is built only for a call that failed once (``benchmarks/bench_serve.py``)."""
     policy = _policy(retries, initial_wait, max_wait)
-    attempts = 0
     failed: list[Exception] = []
 
     async def attempt() -> LLMReply:
-        nonlocal attempts
         if before_attempt is not None:
             before_attempt()
-        attempts += 1
         try:
             reply = _check_text(await attempt_fn())
         except Exception as e:
             failed.append(e)
             raise
-        reply.attempts = attempts
+        reply.attempts = len(failed) + 1
         return reply
 
     try:
@@ -386,9 +373,9 @@ async def _retry_async(
             with state:
                 return await again()
     except _FATAL as e:
-        raise _stopped(e, attempts, failed) from failed[-1] if failed else None
+        raise _stopped(e, failed) from failed[-1] if failed else None
     except Exception as e:
-        raise _exhausted(e, attempts, purpose) from e
+        raise _exhausted(e, len(failed), purpose) from e
     raise AssertionError("unreachable")  # pragma: no cover
 
 
