@@ -227,12 +227,8 @@ class OpenAICompatibleLLM:
                 "json_schema": {"name": _FUNCTION, "schema": schema},
             }
         elif method == "tools":
-            request["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": _FUNCTION, "description": "Give the reply.", "parameters": schema},
-                }
-            ]
+            function = {"name": _FUNCTION, "description": "Give the reply.", "parameters": schema}
+            request["tools"] = [{"type": "function", "function": function}]
             request["tool_choice"] = {"type": "function", "function": {"name": _FUNCTION}}
         elif method == "json_object_schema":
             request["response_format"] = {"type": "json_object", "schema": schema}
@@ -415,8 +411,6 @@ def _translated(exc: Exception, llm: OpenAICompatibleLLM) -> Exception:
 
 def _usage(response: Any) -> tuple[int | None, int | None]:
     usage = getattr(response, "usage", None)
-    if usage is None:
-        return None, None
     return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
 
 
@@ -427,8 +421,7 @@ def _message(response: Any) -> Any:
 
 def _output(response: Any, text: str | None) -> LLMOutput:
     if text is None:
-        message = _message(response)
-        text = (getattr(message, "content", None) or "") if message is not None else ""
+        text = getattr(_message(response), "content", None) or ""
     return LLMOutput(text.strip(), *_usage(response))
 
 
@@ -436,12 +429,9 @@ def _structured_output(response: Any, method: str, *, strict: bool) -> LLMOutput
     """The JSON text of a structured reply; with ``strict`` (probing), a reply without
     content raises ``_Unusable`` so that the probe moves on."""
     message = _message(response)
-    text = ""
-    if message is not None and method == "tools":
-        calls = getattr(message, "tool_calls", None) or []
-        if calls:
-            text = getattr(calls[0].function, "arguments", "") or ""
-    if not text.strip() and message is not None:
+    calls = (getattr(message, "tool_calls", None) or []) if method == "tools" else []
+    text = (getattr(calls[0].function, "arguments", "") or "") if calls else ""
+    if not text.strip():
         text = getattr(message, "content", None) or ""
     if strict and not text.strip():
         raise _Unusable(f"the server answered {method} without content")
@@ -450,8 +440,7 @@ def _structured_output(response: Any, method: str, *, strict: bool) -> LLMOutput
 
 def _pieces(chunk: Any) -> Iterator[str | LLMOutput]:
     for choice in getattr(chunk, "choices", None) or []:
-        delta = getattr(choice, "delta", None)
-        content = getattr(delta, "content", None) if delta is not None else None
+        content = getattr(getattr(choice, "delta", None), "content", None)
         if content:
             yield content
     if getattr(chunk, "usage", None) is not None:

@@ -1,30 +1,10 @@
 """Record and replay LLM replies: :class:`CachedLLM`.
 
-Wrap any LLM the library accepts. The first call with a prompt calls the model and
-records its reply in one SQLite file; every later call with the same key (the model,
-its generation settings, the prompt and the JSON schema) answers from the file without
-calling the model, with the token counts as recorded. An evaluation run a second time
-therefore makes no LLM call, and a test can replay a real model's recorded replies
-offline::
-
-    llm = CachedLLM(ChatOpenAI(model="gpt-4o-mini"), "replies.sqlite", model_id="gpt-4o-mini")
-    SelfIRAG(backend, llm).query("...")                   # records every reply
-
-    llm = CachedLLM(None, "replies.sqlite", model_id="gpt-4o-mini", params={}, replay=True)
-    SelfIRAG(backend, llm).query("...")                   # no model, no network
-
-With ``replay=True`` the model is never called: a prompt that was not recorded raises
-:class:`CacheMissError`, a :class:`~selfrag_core.errors.ConfigurationError`, so it ends
-the query (never retried, never answered with a fallback).
-
-Only non-empty replies are recorded, once per key: the first recording wins, and a
-caller that raced it gets the recorded reply. Errors and empty replies are not recorded:
-the library's retry calls the model again. The file may be shared by several threads and
-processes (not on a network file system); concurrent calls with one key in one process
-make one model call. A ``CachedLLM`` does not stream: a streaming query gets each reply
-as one piece. One prompt has one reply: with a sampling model (temperature above 0),
-calls that repeat a prompt to get different replies (HyDE's passages,
-``num_hypothetical_docs`` > 1) all get the first one.
+The first call with a prompt calls the model and records its reply in one SQLite file;
+every later call with the same key (the model, its generation settings, the prompt and
+the JSON schema) answers from the file, with the token counts as recorded. An evaluation
+run a second time therefore makes no LLM call, and a test can replay a real model's
+recorded replies offline (``CachedLLM(None, path, model_id=..., replay=True)``).
 """
 
 from __future__ import annotations
@@ -190,6 +170,14 @@ class CachedLLM:
     """An LLM that records the replies of ``llm`` in the SQLite file ``path`` and answers
     from it (see the module docstring).
 
+    Only non-empty replies are recorded, once per key: the first recording wins, and a
+    caller that raced it gets the recorded reply; errors and empty replies are not
+    recorded (the library's retry calls the model again). The file may be shared by
+    threads and processes (not on a network file system); concurrent calls with one key
+    in one process make one model call. A streaming query gets each reply as one piece.
+    One prompt has one reply: with a sampling model, calls that repeat a prompt to get
+    different replies (HyDE's ``num_hypothetical_docs`` > 1) all get the first one.
+
     ``llm``: any LLM the library accepts (``generate(prompt)`` object, LangChain model,
     LlamaIndex LLM, callable; sync or async); None only with ``replay=True`` and an
     explicit ``model_id``.
@@ -203,7 +191,8 @@ class CachedLLM:
     ``num_predict``, ``seed``, ``stop``, ``n_ctx``. Give both explicitly to replay
     without the recording model (``llm=None``) or to keep a recording across versions of
     a client library.
-    ``replay``: never call the model; a miss raises :class:`CacheMissError`.
+    ``replay``: never call the model; a miss raises :class:`CacheMissError`, a
+    ConfigurationError: the query stops (never retried, never answered with a fallback).
     ``namespace``: keeps these recordings apart from others of the same prompts in the
     file (``selfrag eval`` records each contender apart by default).
     ``fallback_namespaces``: where to look, in order, when ``namespace`` holds no reply
@@ -321,19 +310,11 @@ class CachedLLM:
 
     def _store(self, key: str, prompt: str, schema: Mapping[str, Any] | None, output: LLMOutput) -> LLMOutput:
         """``output`` recorded under ``key``, or the recording another caller made first."""
+        schema_json = None if schema is None else _canonical(dict(schema))
+        row = (key, self.model_id, _canonical(self.params), prompt, schema_json)
         _, stored = self._execute(
             "INSERT OR IGNORE INTO llm_replies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                key,
-                self.model_id,
-                _canonical(self.params),
-                prompt,
-                None if schema is None else _canonical(dict(schema)),
-                output.text,
-                output.input_tokens,
-                output.output_tokens,
-                time.time(),
-            ),
+            (*row, output.text, output.input_tokens, output.output_tokens, time.time()),
         )
         if stored:
             return output
