@@ -107,13 +107,6 @@ class ServiceState:
         if self.settings.otel:
             configure_otlp()  # unless the application set a tracer provider already
 
-    def try_acquire(self) -> bool:
-        if self.active >= self.settings.max_concurrent_queries:
-            self.counters["rejected"] += 1
-            return False
-        self.active += 1
-        return True
-
     def release(self) -> None:
         self.active -= 1
 
@@ -251,12 +244,14 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
             headers={"Retry-After": str(settings.retry_after_s)},
         )
     await state.store.sync()  # what another worker saved since
-    if not state.try_acquire():
+    if state.active >= settings.max_concurrent_queries:
+        state.counters["rejected"] += 1
         raise ApiError(
             503,
             f"the server is answering {settings.max_concurrent_queries} queries already; retry shortly",
             headers={"Retry-After": str(settings.retry_after_s)},
         )
+    state.active += 1
     traces: list[Trace] = []  # the query's trace, kept even when the query raises
     query = execute(
         strategy, question, body, execution, settings, push if body.stream else None, on_trace=traces.append

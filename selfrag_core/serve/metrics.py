@@ -34,22 +34,18 @@ INSTALL_HINT = "pip install 'selfrag[metrics]'"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def _prometheus() -> Any:
-    try:
-        import prometheus_client  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as e:
-        raise MissingDependencyError(
-            f"metrics are on but prometheus-client is not installed ({e}): {INSTALL_HINT}, "
-            "or turn metrics off (SELFRAG_METRICS=0)"
-        ) from e
-    return prometheus_client
-
-
 class ServiceMetrics:
     """The service's metrics, in a registry of their own."""
 
     def __init__(self) -> None:
-        prom = self._prom = _prometheus()
+        try:
+            import prometheus_client as prom  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"metrics are on but prometheus-client is not installed ({e}): {INSTALL_HINT}, "
+                "or turn metrics off (SELFRAG_METRICS=0)"
+            ) from e
+        self._prom = prom
         self.registry = prom.CollectorRegistry()
         counter = functools.partial(prom.Counter, registry=self.registry)
         self.requests = counter("selfrag_requests", "Query requests by HTTP status", ["strategy", "status"])

@@ -103,9 +103,5 @@ class ReadinessProbe:
             why = f"{late} within {self.timeout}s (readiness_timeout); check that {subject} up and reachable"
             return "failed", why, None
         except Exception as e:
-            return "failed", _brief(e), None
-
-
-def _brief(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
-    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
+            why = f"{type(e).__name__}: {e}"
+            return "failed", why if len(why) <= _MAX_ERROR else why[: _MAX_ERROR - 3] + "...", None
