@@ -264,8 +264,7 @@ def index_paths(
                 skipped += 1
                 if explicit:
                     explicit_problems.append(f"{path} {e}")
-                    progress.say(f"skipped: {path} {e}")
-                elif verbose:
+                if explicit or verbose:
                     progress.say(f"skipped: {path} {e}")
             advance()
     added = 0
@@ -389,40 +388,25 @@ def print_result(result: Any) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     spec = _external_backend(args)
-    if spec is not None:
-        return _index_external(args, spec)
-    directory = _index_dir(args)
     gathered = gather(args.paths)  # missing paths fail before the index is opened
-    rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    if spec is None:
+        directory = _index_dir(args)
+        rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    else:  # a Chroma collection, or a factory's object with add_document
+        rag = _open_external(args, spec)
+        if not _can_write(rag) or _is_langchain(rag):
+            raise CLIError(
+                f"the backend {spec} ({type(rag).__name__}) has no add_document: fill it with its own "
+                "tools, or index into a directory (--index DIR) or a Chroma server (chroma://HOST:PORT/NAME)"
+            )
     files, added, skipped, problems = index_paths(
         rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
     )
-    held = f"; index at {directory} now holds {rag.count()} chunk(s) from {len(rag.sources())} source(s)"
-    return _indexed(args, files, added, skipped, problems, held)
-
-
-def _index_external(args: argparse.Namespace, spec: str) -> int:
-    """``selfrag index PATH... --backend SPEC``: the files written into that backend (a
-    Chroma collection, or a factory's object with ``add_document``)."""
-    gathered = gather(args.paths)
-    backend = _open_external(args, spec)
-    if not _can_write(backend) or _is_langchain(backend):
-        raise CLIError(
-            f"the backend {spec} ({type(backend).__name__}) has no add_document: fill it with its own "
-            "tools, or index into a directory (--index DIR) or a Chroma server (chroma://HOST:PORT/NAME)"
-        )
-    files, added, skipped, problems = index_paths(
-        backend, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
-    )
-    count = backend.count() if callable(getattr(backend, "count", None)) else None
-    held = f" in {spec}" + (f", which now holds {count} chunk(s)" if isinstance(count, int) else "")
-    return _indexed(args, files, added, skipped, problems, held)
-
-
-def _indexed(
-    args: argparse.Namespace, files: int, added: int, skipped: int, problems: list[str], held: str
-) -> int:
-    """Report what ``selfrag index`` did (``held``: where the chunks went); its exit code."""
+    if spec is None:
+        held = f"; index at {directory} now holds {rag.count()} chunk(s) from {len(rag.sources())} source(s)"
+    else:
+        count = rag.count() if callable(getattr(rag, "count", None)) else None
+        held = f" in {spec}" + (f", which now holds {count} chunk(s)" if isinstance(count, int) else "")
     print(
         f"{files} file(s) read, {added} new chunk(s){held}"
         + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
@@ -574,8 +558,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for question in questions:
             for name in strategies:
                 advance(0, f"{name}: {question[:50]}")
-                strategy = _strategy(args, name, rag, llm)
-                result = run_strategy(strategy, question)
+                result = run_strategy(_strategy(args, name, rag, llm), question)
                 rows.append((name, question, result))
                 progress.say(f"\n[{name}] {question}\n  -> {_one_line(result.answer)}")
                 progress.say(f"  {describe(result)}; {_usage(result)}")
@@ -609,11 +592,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if index is None and rag is None and args.corpus is None and data.corpus is None:
         index = str(default_index_dir())  # the user's own index
     out = Path(args.out) if args.out else Path("eval-results") / data.name
-    cache = (
-        None
-        if args.no_cache
-        else (Path(args.cache) if args.cache else _cache_home() / "selfrag" / "llm-calls.sqlite")
-    )
+    cache = Path(args.cache) if args.cache else _cache_home() / "selfrag" / "llm-calls.sqlite"
     progress = Progress(args.plain)
     llm = _llm(args)
     total = len(data.sample(args.limit, args.seed).questions)
@@ -623,7 +602,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
             limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
                     "query_timeout": args.timeout or None},
-            judge=llm if args.judge else None, cache=cache, replay=args.replay,
+            judge=llm if args.judge else None, cache=None if args.no_cache else cache, replay=args.replay,
             shared_replies=args.shared_replies, concurrency=args.concurrency,
             limit=args.limit, seed=args.seed, output=out, embed=args.embedder,
             progress=lambda done, n, question: advance(1, question[:60]),
@@ -656,6 +635,7 @@ def serve_app(args: argparse.Namespace) -> Any:
     if spec is not None:  # every worker its own client: no index directory, no file lock
         directory = None
         rag = _open_external(args, spec)
+        args.index = None
     else:
         directory = _index_dir(args)
         rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
@@ -666,8 +646,6 @@ def serve_app(args: argparse.Namespace) -> Any:
         )
         for name in STRATEGIES
     }
-    if directory is None:
-        args.index = None
     settings = settings_from_args(args, index_dir=None if directory is None else str(directory))
     return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
 
@@ -856,12 +834,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _generation_options(args)  # a bad --llm-max-tokens / --llm-temperature fails before any work
         code: int = args.func(args)
-    except CLIError as e:
+    except (CLIError, RAGSystemError, ValueError) as e:  # typed library errors carry their fix
         print(f"selfrag: error: {e}", file=sys.stderr)
-        return e.code
-    except (RAGSystemError, ValueError) as e:  # typed library errors carry their fix
-        print(f"selfrag: error: {e}", file=sys.stderr)
-        return 2
+        return e.code if isinstance(e, CLIError) else 2
     except OSError as e:
         print(f"selfrag: error: {e.filename or ''} {e.strerror or e}; check the path and its permissions",
               file=sys.stderr)  # fmt: skip
