@@ -1,9 +1,7 @@
 """``selfrag serve``: the strategies as an async HTTP service (extra ``[serve]``).
 
-``create_app`` builds the FastAPI app, ``run`` serves it with uvicorn. Only
-``ServeSettings`` is imported eagerly: the rest loads FastAPI on first use, with an
-install hint when the extra is missing.
-"""
+Only ``ServeSettings`` is imported eagerly: the rest (``create_app``, ``run``, ...) loads
+FastAPI on first use, with an install hint when the extra is missing."""
 
 from __future__ import annotations
 

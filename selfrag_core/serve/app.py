@@ -2,11 +2,9 @@
 
 :func:`create_app` keeps everything the app uses in ``app.state`` (no globals), so tests
 and replicas each build their own. Queries run on the event loop with the strategies'
-async path; a query's events reach a streaming client as server-sent events. ``/healthz``
-is liveness, ``/readyz`` readiness (``serve/readiness.py``), ``/metrics`` Prometheus
-metrics when ``settings.metrics`` is on (``serve/metrics.py``). On shutdown (the ASGI
-lifespan) the app stops taking queries, /readyz answers 503 ``shutting_down``, and the
-queries in flight get ``settings.shutdown_grace_s`` seconds to finish.
+async path; a query's events reach a streaming client as server-sent events. On shutdown
+(the ASGI lifespan) the app stops taking queries, /readyz answers 503 ``shutting_down``,
+and the queries in flight get ``settings.shutdown_grace_s`` seconds to finish.
 """
 
 from __future__ import annotations
@@ -61,6 +59,7 @@ from selfrag_core.validation import validate_query
 logger = logging.getLogger("selfrag.serve")
 
 T = TypeVar("T")
+_Events = asyncio.Queue[tuple[str, dict[str, Any]] | None]  # a query's events, None at its end
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 500, 502, 503, 504)
 }
@@ -111,8 +110,7 @@ class ServiceState:
         self.active -= 1
 
     async def drain(self) -> None:
-        """Stop taking queries (/readyz answers 503 from now on) and give those in flight
-        up to ``shutdown_grace_s`` seconds to finish."""
+        """Stop taking queries and give those in flight ``shutdown_grace_s`` seconds to finish."""
         self.shutting_down = True
         if self.active:
             logger.info("shutting down: waiting for %d queries in flight", self.active)
@@ -227,7 +225,7 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
         raise ApiError(400, str(e)) from e
     if body.top_k is not None and body.top_k > settings.max_top_k:
         raise ApiError(422, f"top_k is {body.top_k}; this server allows at most {settings.max_top_k}")
-    events: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+    events: _Events = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
     def push(event: str, data: dict[str, Any]) -> None:
@@ -352,9 +350,8 @@ async def _guarded(query: Awaitable[Outcome]) -> Outcome | ApiError:
 
 
 def _misconfigured(e: ConfigurationError) -> ApiError:
-    """A ConfigurationError of the backend or the LLM escaping a request: the server's
-    setup is at fault. Its message (for the operator, no secrets) goes to the client
-    with its own error type, and to the log once, with the traceback."""
+    """A ConfigurationError escaping a request (the server's setup is at fault): its message,
+    for the operator, goes to the client with its own error type and to the log once."""
     logger.error("the server is misconfigured: %s", e, exc_info=e)
     component = getattr(e, "component", "")
     return ApiError(
@@ -366,9 +363,7 @@ def _misconfigured(e: ConfigurationError) -> ApiError:
     )
 
 
-async def _sse(
-    events: asyncio.Queue[tuple[str, dict[str, Any]] | None], task: asyncio.Task[None]
-) -> AsyncIterator[str]:
+async def _sse(events: _Events, task: asyncio.Task[None]) -> AsyncIterator[str]:
     """Server-sent events until the query ends; a client going away cancels the query."""
     try:
         while (item := await events.get()) is not None:

@@ -1,17 +1,14 @@
 """Ingestion and deletion against whatever backend the service was given.
 
 Writes are serialised by one lock and, with an index directory and a backend that can
-``save``, persisted after every change. Several processes (``--workers N``) share that
-directory: a write holds an exclusive file lock on it and first reloads what the others
-saved, and every query first reloads the index if another process saved it since. An
+``save``, persisted after every change. Processes sharing that directory (``--workers N``)
+write under an exclusive file lock on it, having reloaded what the others saved. An
 external backend (``--backend chroma://...``) is written to directly; it makes chunk ids
-from a document's source and text, so a retried write upserts (a document sent without a
-source gets one from its content, :func:`source_of`, for the same reason).
+from a document's source and text, so a retried write upserts (hence :func:`source_of`).
 
 Backends are used by duck typing, best first: ``aindex_many(documents)`` (all or nothing),
 ``aindex(text, source=..., **metadata)``, ``index(...)``, ``add_document(text, metadata)``;
-``delete(source)`` and ``count()`` where they exist (a LangChain-style ``delete(ids)``
-deletes by id, not by source: it is not called).
+``delete(source)`` and ``count()`` where they exist (``delete(ids)`` is not called).
 """
 
 from __future__ import annotations
@@ -106,8 +103,7 @@ class DocumentStore:
 
     @contextlib.asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:
-        """This process's write lock, the index directory's lock across processes, and
-        the index as the last writer saved it."""
+        """This process's lock, the index directory's lock across processes, the index as last saved."""
         async with self._lock:
             fd = await asyncio.to_thread(_lock_directory, self.index_dir) if self.index_dir else None
             try:

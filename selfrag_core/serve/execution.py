@@ -1,10 +1,7 @@
-"""Running one query for the service.
-
-Each request gets a shallow copy of the shared strategy with its options applied (the
-shared instance is never mutated) and its own ``ExecutionConfig``, so the LLM-call budget
-and the timeout hold per request and the partial trace survives a cancelled query. A
-listener sees every trace event as it happens, then the final answer's text (token by
-token where the strategy and the LLM stream it, else whole) before the result.
+"""Running one query for the service: a shallow copy of the shared strategy with the
+request's options (the shared instance is never mutated) and its own ``ExecutionConfig``,
+so the LLM-call budget and the timeout hold per request and the partial trace survives a
+cancelled query. A listener sees every trace event, then the final answer's text.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Prometheus metrics (``GET /metrics``), off unless ``ServeSettings.metrics`` is on.
 
-Uses ``prometheus-client`` (``pip install 'selfrag[metrics]'``), imported only when
-metrics are on, with a ``CollectorRegistry`` per app. Every query is counted once, when
-it finishes, from its trace (:meth:`ServiceMetrics.query`):
+Uses ``prometheus-client`` (``pip install 'selfrag[metrics]'``), a registry per app. Every
+query is counted once, when it finishes, from its trace (:meth:`ServiceMetrics.query`):
 
 =============================================  ==============================================
 ``selfrag_requests_total{strategy,status}``    query requests by HTTP status (499: client gone)

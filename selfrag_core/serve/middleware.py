@@ -1,8 +1,6 @@
-"""Checks made before routing (the bearer token, the body size, UTF-8 JSON) and the
-last resort for unhandled errors (a JSON 500, never a stack trace).
-
-A plain ASGI middleware, so a refused request is never parsed: an oversized body is
-cut off at the limit (413) whether or not it declares its length.
+"""Checks made before routing (the bearer token, the body size, UTF-8 JSON) and the last
+resort for unhandled errors (a JSON 500, never a stack trace). A plain ASGI middleware, so
+a refused request is never parsed: an oversized body is cut off at the limit (413).
 """
 
 from __future__ import annotations
@@ -98,9 +96,7 @@ class GuardMiddleware:
         declared = raw.decode("latin-1")
         if not declared.strip().isdigit():
             return error_response(400, f"invalid Content-Length {declared!r}")
-        if int(declared) > self.max_body_bytes:
-            return self._too_large()
-        return None
+        return self._too_large() if int(declared) > self.max_body_bytes else None
 
     def _too_large(self) -> ASGIApp:
         return error_response(

@@ -1,9 +1,6 @@
-"""Typed request and response bodies (they generate the OpenAPI schema).
-
-Requests are strict (no "5" for 5, no unknown fields), so wrong JSON types get 422.
-Responses declare the fields every result shares (answer, sources, trace) and let
-each strategy's own ``to_dict()`` fields through.
-"""
+"""Typed request and response bodies (they generate the OpenAPI schema). Requests are
+strict (no "5" for 5, no unknown fields: 422); responses declare the fields every result
+shares and let each strategy's own ``to_dict()`` fields through."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``selfrag serve``: the app on uvicorn, with its command-line arguments.
-
-Importing this module needs neither FastAPI nor uvicorn, so a CLI can add the arguments
-to its parser unconditionally. With ``--workers N`` uvicorn runs N processes on one
-socket, each building its own app from the parsed options (:func:`serve_workers`); they
-share the index directory (``serve/documents.py``) or an external backend (``--backend``).
+"""``selfrag serve``: the app on uvicorn, with its command-line arguments. Importing this
+module needs neither FastAPI nor uvicorn, so a CLI can add the arguments to its parser
+unconditionally. With ``--workers N`` each process builds its own app (:func:`serve_workers`).
 """
 
 from __future__ import annotations
@@ -83,8 +80,7 @@ def build_app(
 
 def freeze_startup_objects() -> None:
     """Exempt everything alive now (modules, index, models, the app) from garbage
-    collection (``gc.freeze``), so a full collection walks only what the requests in
-    flight allocated. Those objects live as long as the process."""
+    collection (``gc.freeze``): they live as long as the process."""
     gc.collect()
     gc.freeze()
 
@@ -111,9 +107,8 @@ def serve_forever(app: Any, host: str, port: int, log_level: str = "info") -> No
 
 
 def serve_workers(builder: str, args: argparse.Namespace, workers: int) -> None:
-    """Serve with ``workers`` processes, each building its app with ``builder``, the
-    import path ``"module:function"`` of a function taking ``args`` (the parsed options,
-    passed as JSON through ``WORKER_ENV``). They share the index directory or the backend."""
+    """Serve with ``workers`` processes, each building its app with ``builder`` (``"module:function"``)
+    from ``args``, passed as JSON through ``WORKER_ENV``. They share the index directory or the backend."""
     _import_builder(builder)  # fail here, not in every worker
     if not getattr(args, "index", None) and not getattr(args, "backend", None):
         raise ConfigurationError(_NO_SHARED_STORE)
@@ -139,8 +134,7 @@ def _import_builder(builder: str) -> Any:
 
 
 def _grace(seconds: float) -> int:
-    """uvicorn's ``timeout_graceful_shutdown`` (whole seconds, at least 1 unless 0) for
-    ``shutdown_grace_s``; the app's lifespan shutdown then waits as long again at most."""
+    """uvicorn's ``timeout_graceful_shutdown`` for ``shutdown_grace_s``: whole seconds, 1 or more unless 0."""
     return max(1, round(seconds)) if seconds > 0 else 0
 
 

@@ -29,8 +29,7 @@ class ServeSettings:
     retry_after_s: the Retry-After value sent with 503.
     max_llm_calls / query_timeout: per-request caps (a request may only lower them);
         a query that hits either gets 504 with its partial trace.
-    timeout_grace: seconds past ``query_timeout`` after which a query is cancelled
-        outright (the engine normally stops it at ``query_timeout`` itself).
+    timeout_grace: seconds past ``query_timeout`` after which a query is cancelled outright.
     max_top_k: the largest ``top_k`` a request may ask for.
     max_batch_documents / max_document_chars: ingestion limits (400 beyond them).
     api_token: when set, every endpoint but /healthz and /readyz needs ``Authorization:
@@ -41,9 +40,8 @@ class ServeSettings:
     readiness_timeout: seconds the /readyz probes may take before the check fails.
     metrics: serve Prometheus metrics at /metrics (``pip install 'selfrag[metrics]'``).
     shutdown_grace_s: on shutdown, seconds the queries in flight get to finish.
-    otel: record every query as OpenTelemetry spans (``selfrag_core.otel``, ``pip install
-        'selfrag[otel]'``), to the global tracer provider or else to the OTLP exporter the
-        ``OTEL_EXPORTER_OTLP_*`` variables configure.
+    otel: record every query as OpenTelemetry spans (``pip install 'selfrag[otel]'``), to
+        the global tracer provider or else the one ``OTEL_EXPORTER_OTLP_*`` configures.
     """
 
     max_body_bytes: int = 1_000_000
