@@ -12,14 +12,12 @@ The JSON steps ask for structured output, by the first method the server takes:
 4. ``json_object``: plain JSON mode;
 5. ``text``: no constraint; the library's tolerant parser reads the reply.
 
-The first structured call probes them in this order; a method the server refuses
-(HTTP 400, 422, 500, 501 or a reply without content) is skipped, and the first one that
-answers is remembered for every later call of this object, so a refused method costs
-one request per object, not one per call (llama.cpp's server answers ``json_schema``
-with HTTP 500, which the library would otherwise retry on every JSON step). Each
-skipped method is logged and kept in :attr:`OpenAICompatibleLLM.structured_fallbacks`.
-A probe that no method survives (the server is down) settles nothing: the error goes to
-the library, which retries, and the next call probes again.
+The first structured call probes them in this order: a method the server refuses (HTTP
+400, 422, 500, 501 or a reply without content) is skipped, logged and kept in
+:attr:`OpenAICompatibleLLM.structured_fallbacks`; the first one that answers is used by
+every later call of this object (llama.cpp's server answers ``json_schema`` with HTTP
+500, which the library would otherwise retry on every JSON step). A probe that no method
+survives (the server is down) settles nothing: the library retries, and probes again.
 
 Errors: rejected credentials (401/403), an unknown model or URL (404) and a refused
 request (400/422) raise :class:`~selfrag_core.errors.ConfigurationError` (fatal, no

@@ -8,9 +8,8 @@ A contender is one of:
   or ``"file.py:Name"`` / ``"package.module:Name"`` for a strategy of your own;
 * any strategy object (a ``Strategy``, built-in or yours, composed or not);
 * a LangChain runnable (``invoke``): its output may be a string, a message, or a dict
-  with the answer under ``answer`` / ``result`` / ``output`` and the documents it used
-  under ``context`` / ``source_documents`` / ``documents``; its LLM calls and tokens
-  are counted through LangChain's callbacks;
+  with the answer (``answer``, ``result``, ...) and the documents it used (``context``,
+  ``source_documents``, ...); its LLM calls and tokens are counted through callbacks;
 * a LlamaIndex query engine (``query`` returning a ``Response`` with ``source_nodes``);
 * a callable ``f(question)`` returning any of the above.
 
@@ -79,8 +78,7 @@ def _from_result(result: Any) -> Outcome:
     outcome = Outcome(str(getattr(result, "answer", "")), list(getattr(result, "sources", [])), trace=trace)
     if trace is not None:
         outcome.llm_calls = trace.llm_calls
-        calls = [e for e in trace.events if e.kind == "llm"]
-        if any(e.input_tokens is not None for e in calls):  # else unknown: the model reports none
+        if any(e.kind == "llm" and e.input_tokens is not None for e in trace.events):  # else unknown
             outcome.input_tokens, outcome.output_tokens = trace.input_tokens, trace.output_tokens
     return outcome
 
@@ -134,14 +132,13 @@ def read_output(output: Any) -> Outcome:
     """An outside contender's answer and documents, whatever shape they come in."""
     if isinstance(output, str):
         return Outcome(output)
-    documents: Any = ()
     if isinstance(output, Mapping):
         answer = next((output[k] for k in _ANSWER_KEYS if k in output), "")
         documents = next((output[k] for k in _DOCUMENT_KEYS if k in output), ())
     else:
         answer = getattr(output, "response", None)
         if answer is None:
-            answer = getattr(output, "content", None) if hasattr(output, "content") else output
+            answer = getattr(output, "content", output)
         documents = getattr(output, "source_nodes", ())
     if not isinstance(answer, str):
         answer = getattr(answer, "content", answer)

@@ -171,12 +171,11 @@ def load_corpus(
     seen: dict[str, str] = {}
 
     def parse(number: int, line: dict[str, Any]) -> CorpusDoc:
-        text = line.get("text")
+        text, title = line.get("text"), line.get("title") or ""
         if not isinstance(text, str):
-            raise _Skip(f'field "text" is {_kind(line, "text")}; write the document text as a string')
-        title = line.get("title") or ""
+            _fail("text", line, "write the document text as a string")
         if not isinstance(title, str):
-            raise _Skip(f'field "title" is {_kind(line, "title")}; write the title as a string')
+            _fail("title", line, "write the title as a string")
         return CorpusDoc(
             _unique(seen, _beir_id(line), f"line {number}", "give each document its own id"), text, title
         )

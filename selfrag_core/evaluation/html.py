@@ -71,19 +71,14 @@ def pareto_front(points: Sequence[tuple[str, float, float]], higher_is_better: b
 
 
 def render_html(report: Mapping[str, Any], *, max_timelines: int = 200) -> str:
-    """The HTML page of an evaluation report (the JSON summary of ``selfrag eval``).
+    """The HTML page of an evaluation report (the JSON summary of ``selfrag eval``): the
+    header, the summary table (each mean with its paired difference to the baseline), per
+    metric a quality-versus-cost figure (Pareto front marked), the per-question values, and
+    one ``<details>`` per question (answers side by side, metrics, sources, errors, timeline).
 
-    In order: the header (data set, settings, problems); the summary table (means per
-    contender; next to each, the paired difference to the baseline with its confidence interval
-    and verdict); per metric with a mean, a quality-versus-cost figure (against LLM calls and
-    latency p50, Pareto front marked); per such metric, and for latency and LLM calls, a figure
-    of the per-question values; one ``<details>`` per question with the gold answers, the
-    contenders' answers side by side, their metrics, sources, errors and a timeline figure.
-
-    To keep the file small, only the first ``max_timelines`` questions that recorded any
-    timeline event get a timeline figure; the others carry a note that it was left out. Missing
-    or null values show as "n/a". Raises :class:`~selfrag_core.errors.MissingDependencyError`
-    when matplotlib is not installed.
+    Only the first ``max_timelines`` questions with timeline events get a timeline figure
+    (the others a note). Missing values show as "n/a". Raises
+    :class:`~selfrag_core.errors.MissingDependencyError` when matplotlib is not installed.
     """
     page = _Page(report)
     title = f"selfrag eval: {_e(report.get('name') or 'evaluation')}"
@@ -378,8 +373,7 @@ def _draw_strip(fig: Figure, data: list[list[float]], label: str, contenders: li
     ax = fig.subplots()
     filled = [i for i, values in enumerate(data) if values]
     if filled:
-        positions = [i + 1 for i in filled]
-        ax.boxplot([data[i] for i in filled], positions=positions, widths=0.5, showfliers=False)
+        ax.boxplot([data[i] for i in filled], positions=[i + 1 for i in filled], widths=0.5, showfliers=False)
     for i, values in enumerate(data):
         xs = [i + 1 + ((j * 0.618034) % 1 - 0.5) * 0.3 for j in range(len(values))]
         ax.scatter(xs, values, s=9, alpha=0.6, color=f"C{i % 10}", zorder=3)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -386,7 +385,6 @@ class _Sink:
     """``results.jsonl``, a line per finished question, flushed at once."""
 
     def __init__(self, directory: Path | None) -> None:
-        self._lock = threading.Lock()
         self._file = None
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -394,9 +392,8 @@ class _Sink:
 
     def write(self, line: Mapping[str, Any]) -> None:
         if self._file is not None:
-            with self._lock:
-                self._file.write(json.dumps(line, ensure_ascii=False) + "\n")
-                self._file.flush()
+            self._file.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
