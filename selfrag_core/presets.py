@@ -100,7 +100,7 @@ def build_strategy(
     Self-RAG's ``fast_mode`` and refinement rounds, HyDE's hypothetical documents, the
     healing retries, whether the instruction to cite is given, and whether RecursiveRAG
     decomposes: a profile that does not decompose (``SMALL_LOCAL``) gets ``max_depth=0``,
-    one retrieval and one answer (the "small" preset used ``max_depth=1`` before profiles).
+    one retrieval and one answer.
     ``top_k`` passages are retrieved per search (None: the profile's ``top_k``, which
     for ``CAPABLE`` is every strategy's own default, 5); in a small context window HyDE's
     fused passages are capped at ``top_k`` too. The query runs under
@@ -148,22 +148,29 @@ def build_strategy(
     raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join((BASELINE, *STRATEGIES))}")
 
 
-def _import_attribute(spec: str) -> Any:
+def _import_attribute(spec: str, what: str, name: str, others: str) -> Any:
     """The object ``"package.module:name"`` or ``"path/to/file.py:name"`` names (``name``
-    may be dotted). Raises ImportError, OSError or AttributeError."""
-    where, _, attribute = spec.rpartition(":")
-    if where.endswith(".py"):
-        module_spec = importlib.util.spec_from_file_location(Path(where).stem, where)
-        if module_spec is None or module_spec.loader is None or not Path(where).is_file():
-            raise FileNotFoundError(where)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    found: Any = module
-    for name in attribute.split("."):
-        found = getattr(found, name)
-    return found
+    may be dotted). Raises ConfigurationError saying which ``what`` cannot be loaded and
+    what to give instead (``others``: other choices)."""
+    try:
+        where, _, attribute = spec.rpartition(":")
+        if where.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if module_spec is None or module_spec.loader is None or not Path(where).is_file():
+                raise FileNotFoundError(where)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        found: Any = module
+        for part in attribute.split("."):
+            found = getattr(found, part)
+        return found
+    except (ImportError, OSError, AttributeError) as e:
+        raise ConfigurationError(
+            f"cannot load the {what} {spec!r} ({type(e).__name__}: {e}); give 'package.module:{name}' "
+            f"or 'path/to/file.py:{name}', {others}"
+        ) from e
 
 
 def load_strategy(
@@ -173,13 +180,7 @@ def load_strategy(
     ``f(rag_system, llm, ...)`` returning a strategy) as ``"package.module:Name"`` or
     ``"path/to/file.py:Name"``; it is built with the backend and the LLM, and with
     ``execution`` where it takes one. Raises ConfigurationError naming what is missing."""
-    try:
-        factory = _import_attribute(spec)
-    except (ImportError, OSError, AttributeError) as e:
-        raise ConfigurationError(
-            f"cannot load the strategy {spec!r} ({type(e).__name__}: {e}); give 'package.module:Name' "
-            f"or 'path/to/file.py:Name', or one of {', '.join(STRATEGIES)}"
-        ) from e
+    factory = _import_attribute(spec, "strategy", "Name", f"or one of {', '.join(STRATEGIES)}")
     takes = inspect.signature(factory).parameters
     with_execution = execution is not None and (
         "execution" in takes or any(p.kind is p.VAR_KEYWORD for p in takes.values())
@@ -364,13 +365,8 @@ def load_backend(spec: str, *, embed: str = "auto") -> Any:
     LlamaIndex retriever, an object with ``retrieve(query, top_k)``...); an object that
     only has ``as_retriever()`` (a LlamaIndex index) is asked for its retriever.
     Raises ConfigurationError naming what is missing."""
-    try:
-        factory = _import_attribute(spec)
-    except (ImportError, OSError, AttributeError) as e:
-        raise ConfigurationError(
-            f"cannot load the backend {spec!r} ({type(e).__name__}: {e}); give 'package.module:factory' "
-            "or 'path/to/file.py:factory', a chroma://HOST:PORT/COLLECTION URL, or an index directory"
-        ) from e
+    others = "a chroma://HOST:PORT/COLLECTION URL, or an index directory"
+    factory = _import_attribute(spec, "backend", "factory", others)
     if not callable(factory):
         raise ConfigurationError(f"{spec!r} is a {type(factory).__name__}, not a factory to call")
     try:
