@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -18,6 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
@@ -151,19 +153,14 @@ def _unsuspended(coroutine: Coroutine[Any, Any, T]) -> T:
     raise AssertionError("the coroutine suspended")  # pragma: no cover
 
 
-class _Flight:
-    """One model call in progress for a key; callers with the same key wait for it."""
-
-    __slots__ = ("done", "waiters")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # a waiter that was cancelled meanwhile
+        waiter.set_result(None)
 
 
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():  # a waiter that was cancelled meanwhile
-        future.set_result(None)
+def _wake(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], _: Future[None]) -> None:
+    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(_resolve, waiter)
 
 
 class CachedLLM:
@@ -247,7 +244,7 @@ class CachedLLM:
         self.misses = 0
         self._lock = threading.Lock()  # counters and flights
         self._db_lock = threading.Lock()  # the connection
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, Future[None]] = {}  # the model calls in progress, by key
         self._db: sqlite3.Connection | None = self._open()
 
     def __repr__(self) -> str:
@@ -390,30 +387,20 @@ class CachedLLM:
             key=key,
         )
 
-    def _board(
-        self, key: str, loop: asyncio.AbstractEventLoop | None
-    ) -> tuple[_Flight, bool, asyncio.Future[None] | None]:
-        """The flight for ``key`` and whether this caller flies it (makes the model call);
-        else the flight in progress, to wait for (on the future when ``loop`` is given)."""
+    def _board(self, key: str) -> tuple[Future[None], bool]:
+        """The flight for ``key`` (its model call) and whether this caller flies it (makes
+        the call), else waits for it."""
         with self._lock:
             flight = self._flights.get(key)
             if flight is None:
-                flight = self._flights[key] = _Flight()
-                return flight, True, None
-            future = None
-            if loop is not None:
-                future = loop.create_future()
-                flight.waiters.append((loop, future))
-            return flight, False, future
+                flight = self._flights[key] = Future()
+                return flight, True
+        return flight, False
 
-    def _land(self, key: str, flight: _Flight) -> None:
+    def _land(self, key: str, flight: Future[None]) -> None:
         with self._lock:
             del self._flights[key]
-            waiters, flight.waiters = flight.waiters, []
-        flight.done.set()
-        for loop, future in waiters:
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(_wake, future)
+        flight.set_result(None)
 
     # ------------------------------------------------------------------ the LLM protocols
     def generate(self, prompt: str) -> LLMOutput:
@@ -441,15 +428,17 @@ class CachedLLM:
         while (found := self._hit(key, prompt, schema)) is None:
             if self.replay:
                 raise self._missing(key, prompt)
-            flight, flies, landed = self._board(key, loop)
+            flight, flies = self._board(key)
             if flies:
                 try:
                     return await self._fly(key, prompt, schema, invoke)
                 finally:
                     self._land(key, flight)
-            if landed is None:
-                flight.done.wait()  # then look again: a failed or empty reply was not recorded
+            if loop is None:
+                flight.result()  # then look again: a failed or empty reply was not recorded
             else:
+                landed = loop.create_future()
+                flight.add_done_callback(functools.partial(_wake, loop, landed))
                 await landed
         return found
 
