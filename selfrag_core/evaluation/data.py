@@ -308,16 +308,14 @@ def _squad(path: Path, top: Any) -> EvalData:
                 with _skipped_into(problems, f"{path.name}: {at_paragraph}"):
                     context = _text(_object(paragraph, "paragraph"), "context")
                     qas = _list(paragraph, "qas")
-                    doc = CorpusDoc(
-                        _unique(seen_docs, f"{title}#{p}", at_paragraph, "give each article its own title"),
-                        context,
-                        title,
+                    doc_id = _unique(
+                        seen_docs, f"{title}#{p}", at_paragraph, "give each article its own title"
                     )
-                    corpus.append(doc)
+                    corpus.append(CorpusDoc(doc_id, context, title))
                     for q, qa in enumerate(qas):
                         at_question = f"{at_paragraph}.qas[{q}]"
                         with _skipped_into(problems, f"{path.name}: {at_question}"):
-                            questions.append(_squad_question(qa, doc.id, seen_questions, at_question))
+                            questions.append(_squad_question(qa, doc_id, seen_questions, at_question))
     return EvalData(path.stem, _some(questions, "questions", path, problems), corpus, problems)
 
 
@@ -331,10 +329,8 @@ def _squad_question(qa: Any, doc_id: str, seen: dict[str, str], where: str) -> E
             'field "answers" must be a list of objects with a non-empty "text", '
             'e.g. [{"text": "Denver Broncos", "answer_start": 177}]'
         )
-    texts = tuple(dict.fromkeys(a["text"] for a in answers))
-    return EvalQuestion(
-        _unique(seen, _id(qa, "id"), where, "give each question its own id"), question, texts, {doc_id: 1.0}
-    )
+    qid = _unique(seen, _id(qa, "id"), where, "give each question its own id")
+    return EvalQuestion(qid, question, tuple(dict.fromkeys(a["text"] for a in answers)), {doc_id: 1.0})
 
 
 def _some(items: list[T], what: str, path: Path, problems: list[InputProblem]) -> list[T]:

@@ -107,15 +107,13 @@ def evaluate(
     ``cache``: every LLM call (``llm`` and ``judge``) goes through a
     :class:`~selfrag_core.replay.CachedLLM` on that SQLite file; ``replay`` makes a
     cache miss an error. Each contender's replies are recorded apart (its namespace is
-    its name), so each contender's latency is its own model calls'. ``shared_replies``:
-    the contenders share their recorded replies instead, so one prompt gets one reply in
-    every contender and a difference between contenders comes from what they send, not
-    from the model's run-to-run noise. A prompt not yet recorded for all is answered, in
-    order, by the baseline's own recording, the contender's own, else the model, and is
-    recorded for all (without ``cache``, in a temporary file). A contender's latency then
-    counts only the model calls it made itself (``report.cache["contenders"]`` says how
-    many). The judge's replies are always recorded apart. ``output``: a directory for
-    ``results.jsonl`` (written as questions finish), ``summary.json`` and ``report.html``.
+    its name). With ``shared_replies`` one prompt gets one reply in every contender (the
+    baseline's recording, else the contender's own, else the model's; without ``cache``,
+    in a temporary file), so a difference between contenders comes from what they send,
+    and a contender's latency counts only the model calls it made itself
+    (``report.cache["contenders"]``). The judge's replies are always recorded apart.
+    ``output``: a directory for ``results.jsonl`` (written as questions finish),
+    ``summary.json`` and ``report.html``.
     """
     data = _questions(questions).sample(limit, seed)
     check_int("k", k, 1)
@@ -279,13 +277,8 @@ def _metrics(
             MetricInfo("mrr", "MRR"),
         ]
     if not metrics:
-        problems.append(
-            InputProblem(
-                data.name,
-                "no gold answers and no relevance judgements: only grounding and cost are measured "
-                "(add 'answers' or 'relevant' to the questions)",
-            )
-        )
+        advice = "only grounding and cost are measured (add 'answers' or 'relevant' to the questions)"
+        problems.append(InputProblem(data.name, f"no gold answers and no relevance judgements: {advice}"))
     if not ranking:  # what an answer is measured by
         metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
         metrics.append(MetricInfo("sentence_support", "sentences supported"))
@@ -328,10 +321,8 @@ class _Scorer:
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)
             scores["mrr"] = mrr(ranked, question.relevant, self.k)
         if answered and not failed:
-            context = context_text(outcome.sources)
-            scores["unsupported"] = (
-                0.0 if assess(outcome.answer, question.question, context).supported else 1.0
-            )
+            supported = assess(outcome.answer, question.question, context_text(outcome.sources)).supported
+            scores["unsupported"] = 0.0 if supported else 1.0
             # the share of the answer's sentences a source supports (unknown for a refusal)
             refused = is_refusal(outcome.answer) or outcome.answer.strip() == GENERATION_FAILED_ANSWER
             citations = [] if refused else cite(outcome.answer, outcome.sources)
