@@ -223,12 +223,11 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _grid(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        lines.append("  ".join([row[0].ljust(widths[0]), *cells]))
-    return lines
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
+    return [
+        "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))])
+        for row in rows
+    ]
 
 
 def load_results(path: Path) -> list[Mapping[str, Any]]:

@@ -336,7 +336,11 @@ class _Scorer:
 def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float | None]) -> dict[str, Any]:
     """One contender's result on one question, as ``results.jsonl`` and the report hold it."""
     trace = outcome.trace
-    events = [] if trace is None else [e for e in trace.events if e.kind in ("llm", "retrieval")]
+    timeline = [
+        {"kind": e.kind, "name": e.name, "start_s": round(e.start_s, 4), "latency_s": round(e.latency_s, 4)}
+        for e in ([] if trace is None else trace.events)
+        if e.kind in ("llm", "retrieval")
+    ]
     return {
         "answer": outcome.answer,
         "error": outcome.error,
@@ -350,15 +354,7 @@ def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float 
         "output_tokens": outcome.output_tokens,
         "latency_s": round(outcome.latency_s, 6),
         "fallbacks": None if trace is None else [e.name for e in trace.fallbacks],
-        "timeline": [
-            {
-                "kind": e.kind,
-                "name": e.name,
-                "start_s": round(e.start_s, 4),
-                "latency_s": round(e.latency_s, 4),
-            }
-            for e in events
-        ],
+        "timeline": timeline,
     }
 
 
