@@ -94,9 +94,10 @@ class GuardMiddleware:
         if raw is None:
             return None
         declared = raw.decode("latin-1")
-        if not declared.strip().isdigit():
+        digits = declared.strip()
+        if not (digits.isascii() and digits.isdigit()):  # "²".isdigit(), but int("²") fails
             return error_response(400, f"invalid Content-Length {declared!r}")
-        return self._too_large() if int(declared) > self.max_body_bytes else None
+        return self._too_large() if int(digits) > self.max_body_bytes else None
 
     def _too_large(self) -> ASGIApp:
         return error_response(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -11,6 +13,9 @@ from serve_helpers import TOKEN, ScriptedLLM, Server, make_rag, serving
 
 from selfrag_core import SelfIRAG
 from selfrag_core.serve import ServeSettings
+
+if TYPE_CHECKING:
+    from starlette.types import Message, Receive, Scope, Send
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +85,35 @@ def test_oversized_bodies_are_413_declared_or_chunked(guarded: Server) -> None:
         chunked = c.post("/documents", content=chunks(), headers={"Content-Type": "application/json"})
         assert chunked.status_code == 413
         assert c.get("/healthz").json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("declared", [b"\xb2", b"12a", b"", b"-1", b"\xd9\xa1"])  # "\xb2" is "²"
+def test_a_malformed_content_length_is_400(declared: bytes) -> None:
+    from selfrag_core.serve.middleware import GuardMiddleware
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:  # pragma: no cover
+        raise AssertionError("a refused request must not reach the app")
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def receive() -> Message:  # pragma: no cover
+        return {"type": "http.disconnect"}
+
+    guard = GuardMiddleware(app, settings=ServeSettings(max_body_bytes=2_000))
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/documents",
+        "headers": [(b"content-length", declared)],
+    }
+    asyncio.run(guard(scope, receive, send))
+    assert sent[0]["status"] == 400
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["error"]["type"] == "bad_request"
+    assert body["error"]["message"].startswith("invalid Content-Length")
 
 
 def test_beyond_the_concurrency_bound_is_503_with_retry_after(guarded: Server) -> None:
