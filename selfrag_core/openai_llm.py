@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.protocols import LLMOutput
-from selfrag_core.replay import _blocking, _unsuspended
+from selfrag_core.workers import blocking, unsuspended
 
 logger = logging.getLogger("selfrag")
 
@@ -256,11 +256,11 @@ class OpenAICompatibleLLM:
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         """JSON text for ``schema``, by the method the probe settled on (see the module docstring)."""
-        create = _blocking(self._sync_client().chat.completions.create)
+        create = blocking(self._sync_client().chat.completions.create)
         if self._method is None:
             with self._probe_lock:
-                return _unsuspended(self._structured(prompt, schema, create))
-        return _unsuspended(self._structured(prompt, schema, create))
+                return unsuspended(self._structured(prompt, schema, create))
+        return unsuspended(self._structured(prompt, schema, create))
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         client, probe_lock = self._on_loop()
@@ -271,9 +271,7 @@ class OpenAICompatibleLLM:
 
     def stream(self, prompt: str) -> Iterator[str | LLMOutput]:
         """The reply piece by piece; a last ``LLMOutput("")`` carries the token counts."""
-        chunks = _unsuspended(
-            self._open_stream(prompt, _blocking(self._sync_client().chat.completions.create))
-        )
+        chunks = unsuspended(self._open_stream(prompt, blocking(self._sync_client().chat.completions.create)))
         with self._translating():
             for chunk in chunks:
                 yield from _pieces(chunk)
@@ -296,7 +294,7 @@ class OpenAICompatibleLLM:
 
     # ------------------------------------------------------------------ internals
     # The sync and the async paths share these coroutines: ``create`` sends a request
-    # (``chat.completions.create``), blocking on the sync path (see ``_unsuspended``).
+    # (``chat.completions.create``), blocking on the sync path (see ``unsuspended``).
     @contextlib.contextmanager
     def _translating(self) -> Iterator[None]:
         """Raise an error of the client as :func:`_translated` says."""

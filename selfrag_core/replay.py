@@ -18,19 +18,19 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.llm import _ainvoke_once, _invoke_once, to_reply
 from selfrag_core.protocols import LLMOutput
+from selfrag_core.workers import blocking, unsuspended
 
 __all__ = ["CacheMissError", "CachedLLM"]
 
-T = TypeVar("T")
 #: how the model is called: ``invoke(llm, prompt, schema)``
 _Invoke = Callable[[Any, str, dict[str, Any] | None], Awaitable[Any]]
 
@@ -132,25 +132,6 @@ def _count(value: Any) -> int | None:
         return None if value is None else int(value)
     except (TypeError, ValueError):
         return None
-
-
-def _blocking(fn: Callable[..., T]) -> Callable[..., Coroutine[Any, Any, T]]:
-    """``fn`` as a coroutine function that never suspends (see :func:`_unsuspended`)."""
-
-    async def call(*args: Any, **kwargs: Any) -> T:
-        return fn(*args, **kwargs)
-
-    return call
-
-
-def _unsuspended(coroutine: Coroutine[Any, Any, T]) -> T:
-    """The result of a coroutine that never suspends: shared async logic run from sync
-    code, its waits and calls blocking (:func:`_blocking`)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    raise AssertionError("the coroutine suspended")  # pragma: no cover
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -404,10 +385,10 @@ class CachedLLM:
 
     # ------------------------------------------------------------------ the LLM protocols
     def generate(self, prompt: str) -> LLMOutput:
-        return _unsuspended(self._answer(prompt, None, None, _blocking(_invoke_once)))
+        return unsuspended(self._answer(prompt, None, None, blocking(_invoke_once)))
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        return _unsuspended(self._answer(prompt, schema, None, _blocking(_invoke_once)))
+        return unsuspended(self._answer(prompt, schema, None, blocking(_invoke_once)))
 
     async def agenerate(self, prompt: str) -> LLMOutput:
         return await self._answer(prompt, None, asyncio.get_running_loop(), _ainvoke_once)

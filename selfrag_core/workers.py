@@ -26,7 +26,7 @@ import concurrent.futures
 import contextvars
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -117,3 +117,23 @@ async def to_thread(fn: Callable[..., T], /, *args: Any) -> T:
     """``asyncio.to_thread`` on the library's own threads (see the module docstring):
     cancelling the awaiting task abandons the call."""
     return await asyncio.wrap_future(CALLS.submit(fn, *args))
+
+
+def blocking(fn: Callable[..., T]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """``fn`` as a coroutine function that never suspends (see :func:`unsuspended`): how
+    one async implementation serves a sync caller, its calls injected as blocking ones."""
+
+    async def call(*args: Any, **kwargs: Any) -> T:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def unsuspended(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends: shared async logic run from sync
+    code, its waits and calls blocking (:func:`blocking`)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("the coroutine suspended")  # pragma: no cover
