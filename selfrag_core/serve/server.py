@@ -42,15 +42,22 @@ def run(
     index_dir: str | None = None,
     llm_spec: str = "local",
     *,
+    settings: ServeSettings | None = None,
+    rag: Any = None,
+    llm: Any = None,
+    strategies: Mapping[str, Any] | None = None,
     log_level: str = "info",
-    **options: Any,
+    backend: str | None = None,
 ) -> None:
-    """Serve the strategies over the index in ``index_dir`` with the LLM ``llm_spec``
-    until interrupted. ``options`` are :func:`build_app`'s: ``settings`` (default
-    ``ServeSettings.from_env()``), ``rag``, ``llm`` and ``strategies`` already built, or
-    ``backend`` (a ``--backend`` spec, winning over ``index_dir``)."""
+    """Serve :func:`build_app`'s app until interrupted: the strategies over the index in
+    ``index_dir`` with the LLM ``llm_spec``, or over ``rag``, ``llm`` and ``strategies``
+    already built; ``settings`` default to ``ServeSettings.from_env()``; ``backend`` (a
+    ``--backend`` spec) wins over ``index_dir``."""
     _uvicorn()  # the install hint before any model loads
-    serve_forever(build_app(index_dir, llm_spec, **options), host, port, log_level)
+    app = build_app(
+        index_dir, llm_spec, settings=settings, rag=rag, llm=llm, strategies=strategies, backend=backend
+    )
+    serve_forever(app, host, port, log_level)
 
 
 def build_app(
