@@ -7,12 +7,14 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import set_config_context
+from langchain_core.runnables.utils import coro_with_context
 from pydantic import ConfigDict, Field, field_validator
 
-from selfrag_core import check_strategy
+from selfrag_core import arun_query, check_strategy, run_query
 from selfrag_core.types import RetrievedDoc
 from selfrag_langchain._convert import to_document
-from selfrag_langchain.runnable import ain_child_run, arun_strategy, in_child_run, run_strategy
 
 
 class StrategyRetriever(BaseRetriever):
@@ -41,26 +43,26 @@ class StrategyRetriever(BaseRetriever):
 
     def _documents(self, query: str, limit: int | None) -> list[RetrievedDoc]:
         if hasattr(self.strategy, "retrieve_documents"):
-            docs: list[RetrievedDoc] = self.strategy.retrieve_documents(query, top_k=limit)
-            return docs
-        return list(run_strategy(self.strategy, query).sources)
+            return list(self.strategy.retrieve_documents(query, top_k=limit))
+        return list(run_query(self.strategy, query).sources)
 
     async def _adocuments(self, query: str, limit: int | None) -> list[RetrievedDoc]:
         if hasattr(self.strategy, "aretrieve_documents"):
-            docs: list[RetrievedDoc] = await self.strategy.aretrieve_documents(query, top_k=limit)
-            return docs
-        return list((await arun_strategy(self.strategy, query)).sources)
+            return list(await self.strategy.aretrieve_documents(query, top_k=limit))
+        return list((await arun_query(self.strategy, query)).sources)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         limit = self._limit(k)
-        docs = in_child_run(run_manager, self._documents, query, limit)
+        with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
+            docs = context.run(self._documents, query, limit)
         return [to_document(d) for d in docs[:limit]]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         limit = self._limit(k)
-        docs = await ain_child_run(run_manager, self._adocuments, query, limit)
+        with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
+            docs = await coro_with_context(self._adocuments(query, limit), context)
         return [to_document(d) for d in docs[:limit]]

@@ -2,50 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar, Union
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Union
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForChainRun,
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForChainRun,
-    CallbackManagerForRetrieverRun,
-)
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import set_config_context
-from langchain_core.runnables.utils import AddableDict, coro_with_context
+from langchain_core.runnables.utils import AddableDict
 from pydantic import ConfigDict, field_validator
 
 from selfrag_core import arun_query, check_strategy, run_query
 from selfrag_langchain._convert import question_of, result_output
 
-T = TypeVar("T")
 Input = Union[str, dict[str, Any]]
 Output = dict[str, Any]
-RunManager = Union[CallbackManagerForChainRun, CallbackManagerForRetrieverRun]
-AsyncRunManager = Union[AsyncCallbackManagerForChainRun, AsyncCallbackManagerForRetrieverRun]
-
-
-def run_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:
-    """The strategy's result for ``question``, through the core's one runner."""
-    return run_query(strategy, question, context)
-
-
-async def arun_strategy(strategy: Any, question: str, context: dict[str, Any] | None = None) -> Any:
-    """Async :func:`run_strategy`."""
-    return await arun_query(strategy, question, context)
-
-
-def in_child_run(run_manager: RunManager, fn: Callable[..., T], *args: Any) -> T:
-    """Call ``fn`` so that LangChain calls inside it are child runs of ``run_manager``'s run."""
-    with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
-        return context.run(fn, *args)
-
-
-async def ain_child_run(run_manager: AsyncRunManager, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Async :func:`in_child_run`."""
-    with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
-        return await coro_with_context(fn(*args), context)
 
 
 class SelfRAGRunnable(RunnableSerializable[Input, Output]):
@@ -79,27 +47,23 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
 
     def _run(self, value: Input) -> Output:
         question, context = question_of(value)
-        return result_output(run_strategy(self.strategy, question, context), question)
+        return result_output(run_query(self.strategy, question, context), question)
 
     async def _arun(self, value: Input) -> Output:
         question, context = question_of(value)
-        return result_output(await arun_strategy(self.strategy, question, context), question)
+        return result_output(await arun_query(self.strategy, question, context), question)
 
-    def _chunks(self, inputs: Iterator[Input], run_manager: CallbackManagerForChainRun) -> Iterator[Output]:
+    def _chunks(self, inputs: Iterator[Input]) -> Iterator[Output]:
         for value in inputs:
             question, context = question_of(value)
-            with set_config_context(RunnableConfig(callbacks=run_manager.get_child())):
-                for event in self.strategy.stream(question, context):
-                    yield _chunk(event, question)
+            for event in self.strategy.stream(question, context):
+                yield _chunk(event, question)
 
-    async def _achunks(
-        self, inputs: AsyncIterator[Input], run_manager: AsyncCallbackManagerForChainRun
-    ) -> AsyncIterator[Output]:
+    async def _achunks(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
         async for value in inputs:
             question, context = question_of(value)
-            with set_config_context(RunnableConfig(callbacks=run_manager.get_child())):
-                async for event in self.strategy.astream(question, context):
-                    yield _chunk(event, question)
+            async for event in self.strategy.astream(question, context):
+                yield _chunk(event, question)
 
     def stream(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Output]:
         yield from self._transform_stream_with_config(iter([input]), self._chunks, config, **kwargs)
