@@ -1,11 +1,8 @@
 """Every conversion between LangChain objects and selfrag's types, in one place.
 
-* ``Document`` <-> ``RetrievedDoc``: a score travels in the metadata as ``score`` with
-  its ``score_kind`` ("similarity", "distance" or "unknown"); a ``score`` without a
-  ``score_kind`` is the user's own metadata and is left alone.
-* a model reply (``AIMessage``, string, structured output) -> ``LLMOutput``.
-* runnable input (a string or ``{"question": ...}``) -> question and context.
-* a strategy result -> the runnable's output dict.
+A score travels in a ``Document``'s metadata as ``score`` with its ``score_kind``
+("similarity", "distance" or "unknown"); a ``score`` without a ``score_kind`` is the
+user's own metadata and is left alone.
 """
 
 from __future__ import annotations
@@ -25,9 +22,6 @@ SCORE_KEY = "score"
 KIND_KEY = "score_kind"
 #: keys of an input dict holding the question (the first present wins)
 QUESTION_KEYS = ("question", "query", "input")
-
-
-# ------------------------------------------------------------------ documents
 
 
 def to_document(doc: RetrievedDoc) -> Document:
@@ -55,14 +49,6 @@ def from_document(
         id=None if doc_id is None else str(doc_id),
         score_kind=kind if score is not None else ScoreKind.UNKNOWN,
     )
-
-
-def scored_document(doc: Document, score: float, kind: ScoreKind) -> Document:
-    """A copy of ``doc`` carrying its score, for a traced retriever run."""
-    return to_document(from_document(doc, score, kind))
-
-
-# ------------------------------------------------------------------ model replies
 
 
 def _usage(message: Any) -> tuple[int | None, int | None]:
@@ -101,31 +87,27 @@ def structured_output(out: Mapping[str, Any], model_name: str) -> LLMOutput:
     return LLMOutput(json.dumps(data, ensure_ascii=False), *_usage(raw))
 
 
-# ------------------------------------------------------------------ runnable input / output
-
-
 def question_of(value: Any) -> tuple[str, dict[str, Any] | None]:
     """The question (and optional ``context`` dict) from a runnable's input."""
     if isinstance(value, str):
         return value, None
-    if isinstance(value, Mapping):
-        for key in QUESTION_KEYS:
-            if key in value:
-                question = value[key]
-                if not isinstance(question, str):
-                    raise TypeError(f"input[{key!r}] must be a str, got {type(question).__name__}")
-                context = value.get("context")
-                if context is not None and not isinstance(context, Mapping):
-                    raise TypeError(f"input['context'] must be a dict, got {type(context).__name__}")
-                return question, None if context is None else dict(context)
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"input must be a str or a dict with a 'question' key, got {type(value).__name__}; "
+            'in LCEL, map it first: {"question": RunnablePassthrough()} | runnable'
+        )
+    key = next((k for k in QUESTION_KEYS if k in value), None)
+    if key is None:
         raise ValueError(
             f"the input dict has no question: expected one of the keys {list(QUESTION_KEYS)}, "
             f"got {sorted(map(str, value))}"
         )
-    raise TypeError(
-        f"input must be a str or a dict with a 'question' key, got {type(value).__name__}; "
-        'in LCEL, map it first: {"question": RunnablePassthrough()} | runnable'
-    )
+    question, context = value[key], value.get("context")
+    if not isinstance(question, str):
+        raise TypeError(f"input[{key!r}] must be a str, got {type(question).__name__}")
+    if context is not None and not isinstance(context, Mapping):
+        raise TypeError(f"input['context'] must be a dict, got {type(context).__name__}")
+    return question, None if context is None else dict(context)
 
 
 _LIFTED = ("answer", "sources", "citations", "trace")

@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field
 
 from selfrag_core.retrieval import astore_search, store_search
 from selfrag_core.types import RetrievedDoc, ScoreKind
-from selfrag_langchain._convert import from_document, scored_document
+from selfrag_langchain._convert import from_document, to_document
 
 ScoreMode = Literal["relevance", "raw"]
 
@@ -61,7 +61,7 @@ class VectorStoreSearch(BaseRetriever):
         if kind is ScoreKind.UNKNOWN:  # unscored documents
             return list(found)
         kind = kind or raw_score_kind(self.vectorstore)
-        return [scored_document(doc, score, kind) for doc, score in found]
+        return [to_document(from_document(doc, score, kind)) for doc, score in found]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
@@ -80,18 +80,6 @@ class VectorStoreSearch(BaseRetriever):
         return self._documents(*found)
 
 
-def _with_k(retriever: BaseRetriever, k: int) -> BaseRetriever:
-    """A copy of ``retriever`` returning ``k`` documents, where it has such a setting."""
-    fields = type(retriever).model_fields
-    for name in ("k", "top_k"):
-        if name in fields:
-            return retriever.model_copy(update={name: k})
-    if "search_kwargs" in fields:
-        search_kwargs = getattr(retriever, "search_kwargs", None) or {}
-        return retriever.model_copy(update={"search_kwargs": {**search_kwargs, "k": k}})
-    return retriever
-
-
 class LangChainBackend:
     """``retrieve(query, top_k)`` / ``aretrieve`` over a LangChain retriever.
 
@@ -105,15 +93,23 @@ class LangChainBackend:
 
     def __init__(self, retriever: BaseRetriever) -> None:
         self.retriever = retriever
-        self._passes_k = isinstance(retriever, VectorStoreSearch)
 
     def __repr__(self) -> str:
         return f"LangChainBackend({self.retriever.get_name()})"
 
     def _call(self, top_k: int) -> tuple[BaseRetriever, dict[str, Any]]:
-        if self._passes_k:
-            return self.retriever, {"k": top_k}
-        return _with_k(self.retriever, top_k), {}
+        """The retriever to call for ``top_k`` documents, and the call's keyword arguments."""
+        retriever = self.retriever
+        if isinstance(retriever, VectorStoreSearch):
+            return retriever, {"k": top_k}
+        fields = type(retriever).model_fields
+        for name in ("k", "top_k"):
+            if name in fields:
+                return retriever.model_copy(update={name: top_k}), {}
+        if "search_kwargs" in fields:
+            search_kwargs = {**(getattr(retriever, "search_kwargs", None) or {}), "k": top_k}
+            return retriever.model_copy(update={"search_kwargs": search_kwargs}), {}
+        return retriever, {}
 
     def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever, kwargs = self._call(top_k)
