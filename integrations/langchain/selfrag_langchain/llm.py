@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -19,26 +19,24 @@ from selfrag_langchain._convert import reply_output, structured_output
 logger = logging.getLogger("selfrag")
 
 StructuredMode = Literal["auto", "json_schema", "json_mode", "off"]
-_MODES = ("auto", "json_schema", "json_mode", "off")
+_MODES = get_args(StructuredMode)
 
 
 class LangChainLLM:
     """Wrap a LangChain model for the strategies.
 
     ``LangChainLLM(model, *, structured="auto", config=None)``. ``generate`` /
-    ``agenerate`` call ``model.invoke`` / ``ainvoke``; the JSON steps
-    (``generate_structured``) go through ``model.with_structured_output(schema,
-    method=..., include_raw=True)``: ``"auto"`` tries ``json_schema`` then
-    ``json_mode``, and uses plain text (parsed by the core's tolerant parser) when the
-    model supports neither, at binding or when the call fails (logged; every JSON step
-    tries again, so a passing outage does not turn structured output off);
-    ``"off"`` always uses plain text. Token usage
-    (``usage_metadata``) is returned with the text, so it reaches ``result.trace``.
-    An empty message raises ``LLMCallError`` (the core retries it as a failed attempt).
+    ``agenerate`` call ``model.invoke`` / ``ainvoke``; the JSON steps go through
+    ``model.with_structured_output(schema, method=..., include_raw=True)``: ``"auto"``
+    tries ``json_schema`` then ``json_mode``, then plain text (parsed by the core's
+    tolerant parser) when the model supports neither, at binding or when the call fails
+    (logged; only a method the server refused is not tried again); ``"off"`` always uses
+    plain text. Token usage (``usage_metadata``) reaches ``result.trace``. An empty
+    message raises ``LLMCallError`` (the core retries it as a failed attempt).
 
-    Calls run inside the caller's LangChain run: under ``SelfRAGRunnable`` they are
-    child runs of the chain. ``config`` (a ``RunnableConfig``) is merged into every call's
-    (its callbacks are added to the run's, its tags and metadata to the run's).
+    Calls are child runs of the caller's LangChain run (e.g. under ``SelfRAGRunnable``).
+    ``config`` (a ``RunnableConfig``) is merged into every call's: its callbacks, tags
+    and metadata are added to the run's.
     """
 
     def __init__(
@@ -68,7 +66,6 @@ class LangChainLLM:
         would replace the inherited ones, and the call would leave the caller's run."""
         return None if self.config is None else merge_configs(ensure_config(), self.config)
 
-    # ---------------------------------------------------------------- text
     def generate(self, prompt: str) -> LLMOutput:
         return reply_output(self.model.invoke(prompt, self._config()), str(self.name))
 
@@ -83,16 +80,14 @@ class LangChainLLM:
         async for chunk in self.model.astream(prompt, self._config()):
             yield chunk
 
-    # ---------------------------------------------------------------- JSON steps
     def structured_runnable(self, schema: Mapping[str, Any]) -> Runnable[Any, Any] | None:
         """The model bound to ``schema`` by the first method it accepts, or None when it
         supports no structured output."""
         return next((bound for _, bound in self._bindings(schema)), None)
 
     def _bindings(self, schema: Mapping[str, Any]) -> Iterator[tuple[str, Runnable[Any, Any]]]:
-        """The model bound to ``schema`` by each method to try, in order, each bound only
-        when the one before could not be used (cached per schema and method); a method
-        the server refused is not tried again."""
+        """The model bound to ``schema`` by each method to try, in order, each bound (and
+        cached) only when the one before could not be used; refused methods are skipped."""
         if self.structured == "off":
             return
         key = json.dumps(schema, sort_keys=True)
@@ -118,10 +113,8 @@ class LangChainLLM:
 
     def _refused(self, method: str, error: Exception) -> tuple[str, str]:
         """``auto``: a server may accept the binding and refuse the request (e.g. a 400
-        for ``response_format``, or llama.cpp's 500 for ``json_schema``): the next method
-        is tried, then plain text. A refusal by HTTP status (400, 422, 500, 501) or
-        ``NotImplementedError`` is remembered, so the method is not tried again. Returns
-        the fallback for the query's trace."""
+        for ``response_format``): the next method is tried, then plain text. A refusal by
+        HTTP status or ``NotImplementedError`` is remembered. Returns the trace's fallback."""
         if self.structured != "auto":
             raise error
         remembered = (
