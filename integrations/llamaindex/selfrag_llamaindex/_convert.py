@@ -70,12 +70,6 @@ def node_from_doc(doc: RetrievedDoc, known: Mapping[str, BaseNode] | None = None
     return NodeWithScore(node=TextNode(text=doc.text, id_=doc_id(doc), metadata=metadata), score=score)
 
 
-def nodes_from_docs(
-    docs: list[RetrievedDoc], known: Mapping[str, BaseNode] | None = None
-) -> list[NodeWithScore]:
-    return [node_from_doc(d, known) for d in docs]
-
-
 # ----------------------------------------------------------------- queries and results
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import AsyncGenerator, Generator, Iterator
 from typing import Any
 
@@ -14,32 +13,19 @@ from llama_index.core.base.response.schema import (
     Response,
     StreamingResponse,
 )
+from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation.events.query import QueryEndEvent, QueryStartEvent
 from llama_index.core.query_engine import CustomQueryEngine
-from llama_index.core.schema import QueryType
-from pydantic import Field, field_validator
+from llama_index.core.schema import NodeWithScore, QueryType
+from pydantic import field_validator
 
 from selfrag_core import arun_query, check_strategy, observe_trace, run_query
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import nodes_from_docs, note, query_text, response_metadata
+from selfrag_llamaindex._convert import node_from_doc, note, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
 from selfrag_llamaindex.llm import LlamaIndexLLM
 
 dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]
-
-
-def run_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:
-    """The strategy's result for ``query``, through the core's one runner."""
-    return run_query(strategy, query, context)
-
-
-async def arun_strategy(strategy: Any, query: str, context: dict[str, Any] | None) -> Any:
-    return await arun_query(strategy, query, context)
-
-
-def _chunks(text: str) -> Generator[str, None, None]:
-    """The answer in word-sized chunks (leading whitespace kept), for streaming."""
-    yield from re.findall(r"\s*\S+", text) or [text]
 
 
 class SelfRAGQueryEngine(CustomQueryEngine):
@@ -54,27 +40,26 @@ class SelfRAGQueryEngine(CustomQueryEngine):
 
     ``aquery`` runs the strategy's ``aquery`` on the event loop (never blocking it).
     With ``streaming=True`` the result is a ``StreamingResponse`` (``AsyncStreamingResponse``
-    from ``aquery``) whose generator yields the final answer's text as the strategy's
-    LLM produces it (HyDE's answer, the recursive merge; SelfIRAG and SelfHealingRAG pick
-    their answer only at the end, so it comes in one piece); ``source_nodes`` and
-    ``metadata`` are filled in when the stream ends. During a query, the engine's ``callback_manager`` sees a
-    QUERY event, an LLM event per call of a :class:`LlamaIndexLLM` and a RETRIEVE
-    event per retrieval of an :func:`as_backend` backend, and a SUB_QUESTION event per
-    sub-question of a decomposition, from when it is asked until it is answered; instrumentation
-    handlers see the query span and, through LlamaIndex's own LLMs and retrievers,
-    their events. ``context`` is passed to every ``strategy.query`` (e.g.
-    ``{"filters": ...}``).
+    from ``aquery``) yielding the final answer's text as the strategy's LLM produces it
+    (SelfIRAG and SelfHealingRAG pick their answer only at the end, so it comes in one
+    piece); ``source_nodes`` and ``metadata`` are filled in when the stream ends.
+
+    During a query, the engine's ``callback_manager`` sees a QUERY event, an LLM event
+    per call of a :class:`LlamaIndexLLM`, a RETRIEVE event per retrieval of an
+    :func:`as_backend` backend and a SUB_QUESTION event per sub-question of a
+    decomposition, from when it is asked until it is answered; instrumentation handlers
+    see the query span and, through LlamaIndex's own LLMs and retrievers, their events.
+    ``context`` is passed to every query (e.g. ``{"filters": ...}``).
     """
 
     strategy: Any
     streaming: bool = False
-    context: dict[str, Any] | None = Field(default=None)
+    context: dict[str, Any] | None = None
 
     @field_validator("strategy")
     @classmethod
     def _check_strategy(cls, value: Any) -> Any:
-        check_strategy(value)
-        return value
+        return check_strategy(value)
 
     @classmethod
     def from_llamaindex(
@@ -93,7 +78,6 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         extra = {} if callback_manager is None else {"callback_manager": callback_manager}
         return cls(strategy=strategy, streaming=streaming, **extra)
 
-    # ------------------------------------------------------------------ LlamaIndex entry points
     @dispatcher.span
     def query(self, str_or_query_bundle: QueryType) -> RESPONSE_TYPE:
         dispatcher.event(QueryStartEvent(query=str_or_query_bundle))
@@ -118,118 +102,92 @@ class SelfRAGQueryEngine(CustomQueryEngine):
     async def acustom_query(self, query_str: str) -> RESPONSE_TYPE:
         return await self._arespond(query_str, [])
 
-    # ------------------------------------------------------------------ shared pre/post
-    def _streams_tokens(self) -> bool:
-        return self.streaming
-
     def _respond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
-        if self._streams_tokens():
-            response = StreamingResponse(_chunks(""), [], {})
-            response.response_gen = self._token_gen(query, notes, response)
-            return response
-        with self._observed(query) as (ev, observation):
-            result = run_strategy(self.strategy, query, self.context)
-            return self._response(result, notes, observation, ev, asynchronous=False)
+        if self.streaming:
+            nodes: list[NodeWithScore] = []
+            metadata: dict[str, Any] = {}
+            return StreamingResponse(self._token_gen(query, notes, nodes, metadata), nodes, metadata)
+        with self._observed(query, notes) as (ev, scope):
+            return self._response(run_query(self.strategy, query, self.context), scope, ev)
 
     async def _arespond(self, query: str, notes: list[dict[str, Any]]) -> RESPONSE_TYPE:
-        if self._streams_tokens():
-            response = AsyncStreamingResponse(_achunks(""), [], {})
-            response.response_gen = self._atoken_gen(query, notes, response)
-            return response
-        with self._observed(query) as (ev, observation):
-            result = await arun_strategy(self.strategy, query, self.context)
-            return self._response(result, notes, observation, ev, asynchronous=True)
+        if self.streaming:
+            nodes: list[NodeWithScore] = []
+            metadata: dict[str, Any] = {}
+            return AsyncStreamingResponse(self._atoken_gen(query, notes, nodes, metadata), nodes, metadata)
+        with self._observed(query, notes) as (ev, scope):
+            return self._response(await arun_query(self.strategy, query, self.context), scope, ev)
 
     def _token_gen(
-        self, query: str, notes: list[dict[str, Any]], response: Any
+        self, query: str, notes: list[dict[str, Any]], nodes: list[NodeWithScore], metadata: dict[str, Any]
     ) -> Generator[str, None, None]:
-        """The final answer's tokens as the strategy's LLM produces them; the sources and
-        metadata are filled in on ``response`` when the stream ends."""
-        scope = _QueryScope(self, query)
+        """The final answer's tokens as the strategy's LLM produces them; the response's
+        ``nodes`` and ``metadata`` are filled in when the stream ends."""
+        scope = _QueryScope(self, query, notes)
         with (
-            self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev,
+            self.callback_manager.event(CBEventType.QUERY, payload=scope.payload) as ev,
             contextlib.closing(_Stepped(scope, self.strategy.stream(query, self.context))) as events,
         ):
             for event in events:
-                if (text := self._streamed(event, scope, notes, response, ev)) is not None:
+                if (text := self._streamed(event, scope, nodes, metadata, ev)) is not None:
                     yield text
 
     async def _atoken_gen(
-        self, query: str, notes: list[dict[str, Any]], response: Any
+        self, query: str, notes: list[dict[str, Any]], nodes: list[NodeWithScore], metadata: dict[str, Any]
     ) -> AsyncGenerator[str, None]:
-        scope = _QueryScope(self, query)
-        with self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev:
+        scope = _QueryScope(self, query, notes)
+        with self.callback_manager.event(CBEventType.QUERY, payload=scope.payload) as ev:
             async with contextlib.aclosing(
                 _Stepped(scope, self.strategy.astream(query, self.context))
             ) as events:
                 async for event in events:
-                    if (text := self._streamed(event, scope, notes, response, ev)) is not None:
+                    if (text := self._streamed(event, scope, nodes, metadata, ev)) is not None:
                         yield text
 
     def _streamed(
-        self, event: Any, scope: _QueryScope, notes: list[dict[str, Any]], response: Any, ev: Any
+        self, event: Any, scope: _QueryScope, nodes: list[NodeWithScore], metadata: dict[str, Any], ev: Any
     ) -> str | None:
-        """The text a stream event gives the consumer; the result (None) completes ``response``."""
+        """The text a stream event gives the consumer; the result (None) fills in ``nodes``
+        and ``metadata``."""
         if event.kind == "token":
             return str(event.text)
         if event.kind == "reset":
             return scope.restart()
-        self._complete(response, event.result, notes, scope.observation, ev)
+        final = self._response(event.result, scope, ev)
+        nodes.extend(final.source_nodes)
+        metadata.update(final.metadata or {})
+        if any(n["name"] == "stream_restarted" for n in scope.observation.notes):
+            metadata["answer"] = str(event.result.answer)  # the streamed text is not only the answer
         return None
 
-    def _complete(
-        self, response: Any, result: Any, notes: list[dict[str, Any]], observation: Any, ev: Any
-    ) -> None:
-        final = self._response(result, notes, observation, ev, asynchronous=False, stream=False)
-        response.source_nodes.extend(final.source_nodes)
-        response.metadata = {**(response.metadata or {}), **(final.metadata or {})}
-        if any(n["name"] == "stream_restarted" for n in observation.notes):
-            response.metadata["answer"] = str(result.answer)  # the streamed text is not only the answer
-
     @contextlib.contextmanager
-    def _observed(self, query: str) -> Iterator[tuple[Any, _events.Observation]]:
-        scope = _QueryScope(self, query)
-        with (
-            self.callback_manager.event(_events.CBEventType.QUERY, payload=scope.payload) as ev,
-            scope.active(),
-        ):
-            yield ev, scope.observation
+    def _observed(self, query: str, notes: list[dict[str, Any]]) -> Iterator[tuple[Any, _QueryScope]]:
+        scope = _QueryScope(self, query, notes)
+        with self.callback_manager.event(CBEventType.QUERY, payload=scope.payload) as ev, scope.active():
+            yield ev, scope
 
-    def _response(
-        self,
-        result: Any,
-        notes: list[dict[str, Any]],
-        observation: _events.Observation,
-        ev: Any,
-        *,
-        asynchronous: bool,
-        stream: bool | None = None,
-    ) -> RESPONSE_TYPE:
-        answer = str(result.answer)
-        nodes = nodes_from_docs(list(getattr(result, "sources", None) or []), observation.nodes)
-        metadata = response_metadata(result, self.strategy, notes + observation.notes)
-        response: RESPONSE_TYPE
-        if not (self.streaming if stream is None else stream):
-            response = Response(answer, nodes, metadata)
-        elif asynchronous:
-            response = AsyncStreamingResponse(_achunks(answer), nodes, metadata)
-        else:
-            response = StreamingResponse(_chunks(answer), nodes, metadata)
-        ev.on_end(payload={_events.EventPayload.RESPONSE: response})
+    def _response(self, result: Any, scope: _QueryScope, ev: Any) -> Response:
+        observation = scope.observation
+        nodes = [node_from_doc(d, observation.nodes) for d in getattr(result, "sources", None) or []]
+        metadata = response_metadata(result, self.strategy, scope.notes + observation.notes)
+        response = Response(str(result.answer), nodes, metadata)
+        ev.on_end(payload={EventPayload.RESPONSE: response})
         return response
 
 
 class _QueryScope:
     """What one query sets while it runs: the observation (LLM and RETRIEVE events on the
     engine's callback manager, adapter notes, the backend's nodes by id) and the reporter
-    of sub-questions. :meth:`active` sets them as context variables. A streamed response
-    enters it around each step of the strategy's stream only, so that nothing stays set
-    in the consumer's context between steps, after the stream, or when an abandoned stream
-    is closed from another context (where resetting a context variable raises)."""
+    of sub-questions; ``notes`` are those taken on the query itself. :meth:`active` sets
+    them as context variables. A streamed response enters it around each step of the
+    strategy's stream only, so that nothing stays set in the consumer's context between
+    steps, after the stream, or when an abandoned stream is closed from another context
+    (where resetting a context variable raises)."""
 
-    def __init__(self, engine: SelfRAGQueryEngine, query: str) -> None:
+    def __init__(self, engine: SelfRAGQueryEngine, query: str, notes: list[dict[str, Any]]) -> None:
         manager = engine.callback_manager
-        self.payload: dict[str, Any] = {_events.EventPayload.QUERY_STR: query}
+        self.payload: dict[str, Any] = {EventPayload.QUERY_STR: query}
+        self.notes = notes
         self.observation = _events.Observation(manager)
         self.reporter = _events.sub_question_reporter(manager, type(engine.strategy).__name__)
 
@@ -279,8 +237,3 @@ class _Stepped:
 
     async def aclose(self) -> None:
         await self.events.aclose()
-
-
-async def _achunks(text: str) -> AsyncGenerator[str, None]:
-    for chunk in _chunks(text):
-        yield chunk

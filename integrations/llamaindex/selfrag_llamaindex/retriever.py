@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from selfrag_core import check_strategy
+from selfrag_core import arun_query, check_strategy, run_query
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import nodes_from_docs, query_text
-from selfrag_llamaindex.query_engine import arun_strategy, run_strategy
+from selfrag_llamaindex._convert import node_from_doc, query_text
 
 
 class StrategyRetriever(BaseRetriever):
@@ -46,28 +44,23 @@ class StrategyRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query, _ = query_text(query_bundle)  # what the bundle carries that is not used is logged
-        with self._observed() as seen:
+        with _events.observing(_events.Observation(self.callback_manager)) as seen:
             fused = getattr(self.strategy, "retrieve_documents", None)
             if callable(fused):
                 docs = fused(query, self.top_k, self.context)
             else:
-                docs = self._sources(run_strategy(self.strategy, query, self.context))
-        return nodes_from_docs(docs, seen.nodes)
+                docs = self._sources(run_query(self.strategy, query, self.context))
+        return [node_from_doc(d, seen.nodes) for d in docs]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query, _ = query_text(query_bundle)
-        with self._observed() as seen:
+        with _events.observing(_events.Observation(self.callback_manager)) as seen:
             fused = getattr(self.strategy, "aretrieve_documents", None)
             if callable(fused):
                 docs = await fused(query, self.top_k, self.context)
             else:
-                docs = self._sources(await arun_strategy(self.strategy, query, self.context))
-        return nodes_from_docs(docs, seen.nodes)
-
-    def _observed(self) -> AbstractContextManager[_events.Observation]:
-        """The strategy's LLM calls reach this retriever's callback manager, and its
-        documents come back as the backend's own nodes (ids, ``ref_doc_id``, metadata)."""
-        return _events.observing(_events.Observation(self.callback_manager))
+                docs = self._sources(await arun_query(self.strategy, query, self.context))
+        return [node_from_doc(d, seen.nodes) for d in docs]
 
     def _sources(self, result: Any) -> list[RetrievedDoc]:
         docs = list(getattr(result, "sources", None) or [])
