@@ -130,15 +130,3 @@ def sub_question_reporter(manager: CallbackManager, tool_name: str) -> Callable[
         manager.on_event_end(CBEventType.SUB_QUESTION, payload=payload, event_id=event_id)
 
     return report
-
-
-__all__ = [
-    "CBEventType",
-    "EventPayload",
-    "Observation",
-    "end",
-    "event",
-    "observing",
-    "record",
-    "sub_question_reporter",
-]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.schema import Document
 
 from selfrag_core.types import RetrievedDoc
@@ -45,7 +46,7 @@ class LlamaIndexBackend:
         return f"LlamaIndexBackend({type(self.index or self.retriever).__name__})"
 
     def retriever_for(self, top_k: int) -> Any:
-        if self.index is not None:  # a new one each time (a few µs), so it sees the index as it is now
+        if self.index is not None:  # a new one each time, so it sees the index as it is now
             return self.index.as_retriever(similarity_top_k=top_k)
         with self._lock:
             if top_k not in self._by_k:
@@ -64,24 +65,24 @@ class LlamaIndexBackend:
 
     def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
-        with _events.event(*self._start(query, top_k, retriever)) as ev:
+        with self._event(query, top_k, retriever) as ev:
             nodes = retriever.retrieve(query)
-            _events.end(ev, {_events.EventPayload.NODES: nodes})
+            _events.end(ev, {EventPayload.NODES: nodes})
         return self._docs(nodes, top_k)
 
     async def aretrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:
         retriever = self.retriever_for(top_k)
-        with _events.event(*self._start(query, top_k, retriever)) as ev:
+        with self._event(query, top_k, retriever) as ev:
             nodes = await retriever.aretrieve(query)
-            _events.end(ev, {_events.EventPayload.NODES: nodes})
+            _events.end(ev, {EventPayload.NODES: nodes})
         return self._docs(nodes, top_k)
 
     @staticmethod
-    def _start(query: str, top_k: int, retriever: Any) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:
+    def _event(query: str, top_k: int, retriever: Any) -> AbstractContextManager[Any]:
         def payload() -> dict[Any, Any]:
-            return {_events.EventPayload.QUERY_STR: query, _events.EventPayload.TOP_K: top_k}
+            return {EventPayload.QUERY_STR: query, EventPayload.TOP_K: top_k}
 
-        return _events.CBEventType.RETRIEVE, payload, getattr(retriever, "callback_manager", None)
+        return _events.event(CBEventType.RETRIEVE, payload, getattr(retriever, "callback_manager", None))
 
     @staticmethod
     def _docs(nodes: list[Any], top_k: int) -> list[RetrievedDoc]:

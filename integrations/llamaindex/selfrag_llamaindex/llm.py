@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
+from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import PydanticProgramMode
@@ -55,24 +57,22 @@ class LlamaIndexLLM:
     def __repr__(self) -> str:
         return f"LlamaIndexLLM({type(self.llm).__name__}, structured={self.structured})"
 
-    # ------------------------------------------------------------------ plain completion
     def generate(self, prompt: str) -> LLMOutput:
-        with _events.event(*self._start(prompt)) as ev:
+        with self._event(prompt) as ev:
             out = llm_output(self.llm.complete(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
 
     async def agenerate(self, prompt: str) -> LLMOutput:
-        with _events.event(*self._start(prompt)) as ev:
+        with self._event(prompt) as ev:
             out = llm_output(await self.llm.acomplete(prompt))
             _events.end(ev, self._end(prompt, out.text))
         return out
 
-    # ------------------------------------------------------------------ streaming
     def stream(self, prompt: str) -> Iterator[LLMOutput]:
         """The completion's pieces as the LLM streams them (``stream_complete``): each
         chunk's ``delta``, with the token counts a chunk reports (usually the last)."""
-        with _events.event(*self._start(prompt)) as ev:
+        with self._event(prompt) as ev:
             parts: list[str] = []
             for chunk in self.llm.stream_complete(prompt):
                 if piece := _piece(chunk):
@@ -81,7 +81,7 @@ class LlamaIndexLLM:
             _events.end(ev, self._end(prompt, "".join(parts)))
 
     async def astream(self, prompt: str) -> AsyncIterator[LLMOutput]:
-        with _events.event(*self._start(prompt)) as ev:
+        with self._event(prompt) as ev:
             parts: list[str] = []
             async for chunk in await self.llm.astream_complete(prompt):
                 if piece := _piece(chunk):
@@ -89,11 +89,10 @@ class LlamaIndexLLM:
                     yield piece
             _events.end(ev, self._end(prompt, "".join(parts)))
 
-    # ------------------------------------------------------------------ JSON steps
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         if self.structured:
             try:
-                with _events.event(*self._start(prompt)) as ev, _usage.counting() as usage:
+                with self._event(prompt) as ev, _usage.counting() as usage:
                     value = self.llm.structured_predict(
                         model_from_schema(schema), _VERBATIM, selfrag_prompt=prompt
                     )
@@ -106,7 +105,7 @@ class LlamaIndexLLM:
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         if self.structured:
             try:
-                with _events.event(*self._start(prompt)) as ev, _usage.counting() as usage:
+                with self._event(prompt) as ev, _usage.counting() as usage:
                     value = await self.llm.astructured_predict(
                         model_from_schema(schema), _VERBATIM, selfrag_prompt=prompt
                     )
@@ -126,19 +125,15 @@ class LlamaIndexLLM:
             )
         )
 
-    # ------------------------------------------------------------------ events
-    def _start(self, prompt: str) -> tuple[Any, Callable[[], dict[Any, Any]], Any]:
+    def _event(self, prompt: str) -> AbstractContextManager[Any]:
         def payload() -> dict[Any, Any]:  # (an LLM's metadata is often a new pydantic object per read)
-            return {
-                _events.EventPayload.PROMPT: prompt,
-                _events.EventPayload.MODEL_NAME: self.llm.metadata.model_name,
-            }
+            return {EventPayload.PROMPT: prompt, EventPayload.MODEL_NAME: self.llm.metadata.model_name}
 
-        return _events.CBEventType.LLM, payload, getattr(self.llm, "callback_manager", None)
+        return _events.event(CBEventType.LLM, payload, getattr(self.llm, "callback_manager", None))
 
     @staticmethod
     def _end(prompt: str, text: str) -> dict[str, Any]:
-        return {_events.EventPayload.PROMPT: prompt, _events.EventPayload.COMPLETION: text}
+        return {EventPayload.PROMPT: prompt, EventPayload.COMPLETION: text}
 
 
 def _piece(chunk: Any) -> LLMOutput | None:
