@@ -21,10 +21,10 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +32,14 @@ from selfrag_core.store import ann
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name
 from selfrag_core.store.lexical import LexicalIndex, Postings, Tokenizer
-from selfrag_core.store.persist import VECTORS_FILE, ChunkColumns, Delta, EmbedderMismatchError, StoredIndex
+from selfrag_core.store.persist import (
+    VECTORS_FILE,
+    ChunkColumns,
+    Delta,
+    EmbedderMismatchError,
+    LazySequence,
+    StoredIndex,
+)
 from selfrag_core.types import _json_safe
 
 logger = logging.getLogger("selfrag")
@@ -52,31 +59,7 @@ class IndexedChunk:
     tokens: list[str] | None  # None: not tokenised yet (restored from disk)
 
 
-class _ChunkSequence(Sequence[IndexedChunk]):
-    """A sequence of chunks made by :meth:`_at` (a position in range) when asked for."""
-
-    def _at(self, i: int) -> IndexedChunk:
-        raise NotImplementedError
-
-    @overload
-    def __getitem__(self, i: int) -> IndexedChunk: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[IndexedChunk]: ...
-
-    def __getitem__(self, i: int | slice) -> IndexedChunk | list[IndexedChunk]:
-        if isinstance(i, slice):
-            return [self._at(j) for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError("chunk position out of range")
-        return self._at(i % len(self))
-
-    def __iter__(self) -> Iterator[IndexedChunk]:
-        for i in range(len(self)):
-            yield self._at(i)
-
-
-class StoredChunks(_ChunkSequence):
+class StoredChunks(LazySequence[IndexedChunk]):
     """The chunks of a restored index, read from its memory-mapped columns: each
     :class:`IndexedChunk` is made when it is asked for (its metadata parsed and checked then)."""
 
@@ -139,14 +122,6 @@ def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return dict(metadata)
 
 
-def _check_source(source: Any) -> str | None:
-    if source is None:
-        return None
-    if not isinstance(source, str) or not source.strip():
-        raise TypeError(f"source must be a non-empty str or None, got {source!r}")
-    return source
-
-
 def _digest(*parts: str) -> str:
     """SHA-256 of the parts (each ended by a NUL): content-addressed ids and checksums."""
     h = hashlib.sha256()
@@ -164,7 +139,7 @@ def _declared_dim(embedder: Any) -> int | None:
     return None
 
 
-class Chunks(_ChunkSequence):
+class Chunks(LazySequence[IndexedChunk]):
     """The index's chunks, in order: the ones of the saved base it was restored from that
     are still in it (``kept``: their positions in ``base``; None: all of them), then the
     ones added since (``tail``). Deleting chunks replaces ``kept`` and ``tail`` by what
@@ -240,6 +215,17 @@ class Chunks(_ChunkSequence):
         return Chunks(self.base, kept, [self.tail[int(i) - base] for i in positions[split:]])
 
 
+def _columns(chunks: Sequence[IndexedChunk], sources: Mapping[str, str]) -> ChunkColumns:
+    """The chunks and their sources as a save writes them."""
+    return ChunkColumns.build(
+        [c.id for c in chunks],
+        [c.text for c in chunks],
+        [_json_safe(c.metadata) for c in chunks],
+        [c.source for c in chunks],
+        sources,
+    )
+
+
 # ----------------------------------------------------------------------------- the index
 
 
@@ -298,14 +284,6 @@ class Index:
                 sources = self._sources
         return sources
 
-    @sources.setter
-    def sources(self, sources: dict[str, str]) -> None:
-        self._sources = sources
-
-    def chunk_metadata(self) -> Iterable[dict[str, Any]]:
-        """Every chunk's metadata, in order (what metadata filters test; call under the lock)."""
-        return self.chunks.metadata()
-
     # ------------------------------------------------------------------ adding and deleting
 
     def prepare(
@@ -315,7 +293,8 @@ class Index:
         (given, or computed from the text, metadata and chunker settings) already."""
         text = check_text(text)
         meta = check_metadata(metadata)
-        source = _check_source(source)
+        if source is not None and (not isinstance(source, str) or not source.strip()):
+            raise TypeError(f"source must be a non-empty str or None, got {source!r}")
         meta_json = json.dumps(meta, sort_keys=True)
         if source is None:  # content-addressed: never collides with another document
             source = "doc-" + _digest(text, meta_json)[:16]
@@ -552,11 +531,6 @@ class Index:
             scores, known = scores[kept], known[kept]
         return scores, known
 
-    def exact_dense(self, positions: np.ndarray, qvec: np.ndarray) -> np.ndarray:
-        """The exact cosine scores of the chunks at ``positions`` for one query vector."""
-        scores: np.ndarray = self.vectors(positions) @ qvec
-        return scores
-
     def _ann(self, part: str) -> ann.ApproximateIndex | None:
         """The approximate index over the base's or the tail's vectors when they number
         :data:`~selfrag_core.store.ann.ANN_THRESHOLD` or more and faiss is installed (read
@@ -606,11 +580,7 @@ class Index:
             deleted = np.setdiff1d(np.arange(len(chunks.base), dtype=np.int64), kept, assume_unique=True)
             if built == (stored.postings is not None):
                 sources = self.sources
-                names = {c.source: sources[c.source] for c in tail}
-                columns = ChunkColumns.build(
-                    [c.id for c in tail], [c.text for c in tail],
-                    [_json_safe(c.metadata) for c in tail], [c.source for c in tail], names,
-                )  # fmt: skip
+                columns = _columns(tail, {c.source: sources[c.source] for c in tail})
                 postings = self._lexical.postings(in_base) if built else None
                 vectors = self._tail_matrix() if VECTORS_FILE in delta_of["files"] else None
                 return {"delta": Delta(dict(delta_of), columns, vectors, postings, deleted)}
@@ -624,13 +594,7 @@ class Index:
         if chunks.base is not None and chunks.kept is None and not chunks.tail:
             columns = chunks.base.columns  # unchanged since restored: written as they are
         else:
-            columns = ChunkColumns.build(
-                [c.id for c in chunks],
-                [c.text for c in chunks],
-                [_json_safe(c.metadata) for c in chunks],
-                [c.source for c in chunks],
-                self.sources,
-            )
+            columns = _columns(chunks, self.sources)
         return {"columns": columns, "vectors": vectors, "postings": postings, "ann": approximate}
 
     def _whole_ann(self) -> ann.ApproximateIndex | None:

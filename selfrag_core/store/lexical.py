@@ -47,20 +47,11 @@ def _normalise_arabic(text: str) -> str:
     return _AR_MARKS.sub("", text).translate(_AR_LETTERS)
 
 
-def _is_arabic(word: str) -> bool:
-    return "\u0600" <= word[0] <= "\u06ff"
-
-
 def _light_arabic_stem(word: str) -> str:
     for prefix in _AR_PREFIXES:
         if word.startswith(prefix) and len(word) - len(prefix) >= 2:
             return word[len(prefix) :]
     return word
-
-
-def _english_stopwords() -> frozenset[str]:
-    stopwords = _import_bm25s().stopwords
-    return frozenset(stopwords.STOPWORDS_EN)
 
 
 def _import_bm25s() -> Any:
@@ -105,14 +96,15 @@ class Tokenizer:
             if snowball_ar is not None:  # Snowball leaves the article on short words: strip it first
                 self._stem_ar = lambda word: snowball_ar(_light_arabic_stem(word))
         self.stemming = "pystemmer" if self._stem_en is not None else "light"
-        self._stop = _english_stopwords() | {_normalise_arabic(w) for w in _ARABIC_STOPWORDS}
+        english = _import_bm25s().stopwords.STOPWORDS_EN
+        self._stop = frozenset(english) | {_normalise_arabic(w) for w in _ARABIC_STOPWORDS}
         self._cache: dict[str, str] = {}
 
     def _term(self, word: str) -> str:
         """The index term of a new word ("" for a stopword), remembered in the cache."""
         if word in self._stop:
             term = ""
-        elif _is_arabic(word):
+        elif "\u0600" <= word[0] <= "\u06ff":  # Arabic
             term = self._stem_ar(word)
         else:
             term = self._stem_en(word) if self._stem_en is not None else word
@@ -167,10 +159,6 @@ class Postings:
         return cls(
             vocab, counts.astype(np.float32), docs.astype(np.int32), indptr, lengths.astype(np.int32), k1, b
         )
-
-    @classmethod
-    def empty(cls, k1: float, b: float) -> Postings:
-        return cls.build([], k1, b)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -257,7 +245,7 @@ class LexicalIndex:
         self.rebuilds = 0
         self.segments: list[tuple[int, Postings]] = []  # (first document number, postings)
         self._live: np.ndarray | None = None  # position >= 0, made once per change of position
-        self._changed = False  # documents added or deleted since the last refresh
+        self.stale = False  # documents added or deleted since the last refresh
         self.position = np.zeros(0, np.int64)
         self.counted: np.ndarray | None = None  # None: every document numbered so far
         self._norm: np.ndarray | None = None  # k1 * (1 - b + b * length / average), per document
@@ -299,14 +287,9 @@ class LexicalIndex:
         self.counted = None
         self.refresh()
 
-    def append(self, tokens: Sequence[list[str]], first: int) -> None:
-        """Add documents at the chunk positions ``first``, ``first + 1``, ...: a new segment
-        of their tokens alone. They count in the statistics from the next refresh."""
-        if tokens:
-            self.append_postings(Postings.build(tokens, self.k1, self.b), first)
-
     def append_postings(self, postings: Postings, first: int) -> None:
-        """Add a segment whose documents are at the chunk positions ``first``, ``first + 1``, ..."""
+        """Add a segment whose documents are at the chunk positions ``first``, ``first + 1``,
+        ... They count in the statistics from the next refresh."""
         if self.counted is None:
             self.counted = np.ones(self.documents, dtype=bool)
         self.segments.append((self.documents, postings))
@@ -314,7 +297,7 @@ class LexicalIndex:
             (self.position, np.arange(first, first + len(postings), dtype=np.int64))
         )
         self.counted = np.concatenate((self.counted, np.zeros(len(postings), dtype=bool)))
-        self._changed = True
+        self.stale = True
 
     def keep(self, positions: Sequence[int] | np.ndarray) -> None:
         """The chunks at ``positions`` (ascending) stay, renumbered from 0; the others are
@@ -326,19 +309,14 @@ class LexicalIndex:
         self.position = position
         if self.counted is None:
             self.counted = np.ones(self.documents, dtype=bool)
-        self._changed = True
-
-    @property
-    def stale(self) -> bool:
-        """Whether documents were added or deleted since the last refresh."""
-        return self._changed
+        self.stale = True
 
     def refresh(self) -> None:
         """Count the live documents in the statistics (cheap: no document is read), then
         merge segments when there are many, or many deleted documents."""
         live = self.live
         self.counted = None if live.all() else live
-        self._changed = False
+        self.stale = False
         self._counted = int(live.sum())
         lengths = np.concatenate([p.lengths for _, p in self.segments]) if self.segments else np.zeros(0)
         total = int(lengths[live].sum(dtype=np.int64)) if self._counted else 0

@@ -18,10 +18,8 @@ Layout (format 4)::
 The string columns are the chunks' ``ids``, ``texts`` and ``metadata`` (one JSON object
 each) and the ``sources`` with their ``checksums``. Opening an index reads the manifest and
 ``store.json`` and memory-maps every array (read-only): nothing is tokenised, embedded,
-rebuilt or decoded; the columns are checked as wholes, vectorised (headers, shapes,
-offsets ascending from 0 to the blob's end, source positions in range), and a chunk's
-strings are decoded and its metadata parsed and checked when it is read
-(:class:`StringColumn`, :class:`ChunkColumns`).
+rebuilt or decoded; a chunk's strings are decoded and its metadata parsed and checked
+when it is read (:class:`StringColumn`, :class:`ChunkColumns`).
 
 Formats 1 and 2 kept the chunks and sources in ``store.json`` (JSON records); indexes in
 them still load (read whole, each record checked). Format 1 had no BM25 files either, and
@@ -31,22 +29,20 @@ at the first search, once.
 The next save writes the current format.
 
 A save writes a fresh ``data-<hex>`` directory (under a temporary name, renamed when
-complete), then replaces ``manifest.json`` with ``os.replace``: the manifest switch is
-the single atomic step, so a crash at any point leaves the previous index loadable.
-Older data directories are removed afterwards. Loading only reads; a missing,
-corrupt or foreign directory raises :class:`IndexFormatError` and touches nothing.
-Every manifest field is checked (type, range, file names plain and inside the index)
-before any data file is opened, then the checksums (of the files up to
-:data:`VERIFY_LIMIT`, or of all with ``verify=True``), the chunk records (formats 1 and 2;
-from format 3 on each record is checked when it is read) and every array's header, shape and
-size (and the values of the arrays that index others: offsets, positions); no
-exception from ``json``, ``numpy`` or the file system gets out as anything but an
-:class:`IndexFormatError`. Arrays are checked from their ``.npy`` header, then mapped
-with ``allow_pickle=False``; nothing is ever unpickled.
+complete), then replaces ``manifest.json`` with ``os.replace``, the single atomic step: a
+crash at any point leaves the previous index loadable. Older data directories are removed
+afterwards. Loading only reads: every manifest field is checked (type, range, file names
+plain and inside the index) before any data file is opened, then the checksums (see
+:data:`VERIFY_LIMIT`), the chunk records of formats 1 and 2, every array's ``.npy`` header,
+shape and size, and the values of the arrays that index others (offsets, positions).
+Arrays are mapped with ``allow_pickle=False``. A missing, corrupt or foreign directory
+raises :class:`IndexFormatError` (never an exception of ``json``, ``numpy`` or the file
+system) and touches nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -59,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard, overload
+from typing import Any, TypeGuard, TypeVar, overload
 
 import numpy as np
 
@@ -108,6 +104,9 @@ DELTA_FILES = (*(name for name in FILES[4] if name != ANN_FILE), DELETED_FILE)
 DELTA_REQUIRED = (*REQUIRED[4], DELETED_FILE)
 
 
+T = TypeVar("T")
+
+
 class IndexFormatError(RAGSystemError):
     """An index directory is missing, corrupt, foreign, or from an incompatible version."""
 
@@ -116,7 +115,33 @@ class EmbedderMismatchError(IndexFormatError):
     """The index was built with a different embedder (name or dimension) than the one given."""
 
 
-class StringColumn(Sequence[str]):
+class LazySequence(Sequence[T]):
+    """A sequence whose items are made by :meth:`_at` (a position in range) when asked for."""
+
+    __slots__ = ()
+
+    def _at(self, i: int) -> T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"position {i} of {len(self)}")
+        return self._at(i % len(self))
+
+    def __iter__(self) -> Iterator[T]:
+        for i in range(len(self)):
+            yield self._at(i)
+
+
+class StringColumn(LazySequence[str]):
     """Strings stored end to end as one UTF-8 byte array (``blob``, memory-mapped when
     loaded) with ``offsets`` (int64, one more than the strings): string ``i`` is
     ``blob[offsets[i]:offsets[i + 1]]``, decoded when it is read. ``where``: the file
@@ -140,30 +165,13 @@ class StringColumn(Sequence[str]):
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"string {i} of {n}")
+    def _at(self, i: int) -> str:
         start, end = self.offsets[i : i + 2].tolist()
         raw = self.blob[start:end].tobytes()
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise IndexFormatError(f"{self.where}: string {i} is not UTF-8 ({e}); {_FIX}") from e
-
-    def __iter__(self) -> Iterator[str]:
-        for i in range(len(self)):
-            yield self[i]
 
 
 @dataclass(frozen=True)
@@ -274,49 +282,42 @@ def _sha256(path: Path) -> str:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # platforms without directory fds
         fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
+def _write_file(path: Path, data: bytes | np.ndarray) -> None:
+    """``data`` (bytes, or an array as ``.npy``) written to ``path`` and synced."""
     with path.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _write_array(path: Path, array: np.ndarray) -> None:
-    with path.open("wb") as f:
-        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            np.save(f, np.ascontiguousarray(data), allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
 
 
 def _write_postings(data: Path, postings: Postings) -> None:
     params = {"k1": postings.k1, "b": postings.b, "terms": postings.terms()}
-    _write_bytes(data / BM25_FILE, json.dumps(params, ensure_ascii=False).encode("utf-8"))
-    _write_array(data / BM25_TF, postings.tf.astype(np.float32, copy=False))
-    _write_array(data / BM25_INDICES, postings.indices.astype(np.int32, copy=False))
-    _write_array(data / BM25_INDPTR, postings.indptr.astype(np.int64, copy=False))
-    _write_array(data / BM25_LENGTHS, postings.lengths.astype(np.int32, copy=False))
+    _write_file(data / BM25_FILE, json.dumps(params, ensure_ascii=False).encode("utf-8"))
+    _write_file(data / BM25_TF, postings.tf.astype(np.float32, copy=False))
+    _write_file(data / BM25_INDICES, postings.indices.astype(np.int32, copy=False))
+    _write_file(data / BM25_INDPTR, postings.indptr.astype(np.int64, copy=False))
+    _write_file(data / BM25_LENGTHS, postings.lengths.astype(np.int32, copy=False))
 
 
 def _write_columns(data: Path, columns: ChunkColumns) -> None:
     for name in CHUNK_COLUMNS + SOURCE_COLUMNS:
         column: StringColumn = getattr(columns, name)
-        _write_array(data / f"{name}.npy", column.blob.astype(np.uint8, copy=False))
-        _write_array(data / f"{name}_offsets.npy", column.offsets.astype(np.int64, copy=False))
-    _write_array(data / CHUNK_SOURCES, columns.chunk_sources.astype(np.int32, copy=False))
+        _write_file(data / f"{name}.npy", column.blob.astype(np.uint8, copy=False))
+        _write_file(data / f"{name}_offsets.npy", column.offsets.astype(np.int64, copy=False))
+    _write_file(data / CHUNK_SOURCES, columns.chunk_sources.astype(np.int32, copy=False))
     store = {"sources": len(columns.sources)}
-    _write_bytes(data / STORE_FILE, json.dumps(store).encode("utf-8"))
+    _write_file(data / STORE_FILE, json.dumps(store).encode("utf-8"))
 
 
 def _read_json(path: Path) -> Any:
@@ -399,7 +400,8 @@ _SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 _OPTIONAL_SETTINGS = ("reranker",)
 _MANIFEST_KEYS = ("format", "format_version", "data", "files", "chunks", "embedder", "tokenizer", "settings")
-_DELTA_KEYS = ("data", "files", "chunks", "deleted")
+_DATA_KEYS = ("data", "files", "chunks")  # a data directory's entries in the manifest
+_DELTA_KEYS = (*_DATA_KEYS, "deleted")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -709,10 +711,6 @@ def _read_data(root: Path, manifest: dict[str, Any], verify: bool) -> StoredInde
     return stored
 
 
-def _same_data(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return all(a.get(key) == b.get(key) for key in ("data", "files", "chunks"))
-
-
 def load_index(
     path: str | os.PathLike[str], reuse: StoredIndex | None = None, *, verify: bool = False
 ) -> StoredIndex:
@@ -729,7 +727,7 @@ def load_index(
         raise IndexFormatError(f"no index directory at {root}; check the path or build the index first")
     manifest = _read_manifest(root)
     _check_manifest(manifest, root / MANIFEST)
-    if reuse is not None and _same_data(reuse.manifest, manifest):
+    if reuse is not None and all(reuse.manifest.get(k) == manifest.get(k) for k in _DATA_KEYS):
         stored = dataclasses.replace(reuse, manifest=manifest, delta=None, deleted=None)
     else:
         stored = _read_data(root, manifest, verify)
@@ -769,16 +767,22 @@ def _write_data(root: Path, write: Callable[[Path], None]) -> tuple[str, dict[st
 
 
 def _write_part(
-    columns: ChunkColumns, vectors: np.ndarray | None, postings: Postings | None, ann: Any = None
+    columns: ChunkColumns,
+    vectors: np.ndarray | None,
+    postings: Postings | None,
+    ann: Any = None,
+    deleted: np.ndarray | None = None,
 ) -> Callable[[Path], None]:
     def write(data: Path) -> None:
         _write_columns(data, columns)
         if vectors is not None:
-            _write_array(data / VECTORS_FILE, vectors.astype(np.float32, copy=False))
+            _write_file(data / VECTORS_FILE, vectors.astype(np.float32, copy=False))
             if ann is not None:
-                _write_array(data / ANN_FILE, ann.to_array())
+                _write_file(data / ANN_FILE, ann.to_array())
         if postings is not None:
             _write_postings(data, postings)
+        if deleted is not None:
+            _write_file(data / DELETED_FILE, deleted.astype(np.int64, copy=False))
 
     return write
 
@@ -817,22 +821,17 @@ def save_index(
             written.append(data)
             entries: dict[str, Any] = {"data": data, "files": files, "chunks": len(columns)}
         else:
-            entries = {key: delta.base[key] for key in ("data", "files", "chunks")}
+            entries = {key: delta.base[key] for key in _DATA_KEYS}
             if len(delta.columns) or len(delta.deleted):
-                part = _write_part(delta.columns, delta.vectors, delta.postings)
-
-                def write(data: Path) -> None:
-                    part(data)
-                    _write_array(data / DELETED_FILE, delta.deleted.astype(np.int64, copy=False))
-
-                data, files = _write_data(root, write)
+                part = _write_part(delta.columns, delta.vectors, delta.postings, deleted=delta.deleted)
+                data, files = _write_data(root, part)
                 written.append(data)
                 entries["delta"] = {
                     "data": data, "files": files, "chunks": len(delta.columns), "deleted": len(delta.deleted)
                 }  # fmt: skip
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **entries, **settings}
         manifest_tmp = root / f"{MANIFEST}.{uuid.uuid4().hex}.tmp"
-        _write_bytes(manifest_tmp, json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
+        _write_file(manifest_tmp, json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
         os.replace(manifest_tmp, root / MANIFEST)
         committed = True
         _fsync_dir(root)

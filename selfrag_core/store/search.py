@@ -166,7 +166,7 @@ def _mask(index: Index, metadata_filter: Any, filters: Mapping[str, Any]) -> np.
             return False
         return predicate is None or bool(predicate(dict(meta)))
 
-    return np.fromiter((keep(m) for m in index.chunk_metadata()), dtype=bool, count=len(index.chunks))
+    return np.fromiter((keep(m) for m in index.chunks.metadata()), dtype=bool, count=len(index.chunks))
 
 
 #: with an approximate dense index, the best chunks by BM25 whose dense scores are made exact
@@ -198,7 +198,7 @@ def _exact_where_needed(
         wanted.append(np.flatnonzero(valid))
     among = np.unique(np.concatenate(wanted))
     unknown = among[~known[among]]
-    dense[unknown] = index.exact_dense(unknown, qvec)
+    dense[unknown] = index.vectors(unknown) @ qvec
     return among
 
 

@@ -142,7 +142,7 @@ def test_a_crash_while_writing_a_delta_keeps_the_previous_index(
     def crash(path: Path, array: np.ndarray) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(persist, "_write_array", crash)
+    monkeypatch.setattr(persist, "_write_file", crash)
     with pytest.raises(OSError, match="disk full"):
         rag.save()
     monkeypatch.undo()

@@ -95,7 +95,7 @@ def test_failed_save_keeps_the_previous_index(tmp_path: Path, monkeypatch: pytes
         path.write_bytes(b"\x93NUMPY half written")
         raise OSError("disk full")
 
-    monkeypatch.setattr(persist, "_write_array", crash)
+    monkeypatch.setattr(persist, "_write_file", crash)
     with pytest.raises(OSError, match="disk full"):
         rag.save(tmp_path)
     assert snapshot(tmp_path) == before  # nothing half-written left behind
