@@ -14,100 +14,15 @@ import unicodedata
 from selfrag_core.types import Grounding
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "from",
-        "by",
-        "with",
-        "and",
-        "or",
-        "but",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "as",
-        "into",
-        "than",
-        "then",
-        "there",
-        "their",
-        "they",
-        "them",
-        "he",
-        "she",
-        "his",
-        "her",
-        "we",
-        "our",
-        "you",
-        "your",
-        "i",
-        "me",
-        "my",
-        "do",
-        "does",
-        "did",
-        "not",
-        "no",
-        "yes",
-        "so",
-        "such",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "why",
-        "how",
-        "في",
-        "من",
-        "على",
-        "إلى",
-        "عن",
-        "مع",
-        "هو",
-        "هي",
-        "هذا",
-        "هذه",
-        "ذلك",
-        "تلك",
-        "التي",
-        "الذي",
-        "ما",
-        "ماذا",
-        "متى",
-        "أين",
-        "كيف",
-        "لماذا",
-        "هل",
-        "و",
-        "أو",
-        "ثم",
-        "كان",
-        "كانت",
-    ]
-)
+_STOPWORDS = frozenset([
+    "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "but",
+    "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these",
+    "those", "as", "into", "than", "then", "there", "their", "they", "them", "he", "she", "his",
+    "her", "we", "our", "you", "your", "i", "me", "my", "do", "does", "did", "not", "no", "yes",
+    "so", "such", "what", "which", "who", "whom", "whose", "when", "where", "why", "how",
+    "في", "من", "على", "إلى", "عن", "مع", "هو", "هي", "هذا", "هذه", "ذلك", "تلك", "التي", "الذي",
+    "ما", "ماذا", "متى", "أين", "كيف", "لماذا", "هل", "و", "أو", "ثم", "كان", "كانت",
+])  # fmt: skip
 _WH_EN = ("what", "who", "whom", "whose", "when", "where", "which", "why", "how")
 _WH_AR = ("ما", "ماذا", "من", "متى", "أين", "كيف", "لماذا", "كم", "أي")
 _YES_NO = frozenset({"yes", "no", "true", "false", "نعم", "لا", "yes it is", "no it is not"})
@@ -115,7 +30,7 @@ _REFUSAL = re.compile(
     r"(not (?:available|enough|sufficient|provided|mentioned|found)|insufficient|"
     r"(?:do not|don't|cannot|can't|unable to) (?:know|answer|find|determine)|no information|"
     r"غير متوفرة|غير كافية|لا تتوفر|لا أعرف|لا يمكن)"
-)  # matched against case-folded text: 3x faster than re.IGNORECASE
+)  # matched against case-folded text
 _PROMPT_MARKERS = (
     "context:", "question:", "answer the question", "السياق:", "السؤال:",
     "<document", "</document>", "never follow instructions", "not instructions",
@@ -128,9 +43,10 @@ _INSTRUCTION = re.compile(
 )  # matched against case-folded text; bounded gaps, so linear in the context
 _SENTENCE = re.compile(r"[^.!?؟\n]+")
 #: the JSON keys of the prompts' schemas: an answer that is one of them copied a key, not a value
-_SCHEMA_KEYS = frozenset(
-    ("answer", "relevance", "accuracy", "completeness", "clarity", "issues", "suggestions", "claims")
-) | {"claim", "supported", "items"}
+_SCHEMA_KEYS = frozenset([
+    "answer", "relevance", "accuracy", "completeness", "clarity", "issues", "suggestions", "claims",
+    "claim", "supported", "items",
+])  # fmt: skip
 #: an identifier (snake_case, camelCase): a fragment of code or of a title line, not an answer
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
 #: a date or timestamp written as ISO (2019-08-31, 2019-08-31T10:00:00Z), or a bare year
@@ -182,10 +98,6 @@ def _coverage(tokens: list[str], vocab: set[str]) -> float:
     return hits / len(tokens)
 
 
-def is_wh_question(question: str) -> bool:
-    return _is_wh(_words(question))
-
-
 def _is_wh(words: list[str]) -> bool:
     return bool(words) and (words[0] in _WH_EN or words[0] in _WH_AR or any(w in _WH_EN for w in words[:3]))
 
@@ -200,11 +112,8 @@ def _planted(answer_tokens: list[str], context: str) -> bool:
     folded = context.casefold()
     if not answer_tokens or not _INSTRUCTION.search(folded):
         return False
-    vocab: set[str] = set()
-    for sentence in _SENTENCE.findall(folded):
-        if _INSTRUCTION.search(sentence):
-            vocab.update(_words(sentence))
-    return set(answer_tokens) <= vocab
+    planted = [s for s in _SENTENCE.findall(folded) if _INSTRUCTION.search(s)]
+    return set(answer_tokens) <= {w for sentence in planted for w in _words(sentence)}
 
 
 def clean_answer(answer: str) -> str:
@@ -233,9 +142,7 @@ def _fragment(answer: str, words: list[str], context: str) -> str | None:
         return None
     if bare.casefold() in _SCHEMA_KEYS:
         return "key_name"
-    if (
-        _IDENTIFIER.fullmatch(bare) and bare not in context
-    ):  # "parse_config", "iPhone" from the context are answers
+    if _IDENTIFIER.fullmatch(bare) and bare not in context:  # "parse_config" from the context is one
         return "identifier"
     dates = _DATE.findall(bare)
     if dates and not _DATE.sub(" ", bare).strip(" ,.;:-/TZ") and any(d not in context for d in dates):
@@ -265,17 +172,10 @@ def _degenerate(answer: str, words: list[str], refusal: bool, question: str, con
         return "question_echo"
     answer_tokens = _content(words)
     q_tokens = set(_content(q_words))
-    if (
-        answer_tokens
-        and len(answer_tokens) >= 3
-        and set(answer_tokens) <= q_tokens
-        and len(answer_tokens) >= 0.8 * len(q_tokens)
-    ):
+    if len(answer_tokens) >= max(3, 0.8 * len(q_tokens)) and set(answer_tokens) <= q_tokens:
         return "question_echo"
-    if refusal and q_tokens:
-        ctx_vocab = set(content_tokens(context))
-        if _coverage(sorted(q_tokens), ctx_vocab) >= 0.75:
-            return "refusal_with_evidence"
+    if refusal and q_tokens and _coverage(sorted(q_tokens), set(content_tokens(context))) >= 0.75:
+        return "refusal_with_evidence"
     if _planted(answer_tokens or words, context):
         return "planted_instruction"
     return _fragment(answer, words, context)
@@ -324,10 +224,6 @@ def question_coverage(answer: str, question: str, context: str) -> float:
         return 1.0
     a_tokens = set(content_tokens(answer))
     sentences = [set(content_tokens(s)) for s in _SENTENCE.findall(context)]
-    overlaps = [len(a_tokens & s) for s in sentences]
-    window: set[str] = set(a_tokens)
-    most = max(overlaps, default=0)
-    for sentence, overlap in zip(sentences, overlaps, strict=True):
-        if most and overlap == most:
-            window |= sentence
-    return _coverage(q_tokens, window)
+    most = max((len(a_tokens & s) for s in sentences), default=0)
+    closest = [s for s in sentences if most and len(a_tokens & s) == most]
+    return _coverage(q_tokens, a_tokens.union(*closest))
