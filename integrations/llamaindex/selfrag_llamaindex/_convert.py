@@ -1,16 +1,4 @@
-"""Every conversion between LlamaIndex objects and the core's types, in one place.
-
-* nodes -> ``RetrievedDoc`` (through the core's ``normalize_results``, which already
-  reads ``NodeWithScore`` with ``score=None``); nodes without text are counted so the
-  caller can report them;
-* ``RetrievedDoc`` -> ``NodeWithScore`` (ids kept for citations, a stable id made from
-  the text where the backend gave none);
-* a strategy's result -> ``Response`` metadata;
-* ``QueryType`` -> the query string (what a ``QueryBundle`` carries that the core
-  cannot use is reported, not dropped silently);
-* ``CompletionResponse`` -> ``LLMOutput`` (text plus token counts);
-* a JSON schema of the core -> a pydantic model for ``structured_predict``.
-"""
+"""Every conversion between LlamaIndex objects and the core's types, in one place."""
 
 from __future__ import annotations
 
@@ -29,9 +17,6 @@ from selfrag_core.retrieval import normalize_results
 from selfrag_core.types import RetrievedDoc, ScoreKind
 
 logger = logging.getLogger("selfrag")
-
-
-# ----------------------------------------------------------------- nodes <-> docs
 
 
 def docs_from_nodes(nodes: list[Any]) -> tuple[list[RetrievedDoc], list[str]]:
@@ -70,15 +55,12 @@ def node_from_doc(doc: RetrievedDoc, known: Mapping[str, BaseNode] | None = None
     return NodeWithScore(node=TextNode(text=doc.text, id_=doc_id(doc), metadata=metadata), score=score)
 
 
-# ----------------------------------------------------------------- queries and results
-
-
 def query_text(query: Any) -> tuple[str, list[dict[str, Any]]]:
     """The question of a ``str`` or ``QueryBundle``, with notes on what was not used.
 
     The core embeds the query text itself, so a bundle's ``custom_embedding_strs``,
-    precomputed ``embedding`` or ``image_path`` cannot be honoured: the documented fallback is to use
-    ``query_str`` and say so (in the log and in ``response.metadata["adapter_notes"]``).
+    ``embedding`` or ``image_path`` cannot be honoured: ``query_str`` is used, and the
+    log and ``response.metadata["adapter_notes"]`` say so.
     """
     if isinstance(query, str):
         return query, []
@@ -132,9 +114,6 @@ def response_metadata(result: Any, strategy: Any, notes: list[dict[str, Any]]) -
     return metadata
 
 
-# ----------------------------------------------------------------- LLM replies
-
-
 def llm_output(response: Any) -> LLMOutput:
     """Text and token counts of a ``CompletionResponse``: from ``raw["usage"]`` /
     ``raw.usage`` (OpenAI-style ``prompt_tokens`` / ``completion_tokens``, or
@@ -163,8 +142,6 @@ def _count(sources: list[dict[str, Any]], *keys: str) -> int | None:
                 return value
     return None
 
-
-# ----------------------------------------------------------------- JSON schema -> pydantic
 
 _SCALARS: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool}
 

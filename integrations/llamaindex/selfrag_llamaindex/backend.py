@@ -19,17 +19,14 @@ from selfrag_llamaindex._convert import docs_from_nodes, note
 class LlamaIndexBackend:
     """A selfrag backend over a LlamaIndex retriever or index (made by :func:`as_backend`).
 
-    ``retrieve(query, top_k)`` / ``aretrieve(query, top_k)`` call the retriever's public
+    ``retrieve(query, top_k)`` / ``aretrieve(query, top_k)`` call the retriever's
     ``retrieve`` / ``aretrieve`` and return ``RetrievedDoc`` with the node ids kept (for
-    citations) and node scores as similarities (``None`` where the retriever gives
-    none). The retriever used for a given ``top_k`` is an index's
-    ``as_retriever(similarity_top_k=top_k)`` (made for each query, so nodes inserted
-    into the index since are found), a copy of the retriever with its
-    ``similarity_top_k`` set (never the caller's object, so concurrent queries do not
-    race), or the retriever itself with its results sliced. Nodes without text (image
-    nodes) are skipped and reported (log and ``response.metadata["adapter_notes"]``).
-    A retriever that raises raises here; the core turns it into ``RetrievalError``
-    and the strategy's fallback.
+    citations) and node scores as similarities. The retriever for a ``top_k`` is an
+    index's ``as_retriever(similarity_top_k=top_k)`` (made for each query, so it finds
+    nodes inserted since), a copy of the retriever with its ``similarity_top_k`` set
+    (never the caller's object), or the retriever itself with its results sliced. Nodes
+    without text (image nodes) are skipped and reported in
+    ``response.metadata["adapter_notes"]``. Errors propagate (the core falls back).
     """
 
     score_kind = "similarity"

