@@ -81,14 +81,12 @@ def _reporting(active: CallbackManager, own: Any) -> CallbackManager | None:
     """``active``, or ``active`` with only the handlers that ``own`` lacks; None if none.
     (A shallow copy, not a new ``CallbackManager``: that would add LlamaIndex's global
     handler again, and the events belong to ``active``'s trace.)"""
-    if not active.handlers or active is own:
-        return None
     theirs = getattr(own, "handlers", None) or []
     missing = [h for h in active.handlers if not any(h is t for t in theirs)]
-    if len(missing) == len(active.handlers):
-        return active
     if not missing:
         return None
+    if len(missing) == len(active.handlers):
+        return active
     subset = copy.copy(active)
     subset.handlers = missing
     return subset
