@@ -1,24 +1,14 @@
 """An approximate nearest-neighbour index over the store's unit vectors (faiss, the ``ann`` extra).
 
 Above :data:`ANN_THRESHOLD` chunks the exact scan of the vector matrix costs more than a
-hybrid query can spend (p50 16 ms at 100,000 chunks of dim 256, 24 ms at 200,000, 113 ms
-at 1M, on a shared 2-core machine), so the store asks this index for :data:`RERANK`
-candidates and re-ranks them by their exact dot product
-(:meth:`ApproximateIndex.search_exact` does both): 1.4 ms and recall@10 0.998 at 100,000.
-Below it the exact scan is fast enough and exact, and stays.
+hybrid query can spend, so the store asks this index for :data:`RERANK` candidates and
+re-ranks them by their exact dot product (:meth:`ApproximateIndex.search_exact` does
+both). Below it the exact scan is fast enough and exact, and stays.
 
 The index is faiss's product quantisation with 4-bit codes scanned in SIMD registers
-("fast scan", ``PQ128x4fs`` for dim 256: a 4-bit code per pair of dimensions, 64 bytes a
-vector, a sixteenth of the float32 matrix), scanned whole for every query. At 1M hashing
-vectors of bench_scale's corpus: built in 8 s, 61 MiB, opened in 0.12 s, a query in about
-7 ms with recall@10 0.985 against the exact scan (0.97 with 500 candidates, 0.996 with
-2,000, though beyond about a thousand faiss keeps them in a slower heap); on SciFact
-(forced on, 5,183 abstracts, 1,109 claims) recall@10 1.000. ``benchmarks/bench_ann.py``
-measures it against faiss's IVF (flat, SQ8, PQ fast scan) and HNSW indexes, hnswlib and
-usearch: the hashing embeddings of short texts have so little cluster structure that an
-IVF must probe half its lists for recall 0.95 (IVF-flat at 1M: nprobe 512 of 1024, 48 ms)
-and the graphs stay near 0.6 recall on 200,000 vectors with ef 256 after builds of 1.5 to
-3 minutes on two cores (minutes more at 1M), and not deterministic ones.
+("fast scan", ``PQ128x4fs`` for dim 256: a 4-bit code per pair of dimensions), scanned
+whole for every query. Its recall, speed and size, and why not an IVF or a graph index
+(``benchmarks/bench_ann.py``), are in ``docs/benchmarks.md``.
 
 Built deterministically: the quantiser is trained on a seeded sample, single-threaded,
 and adding does not depend on the thread count. Persisted as faiss's own serialisation in

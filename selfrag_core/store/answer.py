@@ -10,7 +10,7 @@ the reference specification's :class:`QueryResult`, with the trace added.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig
@@ -31,11 +31,7 @@ class Usage:
     attempts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "attempts": self.attempts,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -119,16 +115,11 @@ class RAGSearch:
 
 
 class RetrieveThenAnswer(Strategy[QueryResult]):
-    """One search of a :class:`~selfrag_core.store.RAG`, then one LLM call whose prompt
-    holds the hits: :meth:`RAG.query` as a strategy. It runs on the engine like any
-    strategy (trace, ``ExecutionConfig`` budget and timeouts, ``stream``).
-
-    The ``top_k`` best hits for the question, with ``filters`` (and the query context's
-    ``metadata_filter`` and ``filters``), fill the ``answer`` prompt (override it with
-    ``prompts={"answer": ...}``) through :func:`format_hits` within
-    ``max_context_chars``. With ``allow_llm_on_empty=False`` and no hits, the LLM is not
-    called and the answer is empty. There is no fallback: a failed search or LLM call
-    raises, as the search or the LLM client raised it.
+    """:meth:`RAG.query` as a strategy: one search of a :class:`~selfrag_core.store.RAG`
+    (``filters``, and the query context's ``metadata_filter`` and ``filters``), then one
+    LLM call whose ``answer`` prompt holds the ``top_k`` hits (:func:`format_hits`, within
+    ``max_context_chars``). With ``allow_llm_on_empty=False`` and no hits, the LLM is not
+    called. There is no fallback: a failed search or LLM call raises as it was raised.
     """
 
     def __init__(

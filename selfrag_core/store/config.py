@@ -16,6 +16,11 @@ CONFIG_KEYS = (
 )  # fmt: skip
 
 
+def is_weight(value: Any) -> bool:
+    """Whether ``value`` is a number in [0, 1] (``bm25_alpha``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """The settings of a TOML file (keys at top level or under ``[rag]``), checked against
     :data:`CONFIG_KEYS`; a relative ``path`` is made relative to the file."""

@@ -6,11 +6,8 @@ replaced or deleted under it. The raw lexical and dense scores
 save writes and the restore from a saved index (:mod:`~selfrag_core.store.persist`).
 
 A restored index searches the saved vectors and BM25 arrays where they lie, memory-mapped:
-nothing is tokenised or rebuilt. Its chunks stay in their memory-mapped columns
-(:class:`StoredChunks`): a chunk is decoded when it is read (a search's hits), the sources
-when they are first asked for or changed, and all the chunks when the index is first
-changed (they become a list then). Their tokens are computed only if the BM25 statistics
-must be rebuilt (after documents are added or deleted), all at once then.
+nothing is tokenised or rebuilt, and a chunk is decoded only when it is read
+(:class:`StoredChunks`, :class:`Chunks`), its tokens only if BM25 must be rebuilt.
 """
 
 from __future__ import annotations
@@ -510,9 +507,8 @@ class Index:
         matrix: np.ndarray, index: ann.ApproximateIndex | None, qvecs: np.ndarray, kept: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         if index is None:
-            # einsum is single-threaded: a BLAS matrix-vector product spread over busy cores
-            # was ~5x slower on a shared 2-core machine (benchmarks/retrieval_scifact.py). It
-            # reads a memory-mapped matrix where it lies, without copying it.
+            # einsum: single-threaded (BLAS spread over busy cores was slower), and it reads
+            # a memory-mapped matrix where it lies
             exact: np.ndarray = np.einsum("ij,kj->ik", matrix, qvecs)
             return (exact if kept is None else exact[kept]), None
         # the queries and their negations in one pass over the codes: the best candidates,
@@ -574,14 +570,13 @@ class Index:
         chunks = self.chunks
         stored = self.stored
         if delta_of is not None and stored is not None and chunks.base is not None and self._small_delta():
-            in_base = chunks.in_base
             tail = chunks.tail
             kept = np.arange(len(chunks.base)) if chunks.kept is None else chunks.kept
             deleted = np.setdiff1d(np.arange(len(chunks.base), dtype=np.int64), kept, assume_unique=True)
             if built == (stored.postings is not None):
                 sources = self.sources
                 columns = _columns(tail, {c.source: sources[c.source] for c in tail})
-                postings = self._lexical.postings(in_base) if built else None
+                postings = self._lexical.postings(chunks.in_base) if built else None
                 vectors = self._tail_matrix() if VECTORS_FILE in delta_of["files"] else None
                 return {"delta": Delta(dict(delta_of), columns, vectors, postings, deleted)}
         vectors = None
@@ -636,12 +631,9 @@ class Index:
             if isinstance(dim, int):
                 self.check_dim(dim)
         delta = stored.delta
-        tail_sources: dict[str, str] = {}
-        tail: list[IndexedChunk] = []
-        if delta is not None and delta.columns is not None:
-            columns = delta.columns
-            tail = list(StoredChunks(columns))
-            tail_sources = columns.source_dict()
+        tail_columns = delta.columns if delta is not None else None
+        tail = [] if tail_columns is None else list(StoredChunks(tail_columns))
+        tail_sources = {} if tail_columns is None else tail_columns.source_dict()
         kept = None
         if stored.deleted is not None and len(stored.deleted):
             kept = np.setdiff1d(np.arange(len(stored), dtype=np.int64), stored.deleted, assume_unique=True)

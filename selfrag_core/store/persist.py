@@ -61,6 +61,7 @@ import numpy as np
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.store.chunking import CHUNKERS, Chunker
+from selfrag_core.store.config import is_weight
 from selfrag_core.store.dense import HashingEmbeddings
 from selfrag_core.store.lexical import Postings
 from selfrag_core.store.rerank import make_reranker
@@ -387,10 +388,7 @@ def _inside(root: Path, name: str) -> Path:
 
 #: the saved RAG settings: key -> (test, what is expected)
 _SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "bm25_alpha": (
-        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1,
-        "a number in [0, 1]",
-    ),
+    "bm25_alpha": (is_weight, "a number in [0, 1]"),
     "bm25_autorebuild": (lambda v: isinstance(v, bool), "true or false"),
     "stemmer": (lambda v: v in ("auto", "pystemmer", None), '"auto", "pystemmer" or null'),
     "chunker": (lambda v: isinstance(v, str) and v in CHUNKERS, f"one of {list(CHUNKERS)}"),

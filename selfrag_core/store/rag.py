@@ -24,7 +24,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.store.answer import QueryResult, RetrieveThenAnswer, Usage, answer_prompts, format_hits
 from selfrag_core.store.chunking import Chunker, TextChunk
-from selfrag_core.store.config import CONFIG_KEYS, read_config
+from selfrag_core.store.config import CONFIG_KEYS, is_weight, read_config
 from selfrag_core.store.dense import resolve_embedder
 from selfrag_core.store.index import Index, check_metadata, check_text
 from selfrag_core.store.lexical import Tokenizer
@@ -102,11 +102,7 @@ class RAG:
         self.chunker = Chunker(chunker, chunk_size, chunk_overlap)
         if bm25_alpha is None:
             bm25_alpha = 0.5 if self.embedder is not None else 0.0
-        if (
-            isinstance(bm25_alpha, bool)
-            or not isinstance(bm25_alpha, (int, float))
-            or not 0 <= bm25_alpha <= 1
-        ):
+        if not is_weight(bm25_alpha):
             raise ConfigurationError(f"bm25_alpha must be a number in [0, 1] or None, got {bm25_alpha!r}")
         if bm25_alpha > 0 and self.embedder is None:
             raise ConfigurationError(
@@ -173,9 +169,6 @@ class RAG:
     def set_generate_fn(self, generate_fn: Any) -> None:
         """Set or replace the default LLM of :meth:`query`."""
         self.generate_fn = generate_fn
-
-    def _identity(self) -> dict[str, Any] | None:
-        return self._index.identity()
 
     # ------------------------------------------------------------------ indexing
 
@@ -281,11 +274,9 @@ class RAG:
     async def asearch_many(
         self, queries: Sequence[str], top_k: int = 5, *, metadata_filter: Any = None, **filters: Any
     ) -> list[list[SearchHit]]:
-        """Async :meth:`search_many`. It runs in a worker thread unless the last search
-        took less than ``INLINE_SEARCH_S`` of CPU for as many queries (a small index, a
-        cheap embedder): then on the event loop, which costs less than the thread hop
-        and blocks it for less than a millisecond. Measured on every call, so a slow
-        embedder or reranker (or an index that grew) goes back to threads at once."""
+        """Async :meth:`search_many`: in a worker thread, or on the event loop while the
+        last search took less than ``INLINE_SEARCH_S`` of CPU for as many queries
+        (measured on every call: a slow embedder or a grown index goes back to threads)."""
         queries = query_list(queries)
         cost = self._search_cpu_s
         if cost is not None and cost * len(queries) < INLINE_SEARCH_S:
@@ -438,11 +429,11 @@ class RAG:
         }
         if self._reranker_spec is not None:
             settings["reranker"] = self._reranker_spec
-        tokenizer = self._index.tokenizer
         index = self._index
+        tokenizer = index.tokenizer
         with index.lock:
             manifest = {
-                "embedder": self._identity(),
+                "embedder": index.identity(),
                 "tokenizer": None if tokenizer is None else tokenizer.stemming,
                 "settings": settings,
             }
@@ -492,7 +483,7 @@ class RAG:
         chunk is decoded only when a search returns it (an index saved by an older selfrag, or
         with another ``stemmer``, has its BM25 statistics rebuilt at the first search).
         Every file's structure is checked, and its checksum up to 64 MiB; ``verify=True``
-        checks the checksums of the large files too (seconds at a million chunks)."""
+        checks the checksums of the large files too."""
         version = manifest_version(Path(path))  # before loading: a later save is seen later
         stored = load_index(path, verify=verify)  # the manifest is validated: settings and embedder typed
         settings = {k: v for k, v in stored.manifest["settings"].items() if k in CONFIG_KEYS}

@@ -47,7 +47,7 @@ def test_round_trip_keeps_chunks_sources_and_results(tmp_path: Path, embed: str 
         assert isinstance(loaded.embedder, HashingEmbeddings)
         h1, h2 = rag.search("capital")[0], loaded.search("capital")[0]
         assert h1.dense_score == pytest.approx(h2.dense_score)
-        assert manifest(tmp_path / "idx")["embedder"] == {"name": rag._identity()["name"], "dim": 256}  # type: ignore[index]
+        assert manifest(tmp_path / "idx")["embedder"] == {"name": rag._index.identity()["name"], "dim": 256}  # type: ignore[index]
 
 
 def test_path_argument_loads_and_saves(tmp_path: Path) -> None:
