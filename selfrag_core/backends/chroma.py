@@ -56,11 +56,6 @@ def _chromadb() -> Any:
     return chromadb
 
 
-def chunk_id(source: str, text: str) -> str:
-    """The stable id of a chunk: the SHA-256 of its source and its text."""
-    return _digest(source, text)
-
-
 def check_collection_name(name: Any) -> str:
     if not isinstance(name, str) or not _COLLECTION_NAME.match(name) or ".." in name:
         raise ConfigurationError(
@@ -316,7 +311,7 @@ class ChromaBackend:
                 raise type(e)(f"document {i}: {e}") from e
             kept = sources.setdefault(source, set())
             for chunk_text, meta in chunks:
-                chunk = chunk_id(source, chunk_text)
+                chunk = _digest(source, chunk_text)  # stable: the same text of a source, the same id
                 if chunk in kept:  # the same text twice in a document: stored once
                     continue
                 kept.add(chunk)

@@ -12,21 +12,19 @@ import numpy as np
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.local.embeddings import EMBEDDINGS_HINT, LocalEmbeddings, embeddings_available
-from selfrag_core.store.dense import HashingEmbeddings
+from selfrag_core.store.dense import resolve_embedder
 
 #: the embedder names the framework adapters take: MiniLM (the default) and hashing
 EMBEDDER_NAMES = ("minilm", "hashing")
 
 
 class SharedEmbedder:
-    """One selfrag embedder behind a framework's embeddings interface (the LangChain and
-    LlamaIndex adapters wrap this): ``embedder`` is an object with ``embed_documents``
-    and ``embed_query`` (``LocalEmbeddings()``, ``HashingEmbeddings()``, yours),
-    ``"minilm"`` or ``"hashing"``; None means MiniLM, checked now and loaded on the first
-    call. Vectors come back as lists of Python floats; calls are serialised (one model,
-    one caller at a time). Raises MissingDependencyError when MiniLM is wanted but not
-    installed, ConfigurationError for another name, TypeError for an object that is
-    not an embedder. ``owner`` names the wrapper in messages."""
+    """``embedder``: an object with ``embed_documents`` and ``embed_query``
+    (``LocalEmbeddings()``, ``HashingEmbeddings()``, yours), ``"minilm"`` or ``"hashing"``;
+    None means MiniLM, checked now and loaded on the first call. Vectors come back as lists
+    of Python floats; calls are serialised (one model, one caller at a time). Raises
+    MissingDependencyError when MiniLM is wanted but not installed, ConfigurationError for
+    another name, TypeError for a non-embedder. ``owner`` names the wrapper in messages."""
 
     def __init__(self, embedder: Any = None, *, owner: str = "SharedEmbedder") -> None:
         self._embedder = _resolve(embedder, owner)
@@ -84,21 +82,12 @@ def _resolve(embedder: Any, owner: str) -> Any:
                 f"or pass {owner}('hashing') or any embedder object"
             )
         return None
-    if isinstance(embedder, str):
-        if embedder == "hashing":
-            return HashingEmbeddings()
+    if isinstance(embedder, str) and embedder != "hashing":
         raise ConfigurationError(
             f"unknown embedder name {embedder!r}; use one of {', '.join(EMBEDDER_NAMES)} or pass an "
             "object with embed_documents(texts) and embed_query(text)"
         )
-    if not (
-        callable(getattr(embedder, "embed_documents", None))
-        and callable(getattr(embedder, "embed_query", None))
-    ):
-        raise TypeError(
-            f"{type(embedder).__name__} is not an embedder: it needs embed_documents and embed_query"
-        )
-    return embedder
+    return resolve_embedder(embedder)  # "hashing", or an object checked to be an embedder
 
 
 def _rows(vectors: Any, count: int) -> list[list[float]]:
