@@ -27,12 +27,6 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
-def require_llm(llm: Any) -> Any:
-    if not llm:
-        raise ValueError("llm is required: pass an LLM object (generate(prompt) -> str, or a framework LLM)")
-    return llm
-
-
 #: the answer when no acceptable answer could be generated (as in the reference specification)
 GENERATION_FAILED_ANSWER = "error in generating answer"
 #: the answer when retrieval finds nothing (as in the reference specification)
@@ -101,12 +95,18 @@ def retrieve_and_answer(
     if not docs:
         yield Note("not_enough_information", "retrieval returned no documents", {"query": query[:200]})
         return None, []
+    answer = yield from grounded_answer(strategy, query, docs, retries)
+    return answer, docs
+
+
+def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc], retries: int) -> Plan[str]:
+    """The ``grounded_answer`` prompt's answer from ``docs`` (streamed), checked
+    (:func:`checked_answer`); a failed LLM call raises at its ``yield``."""
     prompt = strategy.prompts.render(
         "grounded_answer", detect_language(query), context=format_context(docs), question=query
     )
     reply: LLMReply = yield Generate(strategy.llm, prompt, "answer", retries, stream=True)
-    answer = yield from checked_answer(reply.text.strip(), query, docs)
-    return answer, docs
+    return (yield from checked_answer(reply.text.strip(), query, docs))
 
 
 @dataclass(frozen=True)
@@ -126,17 +126,13 @@ class StreamEvent(Generic[R]):
     result: R | None = None
 
 
-def _answer_of(result: Any) -> str:
-    answer = getattr(result, "answer", "")
-    return answer if isinstance(answer, str) else ""
-
-
 def closing_events(streamed: str, result: Any) -> list[StreamEvent[Any]]:
     """What a stream sends before its result so that its tokens make up the answer:
     nothing when they already do; the answer when nothing visible was streamed (the
     strategy picks its answer at the end, or the LLM cannot stream); else a reset and
     the answer."""
-    answer = _answer_of(result)
+    answer = getattr(result, "answer", "")
+    answer = answer if isinstance(answer, str) else ""
     if streamed.strip() == answer.strip():
         return []
     events: list[StreamEvent[Any]] = [StreamEvent("reset")] if streamed.strip() else []
@@ -176,13 +172,11 @@ def _reports_finished(strategy: Any, run: Run) -> Iterator[None]:
 def run_query(
     strategy: Any, query: str, context: Mapping[str, Any] | None = None, *, run: Run | None = None
 ) -> Any:
-    """Answer ``query`` with ``strategy`` (anything with ``plan(query, context)``: every
-    strategy of the library, and yours), carried out with blocking calls: safe inside a
-    running event loop. ``run``: the per-query state (:class:`~selfrag_core.engine.Run`:
-    the ``ExecutionConfig`` whose budget and timeouts apply, a token sink, a trace
-    listener); default ``Run(strategy.execution)``. Returns the finished result (its
-    trace and wall time set); a StrategyError keeps its finished report. This is how
-    ``Strategy.query``, the CLI, the HTTP service and both adapters run a strategy."""
+    """Answer ``query`` with ``strategy`` (anything with ``plan(query, context)``) with
+    blocking calls: safe inside a running event loop. ``run``: the per-query state
+    (:class:`~selfrag_core.engine.Run`); default ``Run(strategy.execution)``. Returns the
+    finished result (its trace and wall time set); a StrategyError keeps its finished
+    report. ``Strategy.query``, the CLI, the HTTP service and both adapters run this."""
     plan = strategy.plan(query, context)
     run = run if run is not None else Run(_execution_of(strategy))
     with _reports_finished(strategy, run):
@@ -211,11 +205,8 @@ def stream_query(
     strategy: Any, query: str, context: Mapping[str, Any] | None = None
 ) -> Iterator[StreamEvent[Any]]:
     """Answer ``query`` with ``strategy`` on a worker thread, yielding the final answer's
-    tokens as the LLM produces them (where the strategy streams its answer and the LLM
-    can stream), then the result (see :class:`StreamEvent`). When nothing was streamed
-    (the strategy picks its answer only at the end, or the LLM cannot stream), the whole
-    answer comes as one token before the result. Bad input raises here, before anything
-    runs."""
+    tokens as the LLM produces them, then the result (see :class:`StreamEvent` and
+    :func:`closing_events`). Bad input raises here, before anything runs."""
     return _stream(strategy, strategy.plan(query, context))
 
 
@@ -320,13 +311,16 @@ class Strategy(Generic[R]):
         self, llm: LLMLike, execution: ExecutionConfig | None, prompts: Mapping[str, str] | Prompts | None
     ) -> None:
         """What every strategy has: its LLM, its ``ExecutionConfig`` and its prompts."""
-        self.llm = require_llm(llm)
+        if not llm:
+            raise ValueError(
+                "llm is required: pass an LLM object (generate(prompt) -> str, or a framework LLM)"
+            )
+        self.llm = llm
         if execution is not None and not isinstance(execution, ExecutionConfig):
             raise TypeError("execution must be an ExecutionConfig")
         self.execution = execution or ExecutionConfig()
         self.prompts = Prompts(prompts)
 
-    # subclasses implement this one method
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[R]:
         raise NotImplementedError
 

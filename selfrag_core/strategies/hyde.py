@@ -18,10 +18,7 @@ Differences from the reference implementation, on purpose:
   question's own ranking (the share of the question's top 10 it also finds,
   :func:`agreement`): a passage that drifted off the topic, the usual failure of a
   small model, finds other documents and loses its vote, while one that stays on
-  the topic re-orders the question's documents. Without it, fusion with a small
-  model's passages fell below the plain query on SciFact; with it, it does not
-  (``benchmarks/bench_strategies.py --scifact`` measures both; the README has the
-  figures).
+  the topic re-orders the question's documents.
 * The fused documents are available on their own (:meth:`HyDERAG.retrieve_documents`),
   so HyDE can serve as a retriever in LangChain or LlamaIndex.
 """
@@ -36,15 +33,13 @@ from typing import Any
 from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError
-from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
-    checked_answer,
-    format_context,
+    grounded_answer,
     retrieval_options,
 )
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
@@ -186,17 +181,11 @@ class HyDERAG(Strategy[HyDEResult]):
             why = "every retrieval failed" if fused.failures == fused.searches else "no documents retrieved"
             yield Note("insufficient_information", why, {"searches": fused.searches})
             return result
-        lang = detect_language(query)
-        prompt = self.prompts.render(
-            "grounded_answer", lang, context=format_context(ranked, ANSWER_DOCS), question=query
-        )
         try:
-            reply: LLMReply = yield Generate(self.llm, prompt, "answer", self.llm_retries, stream=True)
+            result.answer = yield from grounded_answer(self, query, ranked[:ANSWER_DOCS], self.llm_retries)
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             result.answer = GENERATION_FAILED_ANSWER
-            return result
-        result.answer = yield from checked_answer(reply.text.strip(), query, ranked[:ANSWER_DOCS])
         return result
 
     def _retrieve_fused(self, query: str, context: Mapping[str, Any]) -> Plan[_Fused]:
@@ -218,20 +207,19 @@ class HyDERAG(Strategy[HyDEResult]):
                 found.append(None)
             else:
                 found.append(outcome)
-        failures = found.count(None)
-        if not with_question:
+        if with_question:
+            # the question's ranking weighs as much as all passages' together; each passage
+            # votes as far as its ranking agrees with the question's
+            original, passages = found[0], found[1:]
+            rankings = [] if original is None else [(original, 1.0)]
+            rankings += [
+                (docs, (1.0 if original is None else agreement(original, docs)) / len(passages))
+                for docs in passages
+                if docs is not None
+            ]
+        else:
             rankings = [(docs, 1.0 / len(found)) for docs in found if docs is not None]
-            return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(texts), failures)
-        # the question's ranking weighs as much as all passages' together; each passage
-        # votes as far as its ranking agrees with the question's
-        original, passages = found[0], found[1:]
-        rankings = [] if original is None else [(original, 1.0)]
-        rankings += [
-            (docs, (1.0 if original is None else agreement(original, docs)) / len(passages))
-            for docs in passages
-            if docs is not None
-        ]
-        return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(texts), failures)
+        return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(texts), found.count(None))
 
     def _hypothetical_docs(self, query: str) -> Plan[list[str]]:
         prompt = self.prompts.render("hyde_document", detect_language(query), question=query)

@@ -18,8 +18,6 @@ with at least as much evidence. A strategy is either
 * a strategy of this library (``HyDERAG``, ``RecursiveRAG``, ``SelfIRAG``, another
   ``SelfHealingRAG``): its plan runs inside this query (one LLM-call budget, one
   concurrency limit) and its ``answer`` and ``sources`` are scored.
-
-The whole thing is one plan, so ``ask`` (async) and ``ask_sync`` share it.
 """
 
 from __future__ import annotations
@@ -59,11 +57,6 @@ NO_CONTEXT_ANSWER = "The context does not contain the answer."
 _ATTEMPT = "attempt"  # trace marker kind that opens each attempt
 
 
-def _is_strategy(obj: Any) -> bool:
-    """A library strategy, composed through its plan rather than called as a backend."""
-    return isinstance(obj, Strategy)
-
-
 class SelfHealingRAG(Strategy[SelfHealingReport]):
     """``SelfHealingRAG(llm, strategies, *, quality_threshold=0.75, max_retries=2,
     system_prompt=DEFAULT_SYSTEM_PROMPT, retrieval_top_k=5, memory=None, tracer=None,
@@ -81,8 +74,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     (``ask*(..., memory=...)``, or ``context["memory"]``); one given here is the default
     for calls that pass none, shared by every such call. Each returned answer is added
     to the memory used, and its history goes into the answer prompt of backend
-    attempts. (The reference specification creates a memory when none is given, so
-    every caller of a shared object saw every other caller's questions and answers.)
+    attempts.
     ``tracer``: an object with ``record(attempt: HealingAttempt)`` (or a callable),
     told each attempt's strategy, score, LLM calls, tokens and latency. ``metric``: see
     ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``). ``evidence_weight``:
@@ -221,21 +213,11 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             raise TypeError("metadata_filter must be a dict or None")
         memory = context.get("memory")
         memory = _check_memory(memory) if memory is not None else self._memory
-        return (yield from self._attempts(query, top_k, metadata_filter, memory))
-
-    def _attempts(
-        self,
-        query: str,
-        top_k: int,
-        metadata_filter: Mapping[str, Any] | None,
-        memory: ConversationMemory | None,
-    ) -> Plan[SelfHealingReport]:
         history = "" if memory is None else memory.history_text()
         threshold = self.quality_threshold
-        tried = self.strategies[: self.max_retries + 1]
         attempts: list[HealingAttempt] = []
         last_error: BaseException | None = None
-        for strategy in tried:
+        for strategy in self.strategies[: self.max_retries + 1]:
             name = type(strategy).__name__
             yield Note(name, kind=_ATTEMPT, detail={"attempt": len(attempts) + 1})
             attempt = HealingAttempt(strategy=name, answer="", score=0.0)
@@ -279,7 +261,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         metadata_filter: Mapping[str, Any] | None,
     ) -> Plan[tuple[str, list[RetrievedDoc]]]:
         context = {"metadata_filter": dict(metadata_filter)} if metadata_filter else {}
-        if _is_strategy(strategy):
+        if isinstance(strategy, Strategy):  # composed through its plan, not called as a backend
             result = yield from without_streaming(strategy.plan(query, context))
             if result.answer == GENERATION_FAILED_ANSWER:
                 raise StrategyError(f"{type(strategy).__name__} could not generate an answer (see the trace)")

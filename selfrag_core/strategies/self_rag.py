@@ -277,14 +277,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         )
 
     # ------------------------------------------------------------------ decisions
-    def _tier(self, step: RefinementStep) -> int:
-        """How strong the LLM-free evidence for a step's answer is (an index of ``_TIERS``)."""
-        return _tier(step.evaluation.grounding)
-
     def _stop_decision(self, step: RefinementStep, judge: _Judge, *, last: bool) -> tuple[bool, str]:
         cfg, g = self.config, step.evaluation.grounding
         known = step.evaluation.known_confidence
-        if cfg.grounding.enabled and known is None and self._tier(step) == 3:
+        if cfg.grounding.enabled and known is None and _tier(g) == 3:
             why = judge.off or "the judge's reply could not be read"
             return True, f"{_TIERS[3]} and no judge score to improve on ({why}): stop"
         conf = f"confidence {step.confidence:.2f}" if known is not None else "no judge score"
@@ -293,15 +289,13 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 return True, f"{conf} >= threshold {cfg.confidence_threshold:.2f}: stop"
             if self._acceptable(step):  # the user asked for every iteration
                 verdict = f"{conf} >= threshold, refining anyway (skip_refinement_on_high_confidence=False)"
-                if last:
-                    return True, f"{verdict}; iteration cap reached"
-                return False, verdict
+                return (True, f"{verdict}; iteration cap reached") if last else (False, verdict)
             why = g.degenerate or f"token support {g.token_support:.2f}"
             verdict = f"judge confident ({conf}) but the answer is not grounded ({why})"
         elif known is not None:
             verdict = f"{conf} < threshold {cfg.confidence_threshold:.2f}"
         else:
-            verdict = f"{conf}, the answer is {_TIERS[self._tier(step)]}"
+            verdict = f"{conf}, the answer is {_TIERS[_tier(g)]}"
         if last:
             return True, f"{verdict}; iteration cap reached"
         plans = []
@@ -327,7 +321,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             verdict = self._better(step, best)
             if verdict is not None:
                 best, why = step, verdict
-        if self._tier(best) <= 1:
+        if _tier(best.evaluation.grounding) <= 1:
             why += "; no step is supported by the context: the best-supported one"
         best.reason += f" | selected: {why}"
         return best
@@ -337,14 +331,12 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         in the same unsupported tier, clearly more of its words in the context; in the
         same grounded tier, a higher readable judge confidence AND at least the same
         share of supported sentences (two independent signals agree)."""
-        tier, ref_tier = self._tier(step), self._tier(reference)
-        if tier != ref_tier:
-            return (
-                f"step {step.iteration} is {_TIERS[tier]}, step {reference.iteration} {_TIERS[ref_tier]}"
-                if tier > ref_tier
-                else None
-            )
         g, ref = step.evaluation.grounding, reference.evaluation.grounding
+        tier, ref_tier = _tier(g), _tier(ref)
+        if tier < ref_tier:
+            return None
+        if tier > ref_tier:
+            return f"step {step.iteration} is {_TIERS[tier]}, step {reference.iteration} {_TIERS[ref_tier]}"
         if tier <= 1:
             if g.token_support > ref.token_support + 0.1:
                 support = f"{g.token_support:.2f} > {ref.token_support:.2f}"
