@@ -113,17 +113,23 @@ class FakeLLM:
             raise reply
         return reply
 
-    # ---------------------------------------------------------------- LLM protocol
-    def generate(self, prompt: str) -> str:
-        call, n = self._begin(prompt, False, None)
+    def _call(self, prompt: str, schema: dict[str, Any] | None = None) -> str:
+        call, n = self._begin(prompt, False, schema)
         if self.latency:
             time.sleep(self.latency)
         return self._finish(call, n)
 
-    async def agenerate(self, prompt: str) -> str:
-        call, n = self._begin(prompt, True, None)
+    async def _acall(self, prompt: str, schema: dict[str, Any] | None = None) -> str:
+        call, n = self._begin(prompt, True, schema)
         await asyncio.sleep(self.latency)
         return self._finish(call, n)
+
+    # ---------------------------------------------------------------- LLM protocol
+    def generate(self, prompt: str) -> str:
+        return self._call(prompt)
+
+    async def agenerate(self, prompt: str) -> str:
+        return await self._acall(prompt)
 
     # ---------------------------------------------------------------- inspection
     @property
@@ -156,15 +162,10 @@ class FakeStructuredLLM(FakeLLM):
     """A FakeLLM that also accepts a JSON schema (like a grammar-constrained model)."""
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> str:
-        call, n = self._begin(prompt, False, schema)
-        if self.latency:
-            time.sleep(self.latency)
-        return self._finish(call, n)
+        return self._call(prompt, schema)
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> str:
-        call, n = self._begin(prompt, True, schema)
-        await asyncio.sleep(self.latency)
-        return self._finish(call, n)
+        return await self._acall(prompt, schema)
 
 
 class SyncOnlyFakeLLM(FakeLLM):
@@ -244,14 +245,8 @@ def judge_json(
 
     With ``answer`` it is a fast-mode reply (answer and evaluation in one object).
     """
-    data: dict[str, Any] = {
-        "relevance": score,
-        "accuracy": score,
-        "completeness": score,
-        "clarity": score,
-        "issues": list(issues or []),
-        "suggestions": list(suggestions or []),
-    }
+    data: dict[str, Any] = dict.fromkeys(("relevance", "accuracy", "completeness", "clarity"), score)
+    data |= {"issues": list(issues or []), "suggestions": list(suggestions or [])}
     if answer is not None:
         data = {"answer": answer, **data}
     data.update(extra)
