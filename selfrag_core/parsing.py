@@ -181,14 +181,9 @@ def _strings(items: list[Any]) -> list[str]:
 
 def _list_items(text: str) -> list[str]:
     """The items of the lines numbered or bulleted as "1. ", "2) ", "(3) ", "- ", "* " or "• "."""
-    items = []
-    for line in text.splitlines():
-        line = line.strip()
-        marker = _LIST_MARKER.match(line)
-        item = line[marker.end() :].strip().strip('"').strip() if marker else ""
-        if item:
-            items.append(item)
-    return items
+    lines = (line.strip() for line in text.splitlines())
+    items = (line[m.end() :].strip().strip('"').strip() for line in lines if (m := _LIST_MARKER.match(line)))
+    return [item for item in items if item]
 
 
 def parse_list(text: str, *, keys: tuple[str, ...] = ("items", "questions", "sub_questions")) -> list[str]:
