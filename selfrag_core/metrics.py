@@ -49,14 +49,13 @@ class FaithfulnessScore:
 MAX_CLAIMS = 100
 
 
+_VERDICTS = {"true": True, "yes": True, "supported": True, "false": False, "no": False, "unsupported": False}
+
+
 def _supported(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "supported"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("false", "no", "unsupported"):
-        return False
-    return None
+    return _VERDICTS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 def parse_claims(text: str) -> list[tuple[str, bool]]:
@@ -67,10 +66,8 @@ def parse_claims(text: str) -> list[tuple[str, bool]]:
     if not isinstance(items, list):
         raise ParseError("the reply holds no 'claims' list", raw=text)
     items = items[:MAX_CLAIMS]
-    claims = []
-    for item in items:
-        if isinstance(item, dict) and (verdict := _supported(item.get("supported"))) is not None:
-            claims.append((str(item.get("claim", "")).strip(), verdict))
+    verdicts = [(item, _supported(item.get("supported"))) for item in items if isinstance(item, dict)]
+    claims = [(str(item.get("claim", "")).strip(), v) for item, v in verdicts if v is not None]
     if items and not claims:
         raise ParseError("no claim carries a true/false 'supported' verdict", raw=text)
     return claims
