@@ -69,10 +69,8 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "faithfulness": ("context", "answer"),
 }
 
-_TEMPLATES: dict[str, Mapping[str, str]] = {"en": en.TEMPLATES, "ar": ar.TEMPLATES}
-
-
-_CITE = {"en": en.CITE, "ar": ar.CITE}
+#: the templates (``TEMPLATES``) and the instruction to cite (``CITE``) of each language
+_LANGUAGES = {"en": en, "ar": ar}
 
 
 class Prompts:
@@ -103,9 +101,10 @@ class Prompts:
             raise KeyError(name)
         text = self._overrides.get(name)
         if text is None:
-            text = _TEMPLATES.get(lang, en.TEMPLATES)[name]
+            language = _LANGUAGES.get(lang, en)
+            text = language.TEMPLATES[name]
             if not self.cite:
-                text = text.replace(_CITE.get(lang, en.CITE), "")
+                text = text.replace(language.CITE, "")
         return PromptTemplate(name, text, VARIABLES[name])
 
     def render(self, name: str, lang: str = "en", **values: Any) -> str:
@@ -114,8 +113,6 @@ class Prompts:
 
 _CLOSING_TAG = re.compile(r"<\s*/\s*document", re.IGNORECASE)
 _ATTRIBUTE_UNSAFE = re.compile(r'["<>\s]+')
-
-
 _DOCUMENT_TAG = re.compile(r"</?\s*document\b[^>\n]{0,300}>", re.IGNORECASE)
 
 
