@@ -55,8 +55,7 @@ class ModelProfile:
 
     @property
     def small_context(self) -> bool:
-        """Whether the context window is under 4096 tokens: then a prompt holds few
-        passages, so fewer are retrieved (``top_k``) and the fused ones are capped too."""
+        """Whether the context window is under 4096 tokens (few passages fit in a prompt)."""
         return self.context_window < _SMALL_CONTEXT
 
     @property
@@ -69,8 +68,7 @@ class ModelProfile:
     @property
     def fast_mode(self) -> bool:
         """Whether Self-RAG answers and judges in one JSON reply: only for a model that
-        follows JSON; one that cannot answers worse inside a JSON object, so it answers
-        in free text first and is judged in a second step."""
+        follows JSON (one that does not answers worse inside a JSON object)."""
         return self.follows_json
 
     @property
@@ -83,8 +81,7 @@ class ModelProfile:
     @property
     def decompose(self) -> bool:
         """Whether RecursiveRAG may split a question into sub-questions: only for a model
-        that follows JSON; others write junk sub-question lists, so the question is
-        answered directly (one retrieval, one answer)."""
+        that follows JSON (others write junk sub-question lists)."""
         return self.follows_json
 
     @property
