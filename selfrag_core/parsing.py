@@ -10,8 +10,12 @@ Hostile output cannot hurt: only the first :data:`MAX_PARSE_CHARS` characters ar
 read (a reply that babbles on after its JSON still parses), at most
 :data:`MAX_CANDIDATES` candidate texts are tried, every pass over the text is linear
 (no regular expression can backtrack over an unbounded run), and JSON nested deeper
-than :data:`MAX_DEPTH` is unreadable. The public functions raise nothing but
+than :data:`MAX_DEPTH` is unreadable. The model-output parsers raise nothing but
 :class:`ParseError`.
+
+``load_json`` is the strict reader under them, shared by every reader of JSON files and
+lines (the store, ``selfrag eval``'s loaders): malformed or hostile JSON (nested past the
+recursion limit, an integer past the digit limit) is a ``ValueError``, nothing else.
 """
 
 from __future__ import annotations
@@ -124,13 +128,24 @@ def _nested_within(value: Any, limit: int) -> bool:
     return True
 
 
-def _loads(text: str) -> Any:
-    """The JSON value of ``text``, or ``_UNREADABLE``: malformed (``ValueError``, also for
-    an integer past Python's digit limit), nested past the interpreter's recursion limit
-    (``RecursionError``) or past ``MAX_DEPTH``."""
+def load_json(text: str, *, strict: bool = True) -> Any:
+    """The JSON value of ``text``. Raises ``ValueError`` and nothing else: a
+    :class:`json.JSONDecodeError` for malformed JSON, a plain ``ValueError`` for an
+    integer past Python's digit limit or for JSON nested past the interpreter's recursion
+    limit (which :func:`json.loads` raises as ``RecursionError``). ``strict=False`` allows
+    control characters inside strings."""
     try:
-        value = json.loads(text, strict=False)
-    except (ValueError, RecursionError):
+        return json.loads(text, strict=strict)
+    except RecursionError as e:
+        raise ValueError("nested too deeply (past the interpreter's recursion limit)") from e
+
+
+def _loads(text: str) -> Any:
+    """The JSON value of ``text``, or ``_UNREADABLE``: unreadable to :func:`load_json`, or
+    nested past ``MAX_DEPTH``."""
+    try:
+        value = load_json(text, strict=False)
+    except ValueError:
         return _UNREADABLE
     return value if _nested_within(value, MAX_DEPTH) else _UNREADABLE
 

@@ -60,6 +60,7 @@ from typing import Any, TypeGuard, TypeVar, overload
 import numpy as np
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
+from selfrag_core.parsing import load_json
 from selfrag_core.store.chunking import CHUNKERS, Chunker
 from selfrag_core.store.config import is_weight
 from selfrag_core.store.dense import HashingEmbeddings
@@ -216,8 +217,8 @@ class ChunkColumns:
     def metadata_at(self, i: int) -> dict[str, Any]:
         text = self.metadata[i]
         try:
-            value = json.loads(text)
-        except (ValueError, RecursionError) as e:
+            value = load_json(text)
+        except ValueError as e:
             raise IndexFormatError(
                 f"{self.metadata.where}: chunk {i}'s metadata is not JSON ({e}); {_FIX}"
             ) from e
@@ -323,8 +324,8 @@ def _write_columns(data: Path, columns: ChunkColumns) -> None:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        return load_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: load_json's, UnicodeDecodeError
         raise IndexFormatError(f"{path} is unreadable or not JSON ({e}); restore it or re-index") from e
 
 
