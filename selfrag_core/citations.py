@@ -6,10 +6,13 @@ LLM-free :func:`~selfrag_core.grounding.support` signal. A sentence that cites n
 is attributed to the source that supports it best (marked ``attributed``), so a model
 that ignores the instruction to cite still gets citations.
 
-Nothing here raises on odd input: a marker that points to no source (``[7]`` with five
-sources), a marker in another shape (``【1】``, ``(1)``, ``[^1]``), a sentence no source
-supports, are flagged on the sentence and the text is kept as the model wrote it.
-Markers inside code (`` `...` `` or fenced blocks) are code, not markers.
+Nothing here raises on odd input: a marker that points to no source (any bracketed
+integer but 1 to the number of sources: ``[7]`` with five sources, ``[0]``, ``[-1]``,
+``[12345]``) is flagged and removed like any marker; a marker in another shape (``【1】``,
+``(1)``, ``[^1]``) is flagged and kept as the model wrote it; a sentence no source
+supports is flagged. Markers written together (``[1][2]``, ``[1], [2]``) and the brackets
+or parentheses around nothing but markers (``[[1]]``, ``[[1], [2]]``, ``([1])``) are
+removed as one. Markers inside code (`` `...` `` or fenced blocks) are code, not markers.
 
 An optional LLM check reuses the faithfulness judge's one call, which splits the answer
 into claims and judges each: :func:`check_with_claims` maps every judged claim to the
@@ -33,16 +36,24 @@ from selfrag_core.types import Citation, RetrievedDoc
 
 #: support at which a source counts as supporting a sentence
 SUPPORT_THRESHOLD = 0.5
-#: ``[1]``, ``[1, 2]``, ``[1][2]`` (each bracket a marker)
-_MARKER = re.compile(r"\[\s*(\d{1,3}(?:\s*[,;]\s*\d{1,3})*)\s*\]")
+#: ``[1]``, ``[1, 2]``, ``[1][2]`` (each bracket a marker), of any integers (``[0]``, ``[-1]``, ``[12345]``)
+_MARKER = re.compile(r"\[\s*(-?\d+(?:\s*[,;]\s*-?\d+)*)\s*\]")
+#: digits beyond which a number names no source (and is not converted: Python refuses
+#: integers of thousands of digits)
+_MAX_DIGITS = 9
+#: what separates the markers of one group (``[1][2]``, ``[1], [2]``)
+_BETWEEN = frozenset(" \t,;")
+#: the brackets that may wrap a group of markers and nothing else (``[[1]]``, ``([1])``)
+_WRAPS = {"[": "]", "(": ")"}
 #: markers of other shapes, flagged and left as they are
 _ODD_MARKER = re.compile(
     r"【\s*\d{1,3}\s*】|\(\s*\d{1,3}\s*\)|\[\^\s*\d{1,3}\s*\]|\[\s*(?:source|doc)\w*\s*\d{1,3}\s*\]", re.I
 )
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
-#: a sentence ends at . ! ? ؟ (or a line break), its markers included: "... Paris [1]." or "... Paris. [1]";
+#: a sentence ends at . ! ? ؟ (or a line break), its markers included: "... Paris [1]." or "... Paris. [1]"
+#: (or "... Paris. ([1])");
 #: a point between digits ("99.9") is a decimal point, not an end
-_SENTENCE = re.compile(r"(?:[^.!?؟\n]|\.(?=\d))+(?:[.!?؟]+(?:\s*\[[\d,;\s]+\])*|\n|$)")
+_SENTENCE = re.compile(r"(?:[^.!?؟\n]|\.(?=\d))+(?:[.!?؟]+(?:\s*\(?\[[\[\]\d,;\s-]*\]\)?)*|\n|$)")
 
 
 def _blank_code(text: str) -> str:
@@ -59,16 +70,17 @@ def cite(
     citations = []
     for match in _SENTENCE.finditer(scan):
         start, end = match.span()
-        markers = list(_MARKER.finditer(scan, start, end))
-        spans = [(m.start() - start, m.end() - start) for m in markers]
+        groups = _groups(scan, start, end)
+        spans = [(begin - start, finish - start) for begin, finish, _ in groups]
         if not content_tokens(_without(scan[start:end], spans)):
             continue  # punctuation, a marker alone, code alone
         sentence = _without(answer[start:end], spans)
         cited: list[int] = []
         flags = [f"odd_marker:{m.group().strip()}" for m in _ODD_MARKER.finditer(scan, start, end)]
-        for number in (int(n) for m in markers for n in re.split(r"[,;]", m.group(1))):
-            if not 1 <= number <= len(texts):
-                flags.append(f"no_such_source:[{number}]")
+        for written in (n for *_, numbers in groups for n in numbers):
+            number = _number(written)
+            if number is None or not 1 <= number <= len(texts):
+                flags.append(f"no_such_source:[{written if number is None else number}]")
             elif number not in cited:
                 cited.append(number)
         citation = Citation(sentence, start, end, cited, flags=flags, attributed=not cited)
@@ -83,11 +95,49 @@ def cite(
     return citations
 
 
+def _groups(scan: str, start: int, end: int) -> list[tuple[int, int, list[str]]]:
+    """The groups of markers in ``scan[start:end]`` as ``(begin, end, numbers as written)``:
+    markers with only blanks, commas or semicolons between them, with the brackets or
+    parentheses that wrap nothing else (so that removing a group leaves no debris)."""
+    groups: list[tuple[int, int, list[str]]] = []
+    for marker in _MARKER.finditer(scan, start, end):
+        numbers = [n.strip() for n in re.split(r"[,;]", marker.group(1))]
+        if groups and _BETWEEN.issuperset(scan[groups[-1][1] : marker.start()]):
+            begin, _, before = groups.pop()
+            groups.append((begin, marker.end(), before + numbers))
+        else:
+            groups.append((marker.start(), marker.end(), numbers))
+    return [_unwrapped(scan, start, end, *group) for group in groups]
+
+
+def _unwrapped(
+    scan: str, start: int, end: int, begin: int, finish: int, numbers: list[str]
+) -> tuple[int, int, list[str]]:
+    """A group of markers widened to the brackets that wrap it alone (``[[1]]``, ``([1])``)."""
+    while True:
+        left, right = begin, finish
+        while left > start and scan[left - 1].isspace():
+            left -= 1
+        while right < end and scan[right].isspace():
+            right += 1
+        if left == start or right == end or _WRAPS.get(scan[left - 1]) != scan[right]:
+            return begin, finish, numbers
+        begin, finish = left - 1, right + 1
+
+
+def _number(written: str) -> int | None:
+    """The integer a marker writes, or None when it is too long to name any source."""
+    return int(written) if len(written.lstrip("-")) <= _MAX_DIGITS else None
+
+
 def _without(text: str, spans: list[tuple[int, int]]) -> str:
-    """``text`` without the marker ``spans`` (and the blanks before them), on one line."""
-    for begin, finish in reversed(spans):
-        text = text[:begin].rstrip() + text[finish:]
-    return " ".join(text.split())
+    """``text`` without the marker ``spans`` (in order; and the blanks before them), on one line."""
+    pieces, position = [], 0
+    for begin, finish in spans:
+        pieces.append(text[position:begin].rstrip())
+        position = finish
+    pieces.append(text[position:])
+    return " ".join("".join(pieces).split())
 
 
 def _best(
@@ -105,18 +155,20 @@ def renumber(answer: str, numbers: Mapping[int, int]) -> str:
     """``answer`` with the numbers of its ``[n]`` markers (outside code) mapped through
     ``numbers``: a sub-answer's markers counted in the merged list of sources. A number
     the mapping does not hold stays as it is."""
-    scan = _blank_code(answer)
-    for marker in reversed(list(_MARKER.finditer(scan))):
-        mapped = (numbers.get(int(n), int(n)) for n in re.split(r"[,;]", marker.group(1)))
-        answer = answer[: marker.start()] + "[" + ", ".join(map(str, mapped)) + "]" + answer[marker.end() :]
-    return answer
+    pieces, position = [], 0
+    for marker in _MARKER.finditer(_blank_code(answer)):
+        written = [n.strip() for n in re.split(r"[,;]", marker.group(1))]
+        mapped = (str(numbers.get(n, n)) if (n := _number(w)) is not None else w for w in written)
+        pieces += [answer[position : marker.start()], "[", ", ".join(mapped), "]"]
+        position = marker.end()
+    return "".join(pieces) + answer[position:]
 
 
 def without_markers(answer: str) -> str:
     """``answer`` without its ``[n]`` markers (outside code): the text an answer metric
     such as SQuAD's F1 should score."""
     scan = _blank_code(answer)
-    return _without(answer, [m.span() for m in _MARKER.finditer(scan)])
+    return _without(answer, [(begin, finish) for begin, finish, _ in _groups(scan, 0, len(scan))])
 
 
 def supported_share(citations: Sequence[Citation]) -> float | None:

@@ -10,7 +10,7 @@ import pytest
 from fault_helpers import STRATEGIES, ask, build
 
 from selfrag_core import ExecutionConfig, PlainRAG
-from selfrag_core.citations import cite, supported_share
+from selfrag_core.citations import cite, renumber, supported_share, without_markers
 from selfrag_core.testing import FakeLLM, FakeRetriever
 from selfrag_core.types import RetrievedDoc
 
@@ -187,3 +187,48 @@ def test_the_small_preset_leaves_out_the_instruction_to_cite() -> None:
                 c.prompt for c in llm.calls if "Question:" in c.prompt and "Passage:" not in c.prompt
             ]
             assert answering and all((en.CITE in p) is cites for p in answering), (preset, name)
+
+
+@pytest.mark.parametrize("marker", ["[0]", "[999]", "[1000]", "[12345]", "[-1]", "[" + "9" * 5000 + "]"])
+def test_a_bracketed_integer_naming_no_source_is_flagged_and_removed(marker: str) -> None:
+    [citation] = cite(f"Paris is the capital of France {marker}.", SOURCES)
+    assert citation.flags == [f"no_such_source:{marker}"]
+    assert citation.sentence == "Paris is the capital of France."  # removed like the other bad markers
+    assert citation.cited == [] and citation.attributed and citation.supported_by == [1]
+
+
+@pytest.mark.parametrize(
+    ("answer", "cited"),
+    [
+        ("Paris is the capital of France [[1]].", [1]),
+        ("Paris is the capital of France [[1], [2]].", [1, 2]),
+        ("Paris is the capital of France ([1]).", [1]),
+        ("Paris is the capital of France [1][2].", [1, 2]),
+        ("Paris is the capital of France [1, 2].", [1, 2]),
+        ("Paris is the capital of France [1], [2].", [1, 2]),
+        ("Paris is the capital of France ([1], [2]).", [1, 2]),
+        ("Paris is the capital of France. [[1]]", [1]),  # after the full stop: still its marker
+        ("Paris is the capital of France. ([1])", [1]),
+    ],
+)
+def test_nested_and_adjacent_markers_leave_no_debris(answer: str, cited: list[int]) -> None:
+    [citation] = cite(answer, SOURCES)
+    assert (citation.sentence, citation.cited, citation.flags) == (
+        "Paris is the capital of France.",
+        cited,
+        [],
+    )
+    assert without_markers(answer) == "Paris is the capital of France."
+
+
+def test_brackets_around_more_than_markers_are_the_model_s_text() -> None:
+    [citation] = cite("Paris is the capital (of France [1]).", SOURCES)
+    assert citation.sentence == "Paris is the capital (of France)." and citation.cited == [1]
+
+
+def test_renumber_leaves_markers_naming_no_source_as_written() -> None:
+    huge = "[" + "9" * 5000 + "]"
+    assert (
+        renumber(f"Paris [1] and [[2]], not [-1] {huge}.", {1: 4, 2: 5})
+        == f"Paris [4] and [[5]], not [-1] {huge}."
+    )
