@@ -24,12 +24,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from selfrag_core.errors import ConfigurationError
+from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.llm import _ainvoke_once, _invoke_once, to_reply
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.workers import blocking, unsuspended
 
-__all__ = ["CacheMissError", "CachedLLM"]
+__all__ = ["CacheLockedError", "CacheMissError", "CachedLLM"]
 
 #: how the model is called: ``invoke(llm, prompt, schema)``
 _Invoke = Callable[[Any, str, dict[str, Any] | None], Awaitable[Any]]
@@ -69,6 +69,18 @@ class CacheMissError(ConfigurationError):
         self.model_id = model_id
         self.prompt = prompt
         self.key = key
+
+
+class CacheLockedError(RAGSystemError):
+    """Another connection (a process writing to the same file) held the replay cache
+    locked for longer than the busy timeout (30 s). Retryable: the library's retry of the
+    LLM call tries again; ``path`` is the file."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def _canonical(value: Any) -> str:
@@ -180,7 +192,8 @@ class CachedLLM:
     recordings this way). Counted as a hit, and in ``borrowed``.
     ``hits`` / ``misses``: calls answered from the file / by the model (the model calls).
     Raises ConfigurationError when ``path`` is not a SQLite file or cannot be opened, or
-    for a ``model_id`` / ``params`` the key cannot hold.
+    for a ``model_id`` / ``params`` the key cannot hold; :class:`CacheLockedError`
+    (retryable) when another writer keeps the file locked past the busy timeout.
     """
 
     def __init__(
@@ -252,12 +265,17 @@ class CachedLLM:
         return db
 
     def _reraise(self, error: sqlite3.Error) -> NoReturn:
-        """Raise ``error`` as the ConfigurationError it stands for, or as it is when it is
-        transient (the file is locked past the busy timeout: the library's retry may
-        succeed) or a bug."""
+        """Raise ``error`` as the library error it stands for: a :class:`CacheLockedError`
+        when the file stayed locked past the busy timeout (transient: the library's retry
+        may succeed), a ConfigurationError when the file cannot be used; a bug as it is."""
         if isinstance(error, sqlite3.OperationalError):
             if any(word in str(error) for word in ("locked", "busy")):
-                raise error
+                raise CacheLockedError(
+                    f"the replay cache {self.path} stayed locked by another connection for "
+                    f"{_BUSY_TIMEOUT_S:g}s ({error}); the LLM call is retried. If it persists, let "
+                    "the other process finish its writes, or give each process its own cache file",
+                    path=self.path,
+                ) from error
             raise ConfigurationError(
                 f"the replay cache {self.path} cannot be used ({error}); "
                 "check the path and its permissions, or choose another path"

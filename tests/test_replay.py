@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,14 @@ from selfrag_core import (
     ConfigurationError,
     ExecutionConfig,
     LLMOutput,
+    RAGSystemError,
     RecursiveRAG,
     RecursiveRAGConfig,
     SelfIRAG,
     SelfRAGConfig,
 )
 from selfrag_core.llm import acall_llm_detailed, call_llm_detailed
-from selfrag_core.replay import CachedLLM, CacheMissError
+from selfrag_core.replay import CachedLLM, CacheLockedError, CacheMissError
 from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM, SyncOnlyFakeLLM, judge_json
 
 SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}}
@@ -604,3 +606,48 @@ def test_local_llm_cache_identity_without_loading_a_model(path: Path) -> None:
     local.max_tokens = 64
     with CachedLLM(local, path) as cached:
         assert cached.key("p") != before  # a setting that changes the replies changes the key
+
+
+# ---------------------------------------------------------------------- a locked file
+
+
+@pytest.fixture
+def locked(path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
+    """A second connection holding the file's write lock (as another process's writer
+    would); the cache gives up waiting for it after 50 ms instead of 30 s."""
+    monkeypatch.setattr("selfrag_core.replay._BUSY_TIMEOUT_S", 0.05)
+    CachedLLM(FakeLLM(), path).close()  # the file and its table exist
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        yield other
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_locked_file_is_the_librarys_retryable_error(
+    path: Path, locked: sqlite3.Connection, use_async: bool
+) -> None:
+    with CachedLLM(FakeLLM("the answer"), path) as cached, pytest.raises(CacheLockedError) as caught:
+        if use_async:
+            await cached.agenerate("p")
+        else:
+            cached.generate("p")
+    error = caught.value
+    assert isinstance(error, RAGSystemError) and not isinstance(error, sqlite3.Error)
+    assert error.retryable and error.path == path
+    assert str(path) in str(error) and "locked" in str(error) and "retried" in str(error)
+    assert isinstance(error.__cause__, sqlite3.OperationalError)
+
+
+def test_the_librarys_retry_records_the_reply_once_the_lock_is_released(
+    path: Path, locked: sqlite3.Connection
+) -> None:
+    inner = FakeLLM("the answer")
+    with CachedLLM(inner, path) as cached:
+        reply = call_llm_detailed(cached, "p", retries=2, sleep=lambda _: locked.execute("ROLLBACK"))
+        assert reply.text == "the answer" and reply.attempts == 2
+        assert len(cached) == 1 and cached.generate("p").text == "the answer" and inner.n_calls == 2
