@@ -18,8 +18,11 @@ a worker thread, never on a loop that is already running).
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import functools
 import inspect
+import math
 import sys
 import threading
 import time
@@ -27,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity.wait import wait_base, wait_exponential
 
 from selfrag_core.errors import (
     BudgetExceededError,
@@ -36,6 +40,7 @@ from selfrag_core.errors import (
     LLMTimeoutError,
     QueryTimeoutError,
     RAGSystemError,
+    _status_of,
     misconfiguration_hint,
     misconfigured,
 )
@@ -239,6 +244,44 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, _FATAL)
 
 
+#: the longest wait a server's ``Retry-After`` gets (a longer one is cut to this)
+RETRY_AFTER_MAX_S = 30.0
+
+
+def retry_after(exc: BaseException | None) -> float | None:
+    """The seconds a rate-limited or unavailable server (HTTP 429 or 503) asked to wait
+    before a retry: the ``retry-after-ms`` or ``Retry-After`` header (seconds or an HTTP
+    date) of the error's ``response`` (the openai client's errors, httpx's, requests'),
+    at most :data:`RETRY_AFTER_MAX_S`; None when the error carries none."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if exc is None or _status_of(exc) not in (429, 503) or not hasattr(headers, "get"):
+        return None
+    millis, value = headers.get("retry-after-ms"), headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        seconds = float(millis) / 1000 if millis is not None else float(value)
+    except (TypeError, ValueError):
+        try:
+            when = email.utils.parsedate_to_datetime(str(value))
+        except (TypeError, ValueError):
+            return None
+        seconds = when.replace(tzinfo=when.tzinfo or datetime.timezone.utc).timestamp() - time.time()
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S) if math.isfinite(seconds) else None
+
+
+class _WaitRetryAfter(wait_base):
+    """The wait the server asked for (:func:`retry_after`) after an attempt whose error
+    carries one, else ``otherwise``'s. The engine's sleep never waits past the query's
+    deadline: it raises QueryTimeoutError instead."""
+
+    def __init__(self, otherwise: wait_base) -> None:
+        self.otherwise = otherwise
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        asked = retry_after(outcome.exception()) if outcome is not None and outcome.failed else None
+        return self.otherwise(retry_state) if asked is None else asked
+
+
 @functools.lru_cache(maxsize=64)
 def _policy(retries: int, initial_wait: float, max_wait: float) -> dict[str, Any]:
     """tenacity's arguments (stateless strategies, so one set serves every call alike;
@@ -247,7 +290,7 @@ def _policy(retries: int, initial_wait: float, max_wait: float) -> dict[str, Any
         raise ValueError(f"retries must be >= 0, got {retries}")
     return {
         "stop": stop_after_attempt(retries + 1),
-        "wait": wait_exponential(multiplier=initial_wait, max=max_wait),
+        "wait": _WaitRetryAfter(wait_exponential(multiplier=initial_wait, max=max_wait)),
         "retry": retry_if_exception(_retryable),
         "reraise": True,
     }

@@ -22,7 +22,9 @@ survives (the server is down) settles nothing: the library retries, and probes a
 Errors: rejected credentials (401/403), an unknown model or URL (404) and a refused
 request (400/422) raise :class:`~selfrag_core.errors.ConfigurationError` (fatal, no
 retry); timeouts, connection errors, rate limits and 5xx are raised as the client's own
-exceptions, which the library retries with its policy (the client's retries are off).
+exceptions, which the library retries with its policy (the client's retries are off);
+a 429 or 503 reply's ``Retry-After`` sets the wait before the retry (at most 30 s, never
+past the query's deadline: see :func:`selfrag_core.llm.retry_after`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 pytest.importorskip("openai", reason="the [openai] extra is not installed (pip install 'selfrag[openai]')")
 
 from selfrag_core import ConfigurationError, ExecutionConfig, LLMOutput, PlainRAG, SelfIRAG
-from selfrag_core.llm import call_llm_detailed, stream_llm_detailed
+from selfrag_core.llm import RETRY_AFTER_MAX_S, call_llm_detailed, stream_llm_detailed
 from selfrag_core.local.factory import make_llm
 from selfrag_core.openai_llm import OpenAICompatibleLLM
 from selfrag_core.replay import CachedLLM
@@ -56,6 +58,7 @@ class FakeServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     reject_stream_options: bool = False
     empty: set[str] = field(default_factory=set)  # methods answered without content
+    error_headers: dict[str, str] = field(default_factory=dict)  # sent with every error reply
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def methods(self) -> list[str]:
@@ -100,15 +103,19 @@ def make_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             status, payload = server.reply(body)
             if status != 200:
                 return self.send_json(
-                    status, {"error": {"message": f"refused with {status}", "code": status}}
+                    status,
+                    {"error": {"message": f"refused with {status}", "code": status}},
+                    server.error_headers,
                 )
             if body.get("stream"):
                 return self.send_stream(body)
             return self.send_json(200, payload)
 
-        def send_json(self, status: int, payload: Any) -> None:
+        def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -356,6 +363,53 @@ def test_503_is_retried_by_the_library(server: FakeServer) -> None:
     server.statuses = [503, 503]
     reply = call_llm_detailed(make(server), "Say it.", retries=2, sleep=lambda _: None)
     assert reply.text == ANSWER and reply.attempts == 3 and len(server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "waited"),
+    [
+        (429, {"Retry-After": "7"}, 7.0),
+        (503, {"Retry-After": "2.5"}, 2.5),
+        (429, {"retry-after-ms": "1500", "Retry-After": "9"}, 1.5),
+        (429, {"Retry-After": "3600"}, RETRY_AFTER_MAX_S),  # capped
+        (429, {"Retry-After": "soon"}, 0.5),  # unreadable: the library's own back-off
+        (500, {"Retry-After": "7"}, 0.5),  # only a 429 or a 503 asks to wait
+    ],
+)
+def test_a_retry_waits_as_long_as_the_server_asks(
+    server: FakeServer, status: int, headers: dict[str, str], waited: float
+) -> None:
+    server.statuses, server.error_headers = [status], headers
+    slept: list[float] = []
+    reply = call_llm_detailed(make(server), "Say it.", retries=2, sleep=slept.append, initial_wait=0.5)
+    assert reply.text == ANSWER and reply.attempts == 2 and slept == [waited]
+
+
+def test_retry_after_as_an_http_date(server: FakeServer) -> None:
+    server.statuses, server.error_headers = [429], {"Retry-After": formatdate(time.time() + 6, usegmt=True)}
+    slept: list[float] = []
+    assert call_llm_detailed(make(server), "Say it.", retries=1, sleep=slept.append).text == ANSWER
+    assert len(slept) == 1 and 4 < slept[0] <= 6
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_retry_after_never_waits_past_the_query_deadline(server: FakeServer, use_async: bool) -> None:
+    server.statuses, server.error_headers = [429], {"Retry-After": "20"}
+    slept: list[float] = []
+
+    async def async_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    execution = ExecutionConfig(query_timeout=5.0, sleep=slept.append, async_sleep=async_sleep)
+    rag = PlainRAG(FakeRetriever(DOCS), make(server), execution=execution)
+    result = (
+        await rag.aquery("What is the capital of France?")
+        if use_async
+        else rag.query("What is the capital of France?")
+    )
+    assert slept == [] and len(server.requests) == 1  # no wait past the deadline, no retry
+    failed = [e.error or "" for e in result.trace.events if e.kind == "llm"]
+    assert any("a retry would wait 20.00s" in error for error in failed), failed
 
 
 def test_the_clients_own_retries_are_off(server: FakeServer) -> None:
