@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -136,8 +137,12 @@ def load_json(text: str, *, strict: bool = True) -> Any:
     control characters inside strings."""
     try:
         return json.loads(text, strict=strict)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:  # int() of a number past the digit limit: the one other ValueError
+        raise ValueError(f"an integer longer than {sys.get_int_max_str_digits()} digits") from e
     except RecursionError as e:
-        raise ValueError("nested too deeply (past the interpreter's recursion limit)") from e
+        raise ValueError("nested deeper than the interpreter's recursion limit") from e
 
 
 def _loads(text: str) -> Any:

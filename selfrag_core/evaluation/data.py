@@ -2,13 +2,17 @@
 
 Three formats: JSONL (one question per line), a BEIR folder (``corpus.jsonl``,
 ``queries.jsonl``, ``qrels/<split>.tsv``) and SQuAD v1.1 JSON. Every loader reads what
-it can: a bad line or entry is skipped and recorded as an :class:`InputProblem` saying
-where it is and what to write instead. A file that cannot be read at all (missing,
-not UTF-8, no valid question) raises :class:`ConfigurationError`.
+it can: a bad line or entry (not UTF-8, not JSON, JSON nested too deeply or with an
+integer too long to read, a wrong field) is skipped and recorded as an
+:class:`InputProblem` saying where it is and what to write instead. A file that cannot
+be read at all (missing, a directory, not readable, not UTF-8 anywhere, no valid
+question) raises :class:`ConfigurationError`. JSON is read by
+:func:`selfrag_core.parsing.load_json`, as the store reads its own.
 """
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import json
 import logging
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.parsing import load_json
 
 logger = logging.getLogger("selfrag")
 
@@ -96,10 +101,11 @@ def load_questions(path: str | os.PathLike[str], *, split: str = "test") -> Eval
     if path.is_dir():
         return load_beir(path, split=split)
     if path.suffix.lower() == ".json":
+        data = _read_bytes(path)
         try:
-            top = json.loads(_read_text(path))
-        except json.JSONDecodeError:
-            top = None  # perhaps JSONL named .json: load_jsonl says what is wrong
+            top = load_json(data.decode("utf-8-sig"))
+        except ValueError:  # not UTF-8, not one JSON value: perhaps JSONL named .json
+            top = None  # load_jsonl says what is wrong, line by line
         if isinstance(top, dict) and isinstance(top.get("data"), list):
             return _squad(path, top)
     return load_jsonl(path)
@@ -193,11 +199,12 @@ def load_squad(path: str | os.PathLike[str]) -> EvalData:
     """SQuAD v1.1 JSON: each paragraph becomes a document ``"<title>#<index>"``, each of
     its questions gets the distinct answer texts and that paragraph as relevant."""
     path = Path(path)
+    text = _read_text(path)
     try:
-        top = json.loads(_read_text(path))
-    except json.JSONDecodeError as e:
+        top = load_json(text)
+    except ValueError as e:
         raise ConfigurationError(
-            f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+            f"{path}: not valid JSON ({_json_problem(e, at_line=True)}); write SQuAD v1.1 JSON"
         ) from e
     return _squad(path, top)
 
@@ -218,25 +225,55 @@ def _skipped_into(problems: list[InputProblem], where: str) -> Iterator[None]:
         problems.append(InputProblem(where, str(e)))
 
 
-def _read_text(path: Path) -> str:
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, or a ConfigurationError saying why it cannot be read."""
     try:
-        return path.read_text(encoding="utf-8-sig")
+        return path.read_bytes()
     except FileNotFoundError as e:
         raise ConfigurationError(f"{path}: no such file; check the path") from e
-    except UnicodeDecodeError as e:
-        raise ConfigurationError(
-            f"{path}: not UTF-8 text (byte {e.start} cannot be decoded); save the file as UTF-8"
-        ) from e
+    except IsADirectoryError as e:
+        raise ConfigurationError(f"{path}: a directory, not a file; give the path of the file") from e
     except OSError as e:
-        raise ConfigurationError(f"{path}: cannot be read ({e.strerror or e})") from e
+        raise ConfigurationError(
+            f"{path}: cannot be read ({e.strerror or e}); check the path and its permissions"
+        ) from e
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def _read_text(path: Path) -> str:
+    try:
+        return _read_bytes(path).decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigurationError(f"{path}: {_not_utf8(e)}; save the file as UTF-8") from e
+
+
+def _not_utf8(e: UnicodeDecodeError) -> str:
+    return f"not UTF-8 text (byte {e.start} cannot be decoded)"
+
+
+def _lines(path: Path, problems: list[InputProblem], label: str) -> Iterator[tuple[int, str]]:
     """(1-based line number, line) of each non-blank line. Split on newlines only:
-    JSON strings may hold U+2028, which ``str.splitlines`` would split on."""
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
-        if line.strip():
+    JSON strings may hold U+2028, which ``str.splitlines`` would split on. A line that is
+    not UTF-8 is recorded in ``problems`` as "<label>:<line>"; a file without a single
+    UTF-8 line is a ConfigurationError."""
+    data = _read_bytes(path)
+    try:
+        lines: list[str | UnicodeDecodeError] = list(data.decode("utf-8-sig").split("\n"))
+    except UnicodeDecodeError as e:  # UTF-8 never holds a newline byte inside a character
+        lines = [_decoded(raw) for raw in data.removeprefix(codecs.BOM_UTF8).split(b"\n")]
+        if not any(isinstance(line, str) and line.strip() for line in lines):
+            raise ConfigurationError(f"{path}: {_not_utf8(e)}; save the file as UTF-8") from e
+    for number, line in enumerate(lines, start=1):
+        if isinstance(line, UnicodeDecodeError):
+            problems.append(InputProblem(f"{label}:{number}", f"{_not_utf8(line)}; save the file as UTF-8"))
+        elif line.strip():
             yield number, line.rstrip("\r")
+
+
+def _decoded(raw: bytes) -> str | UnicodeDecodeError:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e
 
 
 def _read_jsonl(
@@ -245,14 +282,12 @@ def _read_jsonl(
     """``parse(line number, object)`` of each JSON-object line; blank lines are skipped,
     bad ones recorded in ``problems`` as "<file name>:<line>"."""
     items: list[T] = []
-    for number, line in _lines(path):
+    for number, line in _lines(path, problems, path.name):
         with _skipped_into(problems, f"{path.name}:{number}"):
             try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise _Skip(
-                    f"not valid JSON ({e.msg} at column {e.colno}); write one JSON object per line"
-                ) from e
+                value = load_json(line)
+            except ValueError as e:
+                raise _Skip(f"not valid JSON ({_json_problem(e)}); write one JSON object per line") from e
             if not isinstance(value, dict):
                 raise _Skip(f"a JSON {_json_type(value)}, not an object; write one JSON object per line")
             items.append(parse(number, value))
@@ -268,7 +303,7 @@ def _read_qrels(folder: Path, split: str, problems: list[InputProblem]) -> dict[
             raise ConfigurationError(f"{path}: no such file; the splits in {path.parent} are: {splits}")
         return None
     qrels: dict[str, dict[str, float]] = {}
-    for number, line in _lines(path):
+    for number, line in _lines(path, problems, f"qrels/{path.name}"):
         columns = line.split("\t")
         if number == 1 and columns[0] == "query-id":
             continue  # the header
@@ -331,6 +366,13 @@ def _squad_question(qa: Any, doc_id: str, seen: dict[str, str], where: str) -> E
         )
     qid = _unique(seen, _id(qa, "id"), where, "give each question its own id")
     return EvalQuestion(qid, question, tuple(dict.fromkeys(a["text"] for a in answers)), {doc_id: 1.0})
+
+
+def _json_problem(e: ValueError, *, at_line: bool = False) -> str:
+    """What :func:`load_json` found wrong, and where (``at_line``: the line too)."""
+    if not isinstance(e, json.JSONDecodeError):
+        return str(e)  # nested too deeply, an integer too long
+    return f"{e.msg} at {f'line {e.lineno}, ' if at_line else ''}column {e.colno}"
 
 
 def _some(items: list[T], what: str, path: Path, problems: list[InputProblem]) -> list[T]:

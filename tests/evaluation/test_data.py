@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,9 @@ from selfrag_core.evaluation.data import (
 )
 
 DATA = Path("/work/shared/data")
+#: 50,000 nested arrays: past the interpreter's recursion limit for ``json.loads``
+DEEP = "[" * 50_000 + "]" * 50_000
+TOO_DEEP = "not valid JSON (nested deeper than the interpreter's recursion limit)"
 
 
 def write_lines(path: Path, *lines: Any) -> Path:
@@ -99,6 +104,17 @@ def test_jsonl_without_answers_or_relevance(tmp_path: Path) -> None:
             ],
         ),
         ({"question": "Q?", "gold": ["Paris"]}, ['unknown field "gold"; the known fields are: id, question']),
+        pytest.param(DEEP, [TOO_DEEP, "write one JSON object per line"], id="nested-arrays"),
+        pytest.param(
+            '{"question": "Q?", "id": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001,
+            [TOO_DEEP],
+            id="nested-objects",
+        ),
+        pytest.param(
+            '{"question": "Q?", "id": ' + "7" * 5_000 + "}",
+            ["not valid JSON (an integer longer than 4300 digits)", "one JSON object per line"],
+            id="huge-integer",
+        ),
     ],
 )
 def test_jsonl_skips_a_bad_line_and_says_why(tmp_path: Path, line: Any, expected: list[str]) -> None:
@@ -166,6 +182,53 @@ def test_jsonl_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "latin.jsonl"
     path.write_bytes('{"question": "Où est la gare ?"}\n'.encode("latin-1"))
     with pytest.raises(ConfigurationError, match=r"latin\.jsonl: not UTF-8 .*save the file as UTF-8"):
+        load_jsonl(path)
+
+
+def test_jsonl_a_line_not_utf8_is_skipped_and_the_rest_read(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(
+        b'{"question": "A?"}\n'
+        + '{"question": "Où ?"}\n'.encode("latin-1")
+        + '{"question": "Où ?"}\n'.encode()
+    )
+    data = load_jsonl(path)
+    assert [q.question for q in data.questions] == ["A?", "Où ?"]
+    assert [str(p) for p in data.problems] == [
+        "mixed.jsonl:2: not UTF-8 text (byte 15 cannot be decoded); save the file as UTF-8"
+    ]
+
+
+def deny_reading(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``path`` unreadable: mode 000, and for root (who reads it anyway) reading it
+    raises what the system says to anyone else."""
+    path.chmod(0)
+    if os.geteuid() == 0:
+        read_bytes = Path.read_bytes
+
+        def denied(self: Path) -> bytes:
+            if self == path:
+                raise PermissionError(13, "Permission denied", str(path))
+            return read_bytes(self)
+
+        monkeypatch.setattr(Path, "read_bytes", denied)
+
+
+def test_jsonl_a_directory_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "qs.jsonl").mkdir()
+    with pytest.raises(ConfigurationError, match=r"qs\.jsonl: a directory, not a file; give the path"):
+        load_jsonl(tmp_path / "qs.jsonl")
+
+
+def test_jsonl_an_unreadable_file_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_lines(tmp_path / "secret.jsonl", {"question": "A?"})
+    deny_reading(path, monkeypatch)
+    with pytest.raises(
+        ConfigurationError,
+        match=r"secret\.jsonl: cannot be read \(Permission denied\); check the path and its permissions",
+    ):
         load_jsonl(path)
 
 
@@ -311,6 +374,35 @@ def test_beir_unknown_split_lists_the_known_ones(tmp_path: Path) -> None:
         load_beir(folder, split="dev")
 
 
+def test_beir_bad_lines_of_every_file_are_named(tmp_path: Path) -> None:
+    folder = write_beir(tmp_path / "tiny", qrels={"test": ["q1\td1\t1", "q4\td3\t1"]})
+    with (folder / "corpus.jsonl").open("a", encoding="utf-8") as f:
+        f.write(DEEP + "\n")  # line 5
+    with (folder / "queries.jsonl").open("a", encoding="utf-8") as f:
+        f.write(DEEP + "\n")  # line 6
+    with (folder / "qrels" / "test.tsv").open("ab") as f:
+        f.write("q4\td\xe9j\xe0\t1\n".encode("latin-1"))  # line 4
+    data = load_beir(folder)
+    assert [q.id for q in data.questions] == ["q1", "q4"]
+    assert [(p.where, p.message.split(";")[0]) for p in data.problems] == [
+        ("corpus.jsonl:2", 'field "_id" is missing'),
+        ("corpus.jsonl:5", TOO_DEEP),
+        ("queries.jsonl:3", 'field "text" is empty'),
+        ("queries.jsonl:5", 'field "metadata.answers" is a string'),
+        ("queries.jsonl:6", TOO_DEEP),
+        ("qrels/test.tsv:4", "not UTF-8 text (byte 4 cannot be decoded)"),
+    ]
+
+
+def test_load_corpus_whose_every_line_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes('{"_id": "d1", "text": "Où ?"}\n\n{"_id": "d2", "text": "Là"}\n'.encode("latin-1"))
+    with pytest.raises(
+        ConfigurationError, match=r"corpus\.jsonl: not UTF-8 text \(byte 24 .*save the file as UTF-8"
+    ):
+        load_corpus(path)
+
+
 @pytest.mark.parametrize("missing", ["corpus.jsonl", "queries.jsonl"])
 def test_beir_missing_file(tmp_path: Path, missing: str) -> None:
     folder = write_beir(tmp_path / "tiny", qrels=None)
@@ -446,6 +538,7 @@ def test_squad_duplicate_title_is_a_problem(tmp_path: Path) -> None:
         ("{broken", r"not valid JSON"),
         ('{"version": "1.1"}', r'not SQuAD JSON; expected an object with a "data" list'),
         ('{"data": []}', r"no valid questions"),
+        pytest.param(DEEP, rf"s\.json: {re.escape(TOO_DEEP)}; write SQuAD v1.1 JSON", id="nested"),
     ],
 )
 def test_squad_unusable_file(tmp_path: Path, text: str, match: str) -> None:
@@ -490,3 +583,16 @@ def test_load_questions_detects_the_format(tmp_path: Path) -> None:
     assert [q.question for q in load_questions(other_suffix).questions] == ["Txt?"]
     with pytest.raises(ConfigurationError, match="no such file"):
         load_questions(tmp_path / "missing.json")
+
+
+def test_load_questions_reads_a_json_file_too_deep_to_parse_as_jsonl(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP, encoding="utf-8")
+    with pytest.raises(
+        ConfigurationError, match=rf"deep\.json: no valid questions: deep\.json:1: {re.escape(TOO_DEEP)}"
+    ):
+        load_questions(deep)
+    lines = write_lines(tmp_path / "lines.json", {"question": "A?"}, DEEP, {"question": "B?"})
+    data = load_questions(lines)
+    assert [q.question for q in data.questions] == ["A?", "B?"]
+    assert [p.where for p in data.problems] == ["lines.json:2"] and TOO_DEEP in data.problems[0].message
