@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_data import DEEP, TOO_DEEP, deny_reading
 
 from selfrag_core import ConfigurationError
 from selfrag_core.cli import main
@@ -402,6 +403,39 @@ def test_the_command_line_writes_the_report_and_replays(
     assert " 0 made" in shared and "shared replies: one reply a prompt" in shared
     summary = json.loads((out / "summary.json").read_text())
     assert summary["settings"]["shared_replies"] is True and summary["cache"]["misses"] == 0
+
+
+def test_the_command_line_skips_a_line_too_deep_to_read_and_names_it(
+    data: tuple[Path, Path], tmp_path: Path, capsys: Any
+) -> None:
+    questions, corpus = data
+    with questions.open("a", encoding="utf-8") as f:
+        f.write(DEEP + "\n")  # line 13
+    args = ["eval", str(questions), "--corpus", str(corpus), "--llm", "fake", "--embedder", "none",
+            "--strategies", "plain", "--limit", "2", "--out", str(tmp_path / "out"), "--no-cache",
+            "--plain"]  # fmt: skip
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"selfrag: skipped questions.jsonl:13: {TOO_DEEP}; write one JSON object per line" in err
+
+
+def test_the_command_line_exits_2_with_one_line_on_unreadable_questions(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(DEEP + "\n", encoding="utf-8")
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"question": "Where does the lion live?"}\n', encoding="utf-8")
+    deny_reading(secret, monkeypatch)
+    expected = {
+        deep: f"{deep}: no valid questions: deep.jsonl:1: {TOO_DEEP}; write one JSON object per line",
+        secret: f"{secret}: cannot be read (Permission denied); check the path and its permissions",
+        tmp_path: f"{tmp_path / 'corpus.jsonl'}: no such file; a BEIR folder holds corpus.jsonl",
+    }
+    for path, message in expected.items():
+        assert main(["eval", str(path), "--llm", "fake", "--embedder", "none", "--no-cache", "--plain"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and err.startswith(f"selfrag: error: {message}")
 
 
 def test_squad_json_brings_its_paragraphs_as_the_corpus(tmp_path: Path) -> None:
