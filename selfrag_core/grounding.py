@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from selfrag_core.types import Grounding
 
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
+
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
-_STOPWORDS = frozenset([
+STOPWORDS = frozenset([
     "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "but",
     "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these",
     "those", "as", "into", "than", "then", "there", "their", "they", "them", "he", "she", "his",
@@ -71,14 +76,14 @@ def _words(text: str) -> list[str]:
 
 
 def _content(words: list[str]) -> list[str]:
-    return [t for t in words if t not in _STOPWORDS]
+    return [t for t in words if t not in STOPWORDS]
 
 
 def content_tokens(text: str) -> list[str]:
     return _content(_words(text))
 
 
-def _strip_ar_prefix(token: str) -> str:
+def strip_ar_prefix(token: str) -> str:
     for prefix in ("وال", "بال", "لل", "ال", "و", "ب", "ل", "ف"):
         if token.startswith(prefix) and len(token) - len(prefix) >= 2:
             return token[len(prefix) :]
@@ -88,18 +93,31 @@ def _strip_ar_prefix(token: str) -> str:
 def content_stems(text: str, length: int = 5) -> set[str]:
     """The first ``length`` letters of the text's content words, Arabic proclitics
     stripped too: words that count as the same ("directed", "director")."""
-    return {t[:length] for token in content_tokens(text) for t in (token, _strip_ar_prefix(token))}
+    return {t[:length] for token in content_tokens(text) for t in (token, strip_ar_prefix(token))}
 
 
 def _coverage(tokens: list[str], vocab: set[str]) -> float:
     if not tokens:
         return 0.0
-    hits = sum(1 for t in tokens if t in vocab or _strip_ar_prefix(t) in vocab)
+    hits = sum(1 for t in tokens if t in vocab or strip_ar_prefix(t) in vocab)
     return hits / len(tokens)
 
 
 def _is_wh(words: list[str]) -> bool:
     return bool(words) and (words[0] in _WH_EN or words[0] in _WH_AR or any(w in _WH_EN for w in words[:3]))
+
+
+_AUXILIARIES = frozenset([
+    "is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will",
+    "would", "should", "shall", "may", "might", "must", "هل", "أ",
+])  # fmt: skip
+
+
+def _asks_yes_no(q_words: list[str]) -> bool:
+    """Whether the question asks yes or no ("Is crime associated with syringe sales?"):
+    then an answer made of its words ("No, crime is not associated with ...", or "Crime
+    is associated with ...") answers it, and is no echo."""
+    return bool(q_words) and q_words[0] in _AUXILIARIES
 
 
 def is_refusal(answer: str) -> bool:
@@ -116,6 +134,52 @@ def _planted(answer_tokens: list[str], context: str) -> bool:
     return set(answer_tokens) <= {w for sentence in planted for w in _words(sentence)}
 
 
+#: a label a model repeats when it loops ("Answer: 2003\nAnswer: 2004 ...")
+_LABEL = re.compile(r"(?i)(?<![^\W\d_])(?:answer|question|الإجابة|الجواب|السؤال)\s*:")
+_WORD_SPAN = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def repetition(text: str) -> str | None:
+    """Why ``text`` is a loop, or None: ``"answer_loop"`` ("Answer:" or "Question:" said
+    twice or more), ``"repetition"`` (a run of three words said three times, or one word
+    four times in a row: "the Git-based Git-based Git-based Git-based")."""
+    if len(_LABEL.findall(text)) >= 2:
+        return "answer_loop"
+    return "repetition" if _loop_start(_words(text)) is not None else None
+
+
+def _loop_start(words: list[str]) -> int | None:
+    """The index of the word where a loop's second round begins, or None."""
+    for i in range(len(words) - 3):
+        if len(set(words[i : i + 4])) == 1:
+            return i + 1
+    seen: dict[tuple[str, ...], list[int]] = {}
+    for i in range(len(words) - 2):
+        at = seen.setdefault(tuple(words[i : i + 3]), [])
+        at.append(i)
+        if len(at) == 3:
+            return at[1]
+    return None
+
+
+def _cut_loop(text: str) -> str:
+    """``text`` up to where it starts to loop: before a repeated "Answer:" label (or one
+    that starts a later line), or before the second round of a repeated run of words;
+    as it is when it does not loop."""
+    labels = [m.start() for m in _LABEL.finditer(text) if m.start() > 0]
+    lines = [i for i in labels if text[:i].rstrip(" \t").endswith("\n")]
+    cut = labels[0] if len(labels) >= 2 or (labels and _LABEL.match(text)) else (lines[0] if lines else None)
+    if cut is not None and text[:cut].strip():
+        text = text[:cut].strip()
+    if unicodedata.normalize("NFKC", text) != text:
+        return text  # offsets of the normalised words would not be the text's
+    spans = [m.start() for m in _WORD_SPAN.finditer(text)]
+    start = _loop_start([w.casefold() for w in _WORD_SPAN.findall(text)])
+    if start is not None and start > 0:
+        text = text[: spans[start]].rstrip(" ,;:-")
+    return text
+
+
 def clean_answer(answer: str) -> str:
     """``answer`` without what is not part of it: a preamble ("The answer to the question
     is:", "Improved answer:", "الإجابة هي:"), quotes around the whole of what follows one,
@@ -127,8 +191,8 @@ def clean_answer(answer: str) -> str:
         text = rest.strip()
     match = _PREAMBLE.match(text)
     if match is None or not text[match.end() :].strip() or _NEGATED.match(text[match.end() :]):
-        return text  # "The answer is not in the context" says something as a whole
-    text = text[match.end() :].strip()
+        return _cut_loop(text)  # "The answer is not in the context" says something as a whole
+    text = _cut_loop(text[match.end() :].strip())
     quoted = _QUOTED.match(text)
     return f"{quoted.group(1).strip()}{quoted.group(2)}" if quoted and '"' not in quoted.group(1) else text
 
@@ -164,6 +228,9 @@ def _degenerate(answer: str, words: list[str], refusal: bool, question: str, con
     lowered = answer.casefold()
     if sum(marker in lowered for marker in _PROMPT_MARKERS) >= 2:
         return "prompt_echo"
+    loop = repetition(answer)
+    if loop is not None:
+        return loop
     q_words = _words(question)
     if norm in _YES_NO and _is_wh(q_words):
         return "bare_yes_no"
@@ -172,7 +239,11 @@ def _degenerate(answer: str, words: list[str], refusal: bool, question: str, con
         return "question_echo"
     answer_tokens = _content(words)
     q_tokens = set(_content(q_words))
-    if len(answer_tokens) >= max(3, 0.8 * len(q_tokens)) and set(answer_tokens) <= q_tokens:
+    if (
+        len(answer_tokens) >= max(3, 0.8 * len(q_tokens))
+        and set(answer_tokens) <= q_tokens
+        and not _asks_yes_no(q_words)
+    ):
         return "question_echo"
     if refusal and q_tokens and _coverage(sorted(q_tokens), set(content_tokens(context))) >= 0.75:
         return "refusal_with_evidence"
@@ -181,18 +252,42 @@ def _degenerate(answer: str, words: list[str], refusal: bool, question: str, con
     return _fragment(answer, words, context)
 
 
-def assess(answer: str, question: str, context: str, *, min_token_support: float = 0.5) -> Grounding:
-    """Compute the grounding signals of ``answer`` against ``context``."""
+def assess(
+    answer: str,
+    question: str,
+    context: str,
+    *,
+    min_token_support: float = 0.5,
+    passages: Sequence[str] | None = None,
+    verifier: Verifier | None = None,
+) -> Grounding:
+    """Compute the grounding signals of ``answer`` against ``context``. The answer is
+    ``supported`` when it is not degenerate and the verifier (``verifier``, else a
+    :class:`~selfrag_core.verify.LexicalVerifier` at ``min_token_support``) supports it
+    against ``passages`` one at a time (else ``context`` as one passage), when the
+    context holds it word for word, or when it honestly says the context does not
+    answer the question."""
+    from selfrag_core.verify import DEFAULT, LexicalVerifier, verify_answer  # verify builds on this module
+
     words, context_words, refusal = _words(answer), _words(context), is_refusal(answer)
     degenerate = _degenerate(answer, words, refusal, question, context)
     tokens = _content(words)
-    vocab = set(_content(context_words))
-    support = _coverage(tokens, vocab)
+    support = _coverage(tokens, set(_content(context_words)))
     norm_answer, norm_context = " ".join(words), " ".join(context_words)
     span = bool(tokens) and bool(norm_answer) and f" {norm_answer} " in f" {norm_context} "
+    if verifier is None:
+        same = min_token_support == DEFAULT.threshold
+        verifier = DEFAULT if same else LexicalVerifier(threshold=min_token_support)
+    verdict = verify_answer(answer, [context] if passages is None else passages, verifier)
     honest_refusal = degenerate is None and refusal
-    supported = degenerate is None and (span or support >= min_token_support or honest_refusal)
-    return Grounding(token_support=support, span_supported=span, degenerate=degenerate, supported=supported)
+    supported = degenerate is None and (span or verdict.supported or honest_refusal)
+    return Grounding(
+        token_support=support,
+        span_supported=span,
+        degenerate=degenerate,
+        supported=supported,
+        support_score=verdict.score,
+    )
 
 
 def support(claim: str, context: str) -> float:

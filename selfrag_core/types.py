@@ -204,6 +204,12 @@ class Grounding:
     #: the share of the answer's sentences some source supports (``citations.supported_share``),
     #: where the sources were at hand (SelfIRAG's steps), else None
     sentence_support: float | None = None
+    #: the verifier's score of the answer in [0, 1] (``verify.verify_answer``: each sentence
+    #: against one passage at a time), None for an answer with no sentence to check
+    support_score: float | None = None
+    #: the citations ``sentence_support`` was computed from (the result's, when this
+    #: answer is chosen: computed once), else None; not part of ``to_dict``
+    citations: list[Citation] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -212,6 +218,7 @@ class Grounding:
             "degenerate": self.degenerate,
             "supported": self.supported,
             "sentence_support": None if self.sentence_support is None else round(self.sentence_support, 4),
+            "support_score": None if self.support_score is None else round(self.support_score, 4),
         }
 
 
@@ -462,6 +469,9 @@ class HealingAttempt:
     #: the claims the metric judged, as (claim, supported) (the faithfulness judge's;
     #: empty for a metric that gives a number only, or when the judge failed)
     claims: list[tuple[str, bool]] = field(default_factory=list)
+    #: the citations of the answer, computed once for its evidence (the report's when it
+    #: is chosen); not part of ``to_dict``
+    citations: list[Citation] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -34,8 +34,8 @@ from typing import Any
 
 from selfrag_core.citations import cite, supported_share
 from selfrag_core.config import ExecutionConfig, SelfRAGConfig
-from selfrag_core.engine import Generate, Note, Plan
-from selfrag_core.errors import ParseError, RAGSystemError
+from selfrag_core.engine import Deadline, Generate, Note, Plan
+from selfrag_core.errors import ParseError, QueryTimeoutError, RAGSystemError
 from selfrag_core.grounding import assess, degenerate_reason
 from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_json_object
@@ -274,6 +274,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             history=history,
             sources=best.sources,
             best_iteration=best.iteration,
+            citations=list(best.evaluation.grounding.citations or []),  # computed once, as it was graded
         )
 
     # ------------------------------------------------------------------ decisions
@@ -364,11 +365,27 @@ class SelfIRAG(Strategy[SelfRAGResult]):
     def _gen(self, purpose: str, prompt: str, schema: Mapping[str, Any] | None = None) -> Generate:
         return Generate(self.llm, prompt, purpose, self.config.llm_retries, schema)
 
-    def _grounding(self, answer: str, query: str, docs: list[RetrievedDoc]) -> Grounding:
+    def _grounding(self, answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[Grounding]:
+        """The answer's LLM-free grounding signals, its citations among them (computed once
+        per answer). Past the query's deadline none are computed: the answer counts as
+        unusable (``degenerate="query_timeout"``), with the QueryTimeoutError in the trace."""
+        try:
+            yield Deadline("grounding the answer")
+        except QueryTimeoutError as e:
+            yield Note(
+                "grounding_skipped", f"{type(e).__name__}: {e}", {"then": "the answer counts as unusable"}
+            )
+            return Grounding(degenerate="query_timeout")
         grounding = assess(
-            answer, query, context_text(docs), min_token_support=self.config.grounding.min_token_support
+            answer,
+            query,
+            context_text(docs),
+            min_token_support=self.config.grounding.min_token_support,
+            passages=[d.text for d in docs],
         )
-        grounding.sentence_support = supported_share(cite(answer, docs)) if grounding.supported else None
+        if grounding.supported:
+            grounding.citations = cite(answer, docs)
+            grounding.sentence_support = supported_share(grounding.citations)
         return grounding
 
     def _answer_and_evaluate(
@@ -386,7 +403,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                     raise ParseError("the reply has no 'answer' string", raw=reply.text)
                 answer = answer_text(answer)
                 evaluation = evaluation_from(data, reply.text)
-                evaluation.grounding = self._grounding(answer, query, docs)
+                evaluation.grounding = yield from self._grounding(answer, query, docs)
                 return answer, (yield from self._read(evaluation, judge))
             except ParseError as e:
                 yield Note("fast_mode_parse_failed", str(e), {"raw": e.raw[:500], "then": "two-step"})
@@ -402,22 +419,32 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
         answer = answer_text(reply.text)
+        grounding = None
         if self.config.stop_when_supported and self.config.grounding.enabled:
-            grounding = self._grounding(answer, query, docs)
+            grounding = yield from self._grounding(answer, query, docs)
             if _tier(grounding) == 3:  # well supported: nothing the judge says would change it
                 evaluation = unparsed_evaluation()
                 evaluation.grounding = grounding
                 evaluation.ignored = "not asked: the answer is well supported (stop_when_supported)"
                 return answer, evaluation
-        evaluation = yield from self._evaluate(query, ctx, docs, answer, lang, judge)
+        evaluation = yield from self._evaluate(query, ctx, docs, answer, lang, judge, grounding)
         return answer, evaluation
 
     def _evaluate(
-        self, query: str, ctx: str, docs: list[RetrievedDoc], answer: str, lang: str, judge: _Judge
+        self,
+        query: str,
+        ctx: str,
+        docs: list[RetrievedDoc],
+        answer: str,
+        lang: str,
+        judge: _Judge,
+        grounding: Grounding | None = None,
     ) -> Plan[EvaluationResult]:
-        """The judge's evaluation of ``answer`` with its grounding signals; no LLM call
-        once the judge was found to carry no information in this query."""
-        grounding = self._grounding(answer, query, docs)
+        """The judge's evaluation of ``answer`` with its grounding signals (``grounding``,
+        when they are already known); no LLM call once the judge was found to carry no
+        information in this query."""
+        if grounding is None:
+            grounding = yield from self._grounding(answer, query, docs)
         if judge.off is not None:
             evaluation = unparsed_evaluation()
             evaluation.grounding, evaluation.ignored = grounding, f"judge off for this query: {judge.off}"

@@ -1,0 +1,539 @@
+"""The claim-level verifier: is each sentence of an answer supported by one passage?
+
+Everything that decides whether an answer is supported (citations, grounding,
+SelfIRAG's ``stop_when_supported``, SelfHealingRAG's evidence, the evaluation's
+``unsupported`` metric) asks a :class:`Verifier`. The default, :class:`LexicalVerifier`,
+needs no LLM and no model:
+
+* the answer is split into sentences that survive lists ("1.", "- "), markup
+  (``<p>``, ``<br>``, ``<li>``), hard-wrapped lines, decimals and abbreviations
+  (:func:`sentence_spans`);
+* each sentence is checked against **one passage at a time**, never the union of all
+  (words of two documents do not make a supported sentence);
+* its **numbers, dates and names** must occur in the passage, in the sentence the claim
+  is read from (or the one before it, when that sentence refers back with a pronoun): a
+  year the passage does not hold, or a name taken from another sentence, caps the score;
+* a **negation** the passage does not share (or drops) caps the score;
+* a **list** whose item the passage does not hold caps the score;
+* **degenerate text** (a repetition loop, an "Answer:" loop) is never supported;
+* with an ``embedder`` (the index's own, or the local MiniLM), the cosine similarity of
+  the sentence and the passage's best window lifts paraphrases the word check misses;
+  the checks above still cap it.
+
+A score is in [0, 1]; a sentence is supported at ``threshold`` (0.5) and above. The
+answer's score is the mean of the mean and the minimum of its sentences' scores, so
+one invented sentence pulls a long answer down.
+
+A verifier is one small protocol, ``verify(sentences, passages) -> list[Verdict]``,
+so an NLI or fact-checking model a user has can replace the default
+(:class:`CrossEncoderVerifier` wraps a sentence-transformers ``CrossEncoder``; no weights
+are shipped or downloaded).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from selfrag_core.grounding import STOPWORDS, repetition, strip_ar_prefix
+
+#: the score at which a sentence counts as supported
+THRESHOLD = 0.5
+
+_WORD = re.compile(r"[^\W_]+(?:[.,]\d+)*", re.UNICODE)  # "2.25" and "1,000" stay one token
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_TAG = re.compile(r"<\s*(/?)\s*([A-Za-z][A-Za-z0-9]*)[^<>]{0,200}>")
+_BLOCK_TAGS = frozenset(
+    {"p", "br", "li", "ul", "ol", "div", "tr", "td", "h1", "h2", "h3", "h4", "h5", "h6", "hr"}
+)
+#: a list item's marker at the start of a line: "1.", "2)", "-", "*", "•", "+"
+_ITEM = re.compile(r"(?m)^[ \t]*(?:\d{1,3}[.)]|[-*•+]|#{1,6})[ \t]+")
+_MARKER = re.compile(r"\s*\[\s*-?\d+(?:\s*[,;]\s*-?\d+)*\s*\]")
+_ABBREVIATIONS = frozenset([
+    "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "vs", "etc", "eg", "ie", "al", "inc", "ltd",
+    "co", "fig", "no", "vol", "ch", "pp", "approx", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+    "sep", "sept", "oct", "nov", "dec",
+])  # fmt: skip
+#: words that only frame a claim: missing from a passage, they are weak evidence against it
+_GENERIC = frozenset([
+    "also", "including", "include", "includes", "included", "known", "called", "named", "several",
+    "many", "various", "other", "others", "main", "important", "different", "first", "second",
+    "new", "well", "however", "although", "because", "since", "while", "both", "each", "one", "two",
+    "three", "can", "could", "would", "should", "will", "may", "might", "must", "used", "use",
+    "uses", "using", "made", "make",
+])  # fmt: skip
+_PRONOUNS = frozenset([
+    "he", "she", "it", "they", "him", "her", "its", "their", "them", "his", "hers", "theirs",
+    "this", "these", "those", "who", "which", "هو", "هي", "هم", "هن", "ذلك", "تلك",
+])  # fmt: skip
+_NEGATIONS = frozenset([
+    "not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot", "n't",
+    "isn't", "aren't", "wasn't", "weren't", "don't", "doesn't", "didn't", "won't", "can't",
+    "couldn't", "shouldn't", "hasn't", "haven't", "hadn't", "لا", "ليس", "ليست", "لم", "لن", "غير",
+    "بدون",
+])  # fmt: skip
+_YES_NO_START = re.compile(r"^\s*(?:yes|no|نعم|لا)\b[\s,.!:;-]*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How far one passage supports one sentence: ``score`` in [0, 1], ``supported`` at
+    the verifier's threshold, the passage (0-based) that supports it best, and why the
+    score was capped or is low (``"number_not_in_source:2019"``, ``"misattributed:Bob"``,
+    ``"negation"``, ``"list_item_not_in_source"``, ``"repetition"``, ``"low_overlap"``),
+    or None."""
+
+    score: float
+    supported: bool
+    passage: int | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": round(self.score, 4),
+            "supported": self.supported,
+            "passage": self.passage,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class AnswerVerdict:
+    """The verdicts of an answer's sentences and the answer's score (None when it has no
+    sentence with a content word to check)."""
+
+    sentences: list[tuple[str, Verdict]] = field(default_factory=list)
+    score: float | None = None
+    threshold: float = THRESHOLD
+
+    @property
+    def supported(self) -> bool:
+        return self.score is not None and self.score >= self.threshold
+
+    @property
+    def supported_share(self) -> float | None:
+        if not self.sentences:
+            return None
+        return sum(v.supported for _, v in self.sentences) / len(self.sentences)
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Sentences and passages in, one verdict per sentence out (its best passage's)."""
+
+    threshold: float
+
+    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[Verdict]: ...
+
+
+# ----------------------------------------------------------------------------- splitting
+
+
+def _blank(text: str, span: tuple[int, int], fill: str = " ") -> str:
+    start, end = span
+    return text[:start] + fill * (end - start) + text[end:]
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """The ``(start, end)`` offsets of the sentences of ``text``: a sentence ends at
+    ``. ! ? ؟`` followed by a blank (not after an abbreviation, an initial or inside a
+    number), at a blank line, before a list item and at a block tag (``<p>``, ``<br>``,
+    ``<li>``); a single line break inside a sentence is a wrapped line, not an end.
+    List markers and tags are left out of the spans; ``[n]`` markers after a sentence's
+    end belong to it."""
+    scan = text
+    cuts: set[int] = set()
+    for m in _TAG.finditer(text):
+        if m.group(2).lower() in _BLOCK_TAGS:
+            cuts.add(m.start())
+        scan = _blank(scan, m.span())
+    for m in _ITEM.finditer(scan):
+        cuts.add(m.start())
+        scan = _blank(scan, m.span())
+    for m in re.finditer(r"\n[ \t]*\n", scan):
+        cuts.add(m.start())
+    for m in re.finditer(r"[.!?؟]+", scan):
+        end = m.end()
+        after = scan[end:]
+        marker = re.match(r"(?:\s*\[[\d,;\s-]+\])*", after)
+        end += marker.end() if marker else 0
+        if end < len(scan) and not scan[end].isspace():
+            continue  # "2.25", "e.g.x", "U.S.A"
+        if m.group() == "." and _no_end(scan, m.start(), end):
+            continue
+        cuts.add(end)
+    spans = []
+    start = 0
+    for cut in sorted(cuts | {len(scan)}):
+        piece = scan[start:cut]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            spans.append((start + lead, start + len(piece.rstrip())))
+        start = cut
+    return spans
+
+
+def _no_end(scan: str, dot: int, end: int) -> bool:
+    """Whether the point at ``dot`` ends no sentence: after an abbreviation or an initial,
+    or before a lower-case word."""
+    word = re.search(r"([^\W\d_]+)\.?$", scan[max(0, dot - 12) : dot])
+    if word and (
+        word.group(1).casefold() in _ABBREVIATIONS or (len(word.group(1)) == 1 and word.group(1).isupper())
+    ):
+        return True
+    following = re.match(r"\s+(\S)", scan[end:])
+    return bool(following and following.group(1).islower())
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (:func:`sentence_spans`), without ``[n]`` markers, tags
+    and list markers, on one line each."""
+    return [clean_sentence(text[start:end]) for start, end in sentence_spans(text)]
+
+
+def clean_sentence(sentence: str) -> str:
+    """``sentence`` without ``[n]`` markers, tags and list markers, on one line."""
+    sentence = _MARKER.sub("", _TAG.sub(" ", sentence))
+    return " ".join(_ITEM.sub("", sentence).split())
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+def _tokens(text: str) -> list[str]:
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+_ARABIC_FOLD = str.maketrans("ةىأإآ", "تيااا")
+
+
+def _stem(token: str) -> str:
+    """A word's stem for matching: a number as written (without thousands commas), else
+    its first five letters (Arabic: proclitics stripped and letter variants folded, so
+    "عاصمة" and "عاصمتها" match)."""
+    if _NUMBER.fullmatch(token):
+        return token.replace(",", "")
+    if not token.isascii():
+        token = strip_ar_prefix(token).translate(_ARABIC_FOLD)
+    return token[:5]
+
+
+def _content(tokens: Sequence[str]) -> list[str]:
+    """The tokens that carry content: not stopwords (Arabic proclitics stripped first),
+    not negations, not single letters ("s" of "France's")."""
+    return [
+        t
+        for t in tokens
+        if (len(t) > 1 or t.isdigit())
+        and t not in STOPWORDS
+        and strip_ar_prefix(t) not in STOPWORDS
+        and t not in _NEGATIONS
+    ]
+
+
+def _number(token: str) -> str:
+    return token.replace(",", "")
+
+
+def _names(sentence: str) -> set[str]:
+    """The case-folded names of a sentence: capitalised Latin-script words that are not
+    stopwords (the first word too: "Einstein won ..."), and numbers."""
+    names = set()
+    for m in re.finditer(r"[^\W_]+(?:[.,]\d+)*", unicodedata.normalize("NFKC", sentence)):
+        word = m.group()
+        if _NUMBER.fullmatch(word):
+            names.add(_number(word))
+        elif word[0].isupper() and word[0].isascii() and len(word) > 1:
+            folded = word.casefold()
+            if folded not in STOPWORDS and folded not in _GENERIC and folded not in _PRONOUNS:
+                names.add(folded)
+    return names
+
+
+def _negated(tokens: Sequence[str], near: set[str] | None = None) -> bool:
+    """Whether ``tokens`` hold a negation (one followed within four words by a stem of
+    ``near``, when given)."""
+    return any(
+        (token in _NEGATIONS or token.endswith("n't"))
+        and (near is None or any(_stem(t) in near for t in tokens[i + 1 : i + 5]))
+        for i, token in enumerate(tokens)
+    )
+
+
+@dataclass
+class _Sentence:
+    tokens: list[str]
+    stems: set[str]
+    names: set[str]
+    pronoun: bool
+
+
+@dataclass
+class _Passage:
+    stems: set[str]
+    names: set[str]
+    sentences: list[_Sentence]
+    text: str
+
+    @classmethod
+    def of(cls, text: str) -> _Passage:
+        sentences = []
+        for piece in split_sentences(text):
+            tokens = _tokens(piece)
+            sentences.append(
+                _Sentence(
+                    tokens,
+                    {_stem(t) for t in _content(tokens)},
+                    {n for n in _names(piece)} | {_number(t) for t in tokens if _NUMBER.fullmatch(t)},
+                    any(t in _PRONOUNS for t in tokens),
+                )
+            )
+        stems = set().union(*(s.stems for s in sentences)) if sentences else set()
+        names = {t for s in sentences for t in s.tokens} | {_number(t) for s in sentences for t in s.tokens}
+        return cls(stems, names, sentences, text)
+
+
+@dataclass
+class _Claim:
+    text: str
+    tokens: list[str]
+    stems: list[str]
+    names: set[str]
+    negated: bool
+    items: list[set[str]]
+    loop: str | None
+
+    @classmethod
+    def of(cls, sentence: str) -> _Claim:
+        text = clean_sentence(sentence)
+        body = _YES_NO_START.sub("", text)  # "No, X is not Y": the leading "No" answers the question
+        tokens = _tokens(body)
+        content = _content(tokens)
+        return cls(
+            text,
+            tokens,
+            [_stem(t) for t in content],
+            _names(body),
+            _negated(tokens),
+            _list_items(body),
+            repetition(sentence),
+        )
+
+
+def _list_items(sentence: str) -> list[set[str]]:
+    """The content stems of each item of a list in ``sentence`` ("A, B, and C"), or []."""
+    parts = [
+        p for p in re.split(r",\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|،\s*|\s+و", sentence) if p.strip()
+    ]
+    if len(parts) < 3:
+        return []
+    items = [{_stem(t) for t in _content(_tokens(p)) if t not in _GENERIC} for p in parts[1:]]
+    return [i for i in items if i]  # the first part holds the sentence's subject and verb
+
+
+class LexicalVerifier:
+    """The default verifier: no LLM; words, numbers, names, negations and lists checked
+    against one passage at a time (see the module docstring). ``embedder``: an object
+    with ``embed_documents(texts) -> vectors`` (the index's embedder, ``LocalEmbeddings``);
+    its cosine similarity lifts paraphrases, above ``semantic_floor`` mapped linearly
+    onto [0, 1]."""
+
+    def __init__(
+        self, *, threshold: float = THRESHOLD, embedder: Any = None, semantic_floor: float = 0.55
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")
+        self.threshold = threshold
+        self.embedder = embedder
+        self.semantic_floor = semantic_floor
+
+    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[Verdict]:
+        prepared = [_Passage.of(p) for p in passages]
+        claims = [_Claim.of(s) for s in sentences]
+        semantic = (
+            _semantic_matrix(self, claims, prepared) if self.embedder is not None and prepared else None
+        )
+        verdicts = []
+        for i, claim in enumerate(claims):
+            best = Verdict(0.0, False, None, "no_passage" if not prepared else "low_overlap")
+            for j, passage in enumerate(prepared):
+                lifted = None if semantic is None else float(semantic[i, j])
+                score, reason = self._score(claim, passage, lifted)
+                if score > best.score or best.passage is None:
+                    best = Verdict(score, score >= self.threshold, j, reason)
+            verdicts.append(best)
+        return verdicts
+
+    def _score(self, claim: _Claim, passage: _Passage, semantic: float | None) -> tuple[float, str | None]:
+        if claim.loop:
+            return 0.0, claim.loop
+        if not claim.stems:
+            return 0.0, "no_content"
+        weights = [0.5 if s in _GENERIC else 1.0 for s in claim.stems]
+        hit = sum(w for s, w in zip(claim.stems, weights, strict=True) if s in passage.stems)
+        miss = sum(weights) - hit
+        score = hit / (hit + 2.0 * miss) if hit + miss else 0.0  # a missing word weighs twice a found one
+        reason = None if score >= self.threshold else "low_overlap"
+        if semantic is not None and semantic > score:
+            score, reason = semantic, None
+        cap, why = self._caps(claim, passage)
+        if why is not None and score > cap:
+            return cap, why
+        return score, reason or why
+
+    @staticmethod
+    def _caps(claim: _Claim, passage: _Passage) -> tuple[float, str | None]:
+        missing = sorted(n for n in claim.names if n not in passage.names and _stem(n) not in passage.stems)
+        numbers = [n for n in missing if _NUMBER.fullmatch(n)]
+        if numbers:
+            return 0.1, f"number_not_in_source:{numbers[0]}"
+        if missing:
+            return 0.25, f"name_not_in_source:{missing[0]}"
+        for number in sorted(n for n in claim.names if _NUMBER.fullmatch(n)):
+            if not any(_bound(claim, w) for w in _windows(passage, number)):
+                return 0.3, f"misattributed:{number}"
+        window = _home(claim, passage)
+        if window is not None:
+            tokens = [t for s in window for t in s.tokens]
+            if claim.negated != _negated(tokens, None if claim.negated else set(claim.stems)):
+                return 0.2, "negation"
+        for item in claim.items:
+            if len(item & passage.stems) * 2 < len(item):
+                return 0.35, "list_item_not_in_source"
+        return 1.0, None
+
+
+def _window(passage: _Passage, i: int) -> list[_Sentence]:
+    """Sentence ``i`` of the passage, with the one before it when it refers back with a
+    pronoun ("She won ...")."""
+    here = passage.sentences[i]
+    return [passage.sentences[i - 1], here] if here.pronoun and i > 0 else [here]
+
+
+def _windows(passage: _Passage, number: str) -> list[list[_Sentence]]:
+    return [_window(passage, i) for i, s in enumerate(passage.sentences) if number in s.names]
+
+
+def _bound(claim: _Claim, window: list[_Sentence]) -> bool:
+    """Whether a number of the claim, read in ``window``, is about what the claim says:
+    not when the window names someone the claim does not while the claim names someone
+    the window does not ("Einstein won in 1903" against "Curie won in 1903")."""
+    names = {n for s in window for n in s.names if not _NUMBER.fullmatch(n)}
+    tokens = {t for s in window for t in s.tokens}
+    claimed = {n for n in claim.names if not _NUMBER.fullmatch(n)}
+    return not (names - claimed and claimed - tokens - names)
+
+
+def _home(claim: _Claim, passage: _Passage) -> list[_Sentence] | None:
+    """The passage's sentence the claim is read from: the one sharing most of its words
+    (with the one before it when it refers back with a pronoun)."""
+    if not passage.sentences:
+        return None
+    stems = set(claim.stems)
+    best = max(range(len(passage.sentences)), key=lambda i: len(stems & passage.sentences[i].stems))
+    return _window(passage, best)
+
+
+def _semantic_matrix(verifier: LexicalVerifier, claims: list[_Claim], passages: list[_Passage]) -> np.ndarray:
+    """The embedder's support of each claim by each passage: the cosine similarity of the
+    claim and the passage's best window of two sentences, ``semantic_floor`` and below
+    mapped to 0, 1 to 1."""
+    windows = []
+    for passage in passages:
+        texts = [" ".join(s.tokens) for s in passage.sentences] or [passage.text]
+        windows.append([" ".join(texts[k : k + 2]) for k in range(max(1, len(texts) - 1))])
+    embedder = verifier.embedder
+    embed: Callable[[list[str]], Any] = getattr(embedder, "embed_documents", None) or embedder
+    texts = [c.text for c in claims] + [w for ws in windows for w in ws]
+    vectors = np.asarray(embed(texts), dtype=np.float64)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    similarity = vectors[: len(claims)] @ vectors[len(claims) :].T
+    bounds = np.cumsum([0] + [len(ws) for ws in windows])
+    best = np.stack([similarity[:, a:b].max(axis=1) for a, b in itertools.pairwise(bounds)], axis=1)
+    floor = verifier.semantic_floor
+    return np.clip((best - floor) / (1.0 - floor), 0.0, 1.0) if floor < 1.0 else np.zeros_like(best)
+
+
+class CrossEncoderVerifier:
+    """A verifier over an NLI cross-encoder the user has (sentence-transformers'
+    ``CrossEncoder("cross-encoder/nli-deberta-v3-small")``, for instance, loaded by the
+    user: nothing is downloaded here). ``model.predict([(passage, sentence), ...])``
+    returns one row of label scores per pair; ``entailment`` is the column of the
+    entailment label (read from the model's ``config.id2label`` when it has one). The
+    score is the softmax probability of entailment; loops are never supported."""
+
+    def __init__(self, model: Any, *, threshold: float = THRESHOLD, entailment: int | None = None) -> None:
+        if not callable(getattr(model, "predict", None)):
+            raise TypeError(
+                "CrossEncoderVerifier needs a model with predict(pairs), "
+                "e.g. a sentence-transformers CrossEncoder"
+            )
+        self.model = model
+        self.threshold = threshold
+        self.entailment = entailment if entailment is not None else _entailment_column(model)
+
+    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[Verdict]:
+        claims = [clean_sentence(s) for s in sentences]
+        pairs = [(p, c) for c in claims for p in passages]
+        rows = list(self.model.predict(pairs)) if pairs else []
+        verdicts = []
+        for i, sentence in enumerate(sentences):
+            loop = repetition(sentence)
+            scores = [_softmax(rows[i * len(passages) + j])[self.entailment] for j in range(len(passages))]
+            if loop or not scores:
+                verdicts.append(Verdict(0.0, False, None, loop or "no_passage"))
+                continue
+            j = max(range(len(scores)), key=scores.__getitem__)
+            verdicts.append(
+                Verdict(
+                    scores[j],
+                    scores[j] >= self.threshold,
+                    j,
+                    None if scores[j] >= self.threshold else "not_entailed",
+                )
+            )
+        return verdicts
+
+
+def _entailment_column(model: Any) -> int:
+    labels = getattr(getattr(model, "config", None), "id2label", None) or {}
+    for index, label in dict(labels).items():
+        if str(label).casefold().startswith("entail"):
+            return int(index)
+    raise ValueError("cannot tell the entailment column of this model: pass entailment=<its index>")
+
+
+def _softmax(row: Any) -> list[float]:
+    values = [float(x) for x in (row if hasattr(row, "__iter__") else [row])]
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+DEFAULT = LexicalVerifier()
+
+
+def verify_answer(answer: str, passages: Sequence[str], verifier: Verifier | None = None) -> AnswerVerdict:
+    """Each sentence of ``answer`` (those with a content word) checked by ``verifier``
+    (the default :class:`LexicalVerifier`) against ``passages``, and the answer's score."""
+    checker = verifier or DEFAULT
+    loop = repetition(answer)
+    if loop is not None:  # a loop across sentences ("Answer: 2003\nAnswer: 2004") is one
+        return AnswerVerdict(
+            [(clean_sentence(answer), Verdict(0.0, False, None, loop))], 0.0, checker.threshold
+        )
+    sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
+    if not sentences:
+        return AnswerVerdict([], None, checker.threshold)
+    verdicts = checker.verify(sentences, list(passages))
+    scores = [v.score for v in verdicts]
+    score = 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
+    return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold)

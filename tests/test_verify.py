@@ -1,0 +1,279 @@
+"""The claim-level verifier: the failures quoted in issue #35, and true answers that stay certified."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from selfrag_core.grounding import assess, clean_answer, degenerate_reason, repetition
+from selfrag_core.verify import (
+    CrossEncoderVerifier,
+    LexicalVerifier,
+    Verdict,
+    Verifier,
+    sentence_spans,
+    split_sentences,
+    verify_answer,
+)
+
+GIT = "Git 2.25 added the sparse-checkout command, which restricts the working tree to a subset of paths."
+NOBEL = "Marie Curie won the Nobel Prize in Physics in 1903. Albert Einstein won it in 1921."
+RIGHTS = "The First Amendment protects freedom of speech, freedom of religion and the freedom of the press."
+CONQUEST = "Spanish conquistadors arrived in the region in the 16th century."
+PLAINS = "The Llaneros are the cowboys of the plains of Venezuela."
+VACCINES = "Vaccines do not cause autism, according to many large studies."
+SWITCH = "Git 2.23 introduced the experimental git switch and git restore commands."
+
+
+def verdict(answer: str, *passages: str) -> tuple[bool, float | None, list[str | None]]:
+    v = verify_answer(answer, list(passages))
+    return v.supported, v.score, [x.reason for _, x in v.sentences]
+
+
+# ----------------------------------------------------------------------------- flagged
+
+
+def test_a_repetition_loop_is_never_supported() -> None:
+    loop = "The commands were introduced by the Git-based version of the " + "Git-based " * 12
+    supported, score, reasons = verdict(loop, SWITCH, "The git-based version of the tooling.")
+    assert (supported, score, reasons) == (False, 0.0, ["repetition"])
+    grounding = assess(loop, "Which release introduced git switch?", SWITCH, passages=[SWITCH])
+    assert grounding.degenerate == "repetition" and not grounding.supported
+
+
+def test_an_answer_loop_is_never_supported() -> None:
+    supported, score, reasons = verdict(
+        "1986\nAnswer: 2003\nAnswer: 2004\nAnswer: 2005", "In 1986 and 2003 and 2004."
+    )
+    assert (supported, score, reasons) == (False, 0.0, ["answer_loop"])
+
+
+def test_an_invented_year_is_flagged_although_the_right_source_was_retrieved() -> None:
+    supported, score, reasons = verdict("The git sparse-checkout command was added in 2019.", GIT, SWITCH)
+    assert not supported and score is not None and score < 0.5
+    assert reasons == ["number_not_in_source:2019"]
+    assert verdict("The git sparse-checkout command was added in Git 2.25.", GIT, SWITCH)[0]
+
+
+def test_a_list_item_the_passage_does_not_hold_is_flagged() -> None:
+    answer = "The First Amendment protects freedom of speech, the right to bear arms, and the right to vote."
+    assert not verdict(answer, RIGHTS)[0]
+    true_list = (
+        "The First Amendment protects freedom of speech, freedom of religion and freedom of the press."
+    )
+    assert verdict(true_list, RIGHTS)[0]
+
+
+def test_words_of_two_documents_do_not_make_a_supported_sentence() -> None:
+    answer = "The conquistadors, known as the Llaneros, arrived in the 16th century."
+    supported, _, reasons = verdict(answer, CONQUEST, PLAINS)
+    assert not supported and reasons == ["name_not_in_source:llaneros"]
+    # against the union of the two the old signal certified it
+    joined = f"{CONQUEST}\n\n{PLAINS}"
+    assert assess(answer, "Who arrived in the 16th century?", joined).token_support >= 0.5
+
+
+def test_a_number_read_from_another_persons_sentence_is_misattributed() -> None:
+    supported, _, reasons = verdict("Albert Einstein won the Nobel Prize in 1903.", NOBEL)
+    assert not supported and reasons == ["misattributed:1903"]
+    assert verdict("Marie Curie won the Nobel Prize in 1903.", NOBEL)[0]
+    assert verdict("Albert Einstein won the Nobel Prize in 1921.", NOBEL)[0]
+
+
+def test_a_name_swap_across_documents_is_flagged() -> None:
+    supported, _, reasons = verdict("Bob Smith founded Acme in 1990.", "Alice Jones founded Acme in 1990.")
+    assert not supported and reasons == ["name_not_in_source:bob"]
+
+
+def test_a_negation_flip_is_flagged_both_ways() -> None:
+    assert verdict("Vaccines cause autism.", VACCINES)[2] == ["negation"]
+    assert verdict("Vaccines do not cause autism.", VACCINES)[0]
+    positive = "The bridge opened to traffic in 1937."
+    assert verdict("The bridge did not open to traffic in 1937.", positive)[2] == ["negation"]
+
+
+def test_a_wrong_number_in_arabic_is_flagged() -> None:
+    supported, _, reasons = verdict("تأسست الشركة عام 2019.", "تأسست الشركة عام 2005 في القاهرة.")
+    assert not supported and reasons == ["number_not_in_source:2019"]
+
+
+# ----------------------------------------------------------------------------- certified
+
+
+@pytest.mark.parametrize(
+    ("answer", "passage"),
+    [
+        pytest.param(GIT, GIT, id="exact copy"),
+        pytest.param("France's capital is Paris.", "Paris is the capital of France.", id="reordering"),
+        pytest.param(
+            "1. Paris is in France.\n2. Berlin is in Germany.",
+            "Paris is in France. Berlin is in Germany.",
+            id="list",
+        ),
+        pytest.param("<p>Git 2.25 added the\nsparse-checkout command.</p>", GIT, id="markup, wrapped lines"),
+        pytest.param(
+            "Curie won the Nobel Prize in 1903.",
+            "Marie Curie was a physicist. She won the Nobel Prize in 1903.",
+            id="pronoun",
+        ),
+        pytest.param("The club has 1,000 members.", "The club has 1000 members.", id="thousands"),
+        pytest.param(
+            "No, crime is not associated with syringe sales.",
+            "Syringe sales were not associated with crime.",
+            id="yes/no",
+        ),
+        pytest.param(
+            "تقع باريس في فرنسا وهي عاصمتها.", "باريس هي عاصمة فرنسا وتقع على نهر السين.", id="arabic"
+        ),
+    ],
+)
+def test_a_true_answer_stays_certified(answer: str, passage: str) -> None:
+    supported, score, reasons = verdict(answer, "An unrelated passage about volcanoes.", passage)
+    assert supported and score is not None and score >= 0.5, reasons
+
+
+def test_one_invented_sentence_pulls_a_long_answer_below_the_threshold() -> None:
+    answer = f"{GIT} It restricts the working tree to a subset of paths. It was added in 2019."
+    v = verify_answer(answer, [GIT])
+    assert [x.supported for _, x in v.sentences] == [True, True, False]
+    assert not v.supported and v.supported_share == pytest.approx(2 / 3)
+
+
+# ----------------------------------------------------------------------------- splitting
+
+
+def test_list_markers_are_not_sentences() -> None:
+    assert split_sentences("1. Paris is big.\n2. Berlin is cold.\n- Rome is old") == [
+        "Paris is big.", "Berlin is cold.", "Rome is old",
+    ]  # fmt: skip
+
+
+def test_markup_and_wrapped_lines_make_whole_sentences() -> None:
+    text = "<p>Honeybees dance to\nshow the hive where\nthe flowers are.</p><p>They use the sun.</p>"
+    assert split_sentences(text) == [
+        "Honeybees dance to show the hive where the flowers are.",
+        "They use the sun.",
+    ]
+
+
+def test_abbreviations_decimals_and_markers_do_not_end_sentences() -> None:
+    text = "Dr. Smith paid $2.50 in the U.S. today [1]. It was e.g. fine. Next? Yes [2]"
+    assert split_sentences(text) == [
+        "Dr. Smith paid $2.50 in the U.S. today.",
+        "It was e.g. fine.",
+        "Next?",
+        "Yes",
+    ]
+    spans = sentence_spans(text)
+    assert text[spans[0][0] : spans[0][1]].endswith("[1].")
+
+
+# ----------------------------------------------------------------------------- the pluggable verifier
+
+
+class _NLI:
+    """A cross-encoder's shape: predict(pairs) -> a row of logits per pair, labels in config."""
+
+    class config:
+        id2label: ClassVar[dict[int, str]] = {0: "contradiction", 1: "entailment", 2: "neutral"}
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[str, str]] = []
+
+    def predict(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
+        self.pairs.extend(pairs)
+        return [
+            [0.0, 4.0, 0.0] if claim.rstrip(".") in passage else [3.0, 0.0, 0.0] for passage, claim in pairs
+        ]
+
+
+def test_a_cross_encoder_verifier_scores_entailment_per_passage() -> None:
+    model = _NLI()
+    verifier = CrossEncoderVerifier(model)
+    assert isinstance(verifier, Verifier) and verifier.entailment == 1
+    v = verify_answer(
+        "Paris is in France. Rome is in Spain.", ["Paris is in France", "Rome is in Italy"], verifier
+    )
+    assert [(x.supported, x.passage) for _, x in v.sentences] == [(True, 0), (False, 0)]
+    assert len(model.pairs) == 4  # every sentence against every passage, one call
+    loop = verify_answer("Paris Paris Paris Paris", ["Paris Paris Paris Paris"], verifier)
+    assert loop.sentences[0][1].reason == "repetition" and not loop.supported
+
+
+def test_a_cross_encoder_without_labels_needs_the_column() -> None:
+    class Bare:
+        def predict(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
+            return [[0.0, 1.0] for _ in pairs]
+
+    with pytest.raises(ValueError, match="entailment="):
+        CrossEncoderVerifier(Bare())
+    assert CrossEncoderVerifier(Bare(), entailment=1).verify(["a b"], ["a b"])[0].score > 0.5
+    with pytest.raises(TypeError, match="predict"):
+        CrossEncoderVerifier(object())
+
+
+def test_a_user_verifier_decides_support_in_assess() -> None:
+    class Strict:
+        threshold = 0.5
+
+        def verify(self, sentences: list[str], passages: list[str]) -> list[Verdict]:
+            return [Verdict(0.0, False, None, "strict") for _ in sentences]
+
+    grounding = assess("Git 2.25 added sparse-checkout.", "When?", GIT, passages=[GIT], verifier=Strict())
+    assert not grounding.supported and grounding.support_score == 0.0
+
+
+def test_an_embedder_lifts_a_paraphrase_but_not_an_invented_year() -> None:
+    class Embedder:  # every text the same direction: the most generous embedder there is
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, 0.0] for _ in texts]
+
+    verifier = LexicalVerifier(embedder=Embedder())
+    passage = "The hive is shown where flowers grow by the dancing of honeybees."
+    assert not verify_answer("Honeybees perform a waggle routine.", [passage]).supported
+    assert verify_answer("Honeybees perform a waggle routine.", [passage], verifier).supported
+    assert not verify_answer("Honeybees dance since 1950.", [passage], verifier).supported
+
+
+# ----------------------------------------------------------------------------- cleaning, the echo filter
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("1986\nAnswer: 2003\nAnswer: 2004\nAnswer: 2005", "1986"),
+        ("Answer: Paris\nAnswer: Paris\nAnswer: Paris", "Paris"),
+        ("Improved answer: Paris is the capital.", "Paris is the capital."),
+        ("Paris\nQuestion: what is the capital of Germany?", "Paris"),
+        (
+            "It was built by the Git-based version of the " + "Git-based " * 8,
+            "It was built by the Git-based version of the Git-based",
+        ),
+    ],
+)
+def test_loops_and_preambles_are_cut_from_answers(reply: str, answer: str) -> None:
+    assert clean_answer(reply) == answer
+    assert repetition(clean_answer(reply)) is None
+
+
+def test_a_true_answer_is_not_cut() -> None:
+    for text in (
+        "freedom of speech, freedom of religion, freedom of the press",
+        "The key question: whether it works.",
+    ):
+        assert clean_answer(text) == text
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "No, crime is not associated with over-the-counter pharmacy syringe sales.",
+        "Yes, crime is associated with over-the-counter pharmacy syringe sales.",
+        "Crime is associated with over-the-counter pharmacy syringe sales.",
+    ],
+)
+def test_a_yes_no_answer_to_a_yes_no_question_is_no_echo(answer: str) -> None:
+    question = "Is crime associated with over-the-counter pharmacy syringe sales?"
+    assert degenerate_reason(answer, question, "context") is None
+    assert degenerate_reason(question, question, "context") == "question_echo"
