@@ -17,14 +17,24 @@ parallel tasks on them. Two properties matter, and neither holds for the executo
 
 Past ``max_threads`` busy threads, work waits for a thread, and its caller's timeout
 still applies.
+
+* **Nothing runs or logs after interpreter shutdown** (:func:`shutting_down`: from when
+  the main thread ends, the moment ``concurrent.futures`` stops taking work too): no
+  work starts on these threads any more, and what an abandoned call still does on one
+  is not logged (the ``selfrag`` logger drops their records), so a call a timeout gave
+  up on prints no fallback or traceback while the program exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import concurrent.futures.thread  # its exit hook first: they run last-in first-out (see below)
 import contextvars
+import logging
 import queue
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -32,6 +42,31 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _Work = tuple["concurrent.futures.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...]]
+
+_EXITING = threading.Event()
+# threading's exit hooks run when the main thread ends, before non-daemon threads are
+# joined and before atexit's (concurrent.futures refuses work from its own hook, after ours)
+getattr(threading, "_register_atexit", atexit.register)(_EXITING.set)
+_THREAD_PREFIX = "selfrag-"
+
+
+def shutting_down() -> bool:
+    """Whether the interpreter is exiting (its main thread has ended): no work starts on
+    the library's threads any more, and their log records are dropped."""
+    return _EXITING.is_set() or sys.is_finalizing()
+
+
+def _shutdown_error() -> RuntimeError:
+    return RuntimeError("cannot start a selfrag call after interpreter shutdown")
+
+
+def _not_after_shutdown(record: logging.LogRecord) -> bool:
+    """The ``selfrag`` logger's filter: nothing from the library's threads once the
+    interpreter is exiting (a call abandoned by a timeout would log as the program ends)."""
+    return not (shutting_down() and threading.current_thread().name.startswith(_THREAD_PREFIX))
+
+
+logging.getLogger("selfrag").addFilter(_not_after_shutdown)
 
 
 class Workers:
@@ -54,6 +89,8 @@ class Workers:
         return self._threads
 
     def submit(self, fn: Callable[..., T], /, *args: Any) -> concurrent.futures.Future[T]:
+        if shutting_down():
+            raise _shutdown_error()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._lock:
             self._pending += 1
@@ -65,7 +102,7 @@ class Workers:
                 self._idle += 1
         self._queue.put((future, contextvars.copy_context(), fn, args))
         if start:
-            threading.Thread(target=self._work, name=f"selfrag-{self.name}", daemon=True).start()
+            threading.Thread(target=self._work, name=_THREAD_PREFIX + self.name, daemon=True).start()
         return future
 
     def _work(self) -> None:
@@ -85,6 +122,8 @@ class Workers:
             try:
                 if future.set_running_or_notify_cancel():  # False: the caller gave up first
                     try:
+                        if shutting_down():  # queued before the interpreter began to exit
+                            raise _shutdown_error()
                         future.set_result(context.run(fn, *args))
                     except BaseException as e:  # handed to the caller, as an executor does
                         future.set_exception(e)
