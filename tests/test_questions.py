@@ -1,0 +1,55 @@
+"""The rule-based split of multi-part questions (no LLM, English and Arabic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from selfrag_core.questions import is_multi_part, split_question
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (
+            "What makes a volcano erupt, and how do vaccines train the immune system?",
+            ["What makes a volcano erupt?", "How do vaccines train the immune system?"],
+        ),
+        ("Who wrote Hamlet? When was it first staged?", ["Who wrote Hamlet?", "When was it first staged?"]),
+        (
+            "What is the capital of France and what river runs through it?",
+            ["What is the capital of France?", "What river runs through it?"],
+        ),
+        ("Is Paris in France and is Berlin in Germany?", ["Is Paris in France?", "Is Berlin in Germany?"]),
+        (
+            "ما سبب ثوران البراكين، وكيف تدرب اللقاحات جهاز المناعة؟",
+            ["ما سبب ثوران البراكين؟", "كيف تدرب اللقاحات جهاز المناعة؟"],
+        ),
+        (
+            "Were Scott Derrickson and Ed Wood of the same nationality?",
+            ["What was the nationality of Scott Derrickson?", "What was the nationality of Ed Wood?"],
+        ),
+        (
+            "Are the Laleli Mosque and Esma Sultan Mansion both located in Istanbul?",
+            ["Is the Laleli Mosque located in Istanbul?", "Is Esma Sultan Mansion located in Istanbul?"],
+        ),
+    ],
+)
+def test_a_question_of_several_parts_is_split(question: str, parts: list[str]) -> None:
+    assert split_question(question) == parts
+    assert is_multi_part(question)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Who wrote Hamlet and Macbeth?",  # one question word over two objects
+        "How and why do bees dance?",  # too short to be two questions
+        "What did the report say about cats and how they hunt?",  # an embedded clause
+        "Which magazine was started first, Arthur's Magazine or First for Women?",
+        "ما هي عاصمة فرنسا؟",
+        "Tell me about volcanoes, and what causes them?",  # not a question at its start
+    ],
+)
+def test_a_single_question_is_kept_whole(question: str) -> None:
+    assert split_question(question) == [question]
+    assert not is_multi_part(question)
