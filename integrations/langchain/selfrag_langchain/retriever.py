@@ -12,9 +12,9 @@ from langchain_core.runnables.config import set_config_context
 from langchain_core.runnables.utils import coro_with_context
 from pydantic import ConfigDict, Field, field_validator
 
-from selfrag_core import arun_query, check_strategy, run_query
+from selfrag_core import arun_query, check_strategy, observe_trace, run_query
 from selfrag_core.types import RetrievedDoc
-from selfrag_langchain._convert import to_document
+from selfrag_langchain._convert import RetrievalWatch, to_documents
 
 
 class StrategyRetriever(BaseRetriever):
@@ -26,6 +26,11 @@ class StrategyRetriever(BaseRetriever):
     ``k`` (constructor or ``invoke(query, k=...)``) caps the number of documents.
     Documents carry ``score`` / ``score_kind`` metadata where the backend gave scores.
     The strategy's model calls and retrievals are child runs of the retriever run.
+
+    An outage is not "nothing matched": when every retrieval of the run failed (the
+    backend raised, timed out or returned nothing readable) the retriever raises
+    ``RetrievalError`` (LangChain reports it to the callbacks' ``on_retriever_error``);
+    when some failed, each document's ``metadata["selfrag_partial_failure"]`` says which.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -41,28 +46,30 @@ class StrategyRetriever(BaseRetriever):
             raise ValueError(f"k must be a positive int or None, got {limit!r}")
         return limit
 
-    def _documents(self, query: str, limit: int | None) -> list[RetrievedDoc]:
-        if hasattr(self.strategy, "retrieve_documents"):
-            return list(self.strategy.retrieve_documents(query, top_k=limit))
-        return list(run_query(self.strategy, query).sources)
+    def _documents(self, query: str, limit: int | None, watch: RetrievalWatch) -> list[RetrievedDoc]:
+        with observe_trace(watch):
+            if hasattr(self.strategy, "retrieve_documents"):
+                return list(self.strategy.retrieve_documents(query, top_k=limit))
+            return list(run_query(self.strategy, query).sources)
 
-    async def _adocuments(self, query: str, limit: int | None) -> list[RetrievedDoc]:
-        if hasattr(self.strategy, "aretrieve_documents"):
-            return list(await self.strategy.aretrieve_documents(query, top_k=limit))
-        return list((await arun_query(self.strategy, query)).sources)
+    async def _adocuments(self, query: str, limit: int | None, watch: RetrievalWatch) -> list[RetrievedDoc]:
+        with observe_trace(watch):
+            if hasattr(self.strategy, "aretrieve_documents"):
+                return list(await self.strategy.aretrieve_documents(query, top_k=limit))
+            return list((await arun_query(self.strategy, query)).sources)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        limit = self._limit(k)
+        limit, watch = self._limit(k), RetrievalWatch()
         with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
-            docs = context.run(self._documents, query, limit)
-        return [to_document(d) for d in docs[:limit]]
+            docs = context.run(self._documents, query, limit, watch)
+        return to_documents(docs[:limit], watch.failure(self.strategy, query))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        limit = self._limit(k)
+        limit, watch = self._limit(k), RetrievalWatch()
         with set_config_context(RunnableConfig(callbacks=run_manager.get_child())) as context:
-            docs = await coro_with_context(self._adocuments(query, limit), context)
-        return [to_document(d) for d in docs[:limit]]
+            docs = await coro_with_context(self._adocuments(query, limit, watch), context)
+        return to_documents(docs[:limit], watch.failure(self.strategy, query))
