@@ -8,10 +8,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from selfrag_core import arun_query, check_strategy, run_query
+from selfrag_core import arun_query, check_strategy, observe_trace, run_query
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import node_from_doc, query_text
+from selfrag_llamaindex._convert import RetrievalWatch, marked, node_from_doc, query_text
 
 
 class StrategyRetriever(BaseRetriever):
@@ -24,6 +24,11 @@ class StrategyRetriever(BaseRetriever):
     (:func:`as_backend`); the strategy's LLM calls are reported to this retriever's
     callback manager; ``_aretrieve`` is truly async. A ``QueryBundle``'s custom embedding
     strings are not used (the strategy retrieves with the query text; logged).
+
+    An outage is not "nothing matched": when every retrieval of the run failed (the
+    backend raised, timed out or returned nothing readable) ``retrieve`` raises
+    ``RetrievalError``; when some failed, each node (a copy) has
+    ``metadata["selfrag_partial_failure"]`` saying which (kept out of the LLM's text).
     """
 
     def __init__(
@@ -44,23 +49,25 @@ class StrategyRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query, _ = query_text(query_bundle)  # what the bundle carries that is not used is logged
-        with _events.observing(_events.Observation(self.callback_manager)) as seen:
+        watch = RetrievalWatch()
+        with _events.observing(_events.Observation(self.callback_manager)) as seen, observe_trace(watch):
             fused = getattr(self.strategy, "retrieve_documents", None)
             if callable(fused):
                 docs = fused(query, self.top_k, self.context)
             else:
                 docs = self._sources(run_query(self.strategy, query, self.context))
-        return [node_from_doc(d, seen.nodes) for d in docs]
+        return marked([node_from_doc(d, seen.nodes) for d in docs], watch.failure(self.strategy, query))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query, _ = query_text(query_bundle)
-        with _events.observing(_events.Observation(self.callback_manager)) as seen:
+        watch = RetrievalWatch()
+        with _events.observing(_events.Observation(self.callback_manager)) as seen, observe_trace(watch):
             fused = getattr(self.strategy, "aretrieve_documents", None)
             if callable(fused):
                 docs = await fused(query, self.top_k, self.context)
             else:
                 docs = self._sources(await arun_query(self.strategy, query, self.context))
-        return [node_from_doc(d, seen.nodes) for d in docs]
+        return marked([node_from_doc(d, seen.nodes) for d in docs], watch.failure(self.strategy, query))
 
     def _sources(self, result: Any) -> list[RetrievedDoc]:
         docs = list(getattr(result, "sources", None) or [])
