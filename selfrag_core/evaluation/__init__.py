@@ -14,7 +14,7 @@ recorded and replayed (:class:`~selfrag_core.replay.CachedLLM`). An application
 module: it uses the library and the embedded store, never the reverse.
 """
 
-from selfrag_core.evaluation.contenders import Contender, Outcome
+from selfrag_core.evaluation.contenders import Contender, ContenderOutputError, Outcome
 from selfrag_core.evaluation.data import (
     CorpusDoc,
     EvalData,
@@ -32,6 +32,7 @@ from selfrag_core.evaluation.runner import DEFAULT_CONTENDERS, evaluate
 __all__ = [
     "DEFAULT_CONTENDERS",
     "Contender",
+    "ContenderOutputError",
     "CorpusDoc",
     "EvalData",
     "EvalQuestion",

@@ -11,7 +11,14 @@ A contender is one of:
   with the answer (``answer``, ``result``, ...) and the documents it used (``context``,
   ``source_documents``, ...); its LLM calls and tokens are counted through callbacks;
 * a LlamaIndex query engine (``query`` returning a ``Response`` with ``source_nodes``);
-* a callable ``f(question)`` returning any of the above.
+* a callable ``f(question)`` returning any of the above, or a strategy's result.
+
+So an outside contender's answer is one of: a string; a message whose ``content`` is a
+string or text blocks (``{"type": "text", "text": ...}``); a mapping with one of those
+under ``answer``, ``result``, ``output`` or ``response`` (the first present); a
+``Response`` whose ``response`` is a string; a result whose ``answer`` is one (with its
+``sources`` and trace). Anything else (bytes, a list, None, a mapping without an answer)
+is that question's error (:class:`ContenderOutputError`), never scored as text.
 
 Outside contenders report no trace, so their fallbacks are unknown; a LlamaIndex
 engine's LLM calls are unknown too (shown as such, never as zero).
@@ -19,19 +26,31 @@ engine's LLM calls are unknown too (shown as such, never as zero).
 
 from __future__ import annotations
 
+import reprlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag_core.engine import Run, run_sync
-from selfrag_core.errors import ConfigurationError, StrategyError
+from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.retrieval import normalize_results
 from selfrag_core.strategies.base import run_query
 from selfrag_core.types import Answer, RetrievedDoc, Trace
 
 _ANSWER_KEYS = ("answer", "result", "output", "response")
 _DOCUMENT_KEYS = ("context", "source_documents", "documents", "sources", "source_nodes")
+#: the shapes an answer may come in, for the error when it comes in another
+_SHAPES = (
+    "expected a string, a message with text content, a mapping with the answer string under "
+    f"{_ANSWER_KEYS[0]!r} (or {', '.join(map(repr, _ANSWER_KEYS[1:]))}), a Response with a string "
+    ".response, or a result with a string .answer"
+)
+
+
+class ContenderOutputError(RAGSystemError, TypeError):
+    """A contender returned something that is not an answer (the shapes it may take: the
+    module docstring). ``evaluate`` records it as that question's error."""
 
 
 @dataclass
@@ -75,7 +94,8 @@ def timed(name: str, work: Callable[[], Outcome]) -> Outcome:
 def _from_result(result: Any) -> Outcome:
     trace = getattr(result, "trace", None)
     trace = trace if isinstance(trace, Trace) else None
-    outcome = Outcome(str(getattr(result, "answer", "")), list(getattr(result, "sources", [])), trace=trace)
+    answer = _text(getattr(result, "answer", None), f"{_a(result)} whose .answer is ")
+    outcome = Outcome(answer, list(getattr(result, "sources", [])), trace=trace)
     if trace is not None:
         outcome.llm_calls = trace.llm_calls
         if any(e.kind == "llm" and e.input_tokens is not None for e in trace.events):  # else unknown
@@ -129,20 +149,54 @@ def outside_contender(name: str, target: Any) -> Contender:
 
 
 def read_output(output: Any) -> Outcome:
-    """An outside contender's answer and documents, whatever shape they come in."""
+    """An outside contender's answer and documents, in one of the shapes the module
+    docstring lists; another shape raises :class:`ContenderOutputError` naming it."""
     if isinstance(output, str):
         return Outcome(output)
     if isinstance(output, Mapping):
-        answer = next((output[k] for k in _ANSWER_KEYS if k in output), "")
+        key = next((k for k in _ANSWER_KEYS if k in output), None)
+        if key is None:
+            keys = ", ".join(map(repr, list(output)[:5])) or "none"
+            raise ContenderOutputError(
+                f"returned {_a(output)} without an answer (its keys: {keys}); {_SHAPES}"
+            )
+        answer = _text(output[key], f"{_a(output)} whose {key!r} is ")
         documents = next((output[k] for k in _DOCUMENT_KEYS if k in output), ())
-    else:
-        answer = getattr(output, "response", None)
-        if answer is None:
-            answer = getattr(output, "content", output)
+    elif hasattr(output, "answer"):  # a strategy's result: its sources and trace too
+        outcome = _from_result(output)
+        outcome.sources = normalize_results(outcome.sources)
+        return outcome
+    elif hasattr(output, "response"):  # a LlamaIndex Response
+        answer = _text(output.response, f"{_a(output)} whose .response is ")
         documents = getattr(output, "source_nodes", ())
-    if not isinstance(answer, str):
-        answer = getattr(answer, "content", answer)
-    return Outcome("" if answer is None else str(answer), normalize_results(list(documents or ())))
+    else:  # a message
+        answer, documents = _text(output), ()
+    return Outcome(answer, normalize_results(list(documents or ())))
+
+
+def _text(value: Any, what: str = "") -> str:
+    """``value`` as an answer: a string, or a message's text (its ``content``, a string or
+    text blocks); else a ContenderOutputError saying what came (``what`` the value)."""
+    if isinstance(value, str):
+        return value
+    content = getattr(value, "content", None)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [b if isinstance(b, str) else b.get("text") for b in content if _is_text_block(b)]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "".join(texts)
+    shown = "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
+    raise ContenderOutputError(f"returned {what}{shown}; {_SHAPES}")
+
+
+def _is_text_block(block: Any) -> bool:
+    return isinstance(block, str) or (isinstance(block, Mapping) and block.get("type") == "text")
+
+
+def _a(value: Any) -> str:
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _invoke_langchain(runnable: Any, question: str) -> Outcome:

@@ -19,6 +19,7 @@ from selfrag_core.cli import main
 from selfrag_core.evaluation import EvalData, EvalQuestion, evaluate, load_jsonl
 from selfrag_core.replay import CacheMissError
 from selfrag_core.testing import FakeLLM
+from selfrag_core.types import Answer, RetrievedDoc
 
 pytest.importorskip("bm25s")
 
@@ -153,6 +154,98 @@ def test_a_contender_that_raises_is_counted_and_the_others_still_run(data: tuple
     assert lion["metrics"]["f1"] == 0.0  # a failure scores as a wrong answer, not as missing
     assert lion["metrics"]["gold_in_answer"] == 0.0
     assert report.summary()["flaky"]["metrics"]["em"]["mean"] == pytest.approx(11 / 12)
+
+
+class Message:
+    """A chat message as LangChain's look: ``content``, a string or content blocks."""
+
+    def __init__(self, content: Any) -> None:
+        self.content = content
+
+
+class Response:
+    """A LlamaIndex ``Response``: ``response`` (a string, or None) and ``source_nodes``."""
+
+    def __init__(self, response: str | None, source_nodes: list[Any] | None = None) -> None:
+        self.response, self.source_nodes = response, source_nodes or []
+
+
+CAPITAL = EvalData("capital", [EvalQuestion("q1", "What is the capital of France?", ("Paris",))])
+PARIS = RetrievedDoc("Paris is the capital of France.", metadata={"source": "paris.md"})
+
+
+@pytest.mark.parametrize(
+    ("output", "described"),
+    [
+        (b"Paris", "returned bytes b'Paris'"),
+        (["Paris"], "returned list ['Paris']"),
+        (object(), "returned object <object"),
+        (None, "returned None"),
+        ({}, "returned a dict without an answer (its keys: none)"),
+        (
+            {"text": "Paris", "context": [PARIS]},
+            "returned a dict without an answer (its keys: 'text', 'context')",
+        ),
+        ({"answer": None, "result": "Paris"}, "returned a dict whose 'answer' is None"),
+        ({"output": ["Paris"]}, "returned a dict whose 'output' is list ['Paris']"),
+        (Message(None), "returned Message <"),
+        (Message([{"type": "image_url", "image_url": "x"}]), "returned Message <"),
+        (Response(None, [PARIS]), "returned a Response whose .response is None"),
+        (Answer(b"Paris", [PARIS]), "returned an Answer whose .answer is bytes b'Paris'"),  # type: ignore[arg-type]
+    ],
+    ids=[
+        "bytes",
+        "list",
+        "object",
+        "None",
+        "empty dict",
+        "no answer key",
+        "answer None",
+        "answer list",
+        "message None",
+        "message no text",
+        "response None",
+        "result bytes",
+    ],
+)
+def test_a_contender_that_returns_no_answer_has_that_error_and_is_not_scored_as_text(
+    output: Any, described: str
+) -> None:
+    report = evaluate(CAPITAL, {"plain": lambda q: "Paris", "odd": lambda q: output})
+    record = report.results[0]["odd"]
+    assert record["error"].startswith(f"odd: ContenderOutputError: {described}")
+    assert record["error"].endswith(
+        "expected a string, a message with text content, a mapping with the answer string under 'answer' "
+        "(or 'result', 'output', 'response'), a Response with a string .response, or a result with a "
+        "string .answer"
+    )
+    assert record["answer"] == "" and record["sources"] == []
+    # scored as a contender that raises: a wrong answer, and no grounding measured
+    assert record["metrics"] == {"f1": 0.0, "em": 0.0, "gold_in_answer": 0.0}
+    assert report.summary()["odd"]["errors"] == 1
+
+
+@pytest.mark.parametrize(
+    ("output", "sources"),
+    [
+        ("Paris", []),
+        ({"answer": "Paris", "context": [PARIS]}, ["paris.md"]),
+        ({"result": "Paris", "source_documents": [PARIS]}, ["paris.md"]),
+        ({"answer": Message("Paris")}, []),
+        (Message("Paris"), []),
+        (Message([{"type": "thinking", "thinking": "France..."}, {"type": "text", "text": "Par"}, "is"]), []),
+        (Response("Paris", [PARIS]), ["paris.md"]),
+        (Answer("Paris", [PARIS]), ["paris.md"]),
+    ],
+    ids=["str", "answer key", "result key", "answer message", "message", "text blocks", "response", "result"],
+)
+def test_every_answer_shape_the_docs_list_is_read_and_scored(output: Any, sources: list[str]) -> None:
+    report = evaluate(CAPITAL, {"plain": lambda q: "Paris", "mine": lambda q: output})
+    record = report.results[0]["mine"]
+    assert record["error"] is None and record["answer"] == "Paris"
+    assert [s["id"] for s in record["sources"]] == sources
+    assert record["metrics"]["f1"] == record["metrics"]["em"] == 1.0
+    assert report.summary()["mine"]["errors"] == 0
 
 
 def test_every_built_in_strategy_and_a_user_strategy_run(data: tuple[Path, Path]) -> None:
