@@ -38,6 +38,12 @@ class ExecutionConfig:
         fallbacks produce the result. Every LLM attempt, retrieval, wait for the
         concurrency limit and retry back-off is bounded by what is left of it.
     retry_initial_wait / retry_max_wait: exponential back-off between attempts.
+    max_reply_chars: characters of one LLM reply the library processes (default
+        100,000, about 25,000 tokens: far beyond a real answer or judgement, and what
+        the JSON parser reads); the rest of a longer reply is cut off, with a
+        ``reply_truncated`` fallback note (the reply's length and what was kept) in the
+        trace and the log. It bounds the work after each call (parsing, grounding,
+        citations) whatever the model sends.
     misconfiguration: what a programming or configuration error of the LLM or the
         backend does (a ``TypeError``/``AttributeError`` from it, rejected credentials,
         a model that does not exist; see ``errors.misconfiguration_hint``): "raise"
@@ -55,6 +61,7 @@ class ExecutionConfig:
     retry_max_wait: float = 8.0
     retrieval_timeout: float | None = 30.0
     misconfiguration: str = "raise"
+    max_reply_chars: int = 100_000
     sleep: Callable[[float], None] | None = field(default=None, compare=False)
     async_sleep: Callable[[float], Awaitable[None]] | None = field(default=None, compare=False)
 
@@ -65,6 +72,7 @@ class ExecutionConfig:
         check_positive_or_none("llm_timeout", self.llm_timeout)
         check_positive_or_none("query_timeout", self.query_timeout)
         check_positive_or_none("retrieval_timeout", self.retrieval_timeout)
+        check_int("max_reply_chars", self.max_reply_chars, 1)
         if self.misconfiguration not in ("raise", "fallback"):
             raise ConfigurationError(
                 f"misconfiguration must be 'raise' or 'fallback', got {self.misconfiguration!r}"

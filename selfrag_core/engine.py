@@ -130,7 +130,23 @@ class Parallel:
     tasks: tuple[Any, ...]
 
 
-Effect = Union[Generate, Retrieve, RetrieveMany, Note, Parallel]
+@dataclass(frozen=True)
+class Deadline:
+    """Check the query's deadline (result: None): once it has passed, ``QueryTimeoutError``
+    is raised at the ``yield``, as for a call. A plan yields it before work of its own
+    that is linear in a reply (grounding an answer, its citations), so that nothing
+    runs past ``query_timeout``."""
+
+    #: what the plan is about to do, for the error message ("grounding the answer")
+    before: str = ""
+
+    def check(self, run: Run) -> None:
+        left = run.remaining()
+        if left is not None and left <= 0:
+            raise run.timed_out(f" before {self.before}" if self.before else "")
+
+
+Effect = Union[Generate, Retrieve, RetrieveMany, Note, Parallel, Deadline]
 Call = Union[Generate, Retrieve, RetrieveMany]  # what takes a place under max_concurrency
 Plan = Generator[Effect, Any, T]
 
@@ -268,6 +284,7 @@ class Run:
             "sleep": sleep,
             "initial_wait": self.config.retry_initial_wait,
             "max_wait": self.config.retry_max_wait,
+            "max_chars": self.config.max_reply_chars,
         }
 
     # -------------------------------------------------------------- trace helpers
@@ -291,6 +308,13 @@ class Run:
         )
         for name, message in reply.fallbacks if reply else ():  # what the model fell back on
             self.record_note(Note(name, message, {"purpose": effect.purpose}))
+        if reply is not None and reply.truncated_from is not None:
+            chars = {"reply_chars": reply.truncated_from, "kept_chars": len(reply.text)}
+            message = (
+                f"the reply held {reply.truncated_from:,} characters; the first {len(reply.text):,} "
+                "were kept (ExecutionConfig.max_reply_chars)"
+            )
+            self.record_note(Note("reply_truncated", message, {"purpose": effect.purpose, **chars}))
 
     def record_retrieval(
         self, effect: Retrieve, start: float, docs: Sequence[RetrievedDoc] | None, error: Exception | None
@@ -477,6 +501,9 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
     if isinstance(effect, Note):
         run.record_note(effect)
         return None
+    if isinstance(effect, Deadline):
+        effect.check(run)
+        return None
     if isinstance(effect, Parallel):
         if len(effect.tasks) <= 1:
             return _outcomes([_task_sync(t, run, sem) for t in effect.tasks], run)
@@ -556,6 +583,9 @@ async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
         effect = effect.each()
     if isinstance(effect, Note):
         run.record_note(effect)
+        return None
+    if isinstance(effect, Deadline):
+        effect.check(run)
         return None
     if isinstance(effect, Parallel):
         results = await asyncio.gather(*(_task_async(t, run, sem) for t in effect.tasks))

@@ -59,6 +59,8 @@ class LLMReply:
     input_tokens: int | None = None
     output_tokens: int | None = None
     fallbacks: tuple[tuple[str, str], ...] = ()  # see LLMOutput.fallbacks
+    #: the reply's length when ``max_chars`` cut it (``text`` is what was kept), else None
+    truncated_from: int | None = None
 
 
 def _mro_names(obj: Any) -> frozenset[str]:
@@ -217,7 +219,11 @@ async def _ainvoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) ->
     return await to_thread(_invoke_once, llm, prompt, schema)
 
 
-def _check_text(reply: LLMReply) -> LLMReply:
+def _check_text(reply: LLMReply, max_chars: int | None) -> LLMReply:
+    """``reply`` cut to its first ``max_chars`` characters (None: no limit), the cut
+    recorded on it; an empty reply raises ``ValueError`` (a failed attempt)."""
+    if max_chars is not None and len(reply.text) > max_chars:
+        reply.truncated_from, reply.text = len(reply.text), reply.text[:max_chars]
     if not reply.text or not reply.text.strip():
         raise ValueError("the LLM returned an empty reply")
     return reply
@@ -345,6 +351,7 @@ def _retry_sync(
     sleep: Callable[[float], None] | None,
     initial_wait: float,
     max_wait: float,
+    max_chars: int | None = None,
 ) -> LLMReply:
     """One attempt; if it fails, tenacity's sync driver (shared by call and stream)."""
     policy = _policy(retries, initial_wait, max_wait)  # validated before any attempt
@@ -354,7 +361,7 @@ def _retry_sync(
         if before_attempt is not None:
             before_attempt()  # raises when the budget or the deadline refuses the attempt
         try:
-            reply = _check_text(attempt_fn())
+            reply = _check_text(attempt_fn(), max_chars)
         except Exception as e:
             failed.append(e)
             raise
@@ -387,6 +394,7 @@ async def _retry_async(
     sleep: Callable[[float], Awaitable[None]] | None,
     initial_wait: float,
     max_wait: float,
+    max_chars: int | None = None,
 ) -> LLMReply:
     """One attempt; if it fails, tenacity's async driver (same policy): the retry state
     is built only for a call that failed once (``benchmarks/bench_serve.py``)."""
@@ -397,7 +405,7 @@ async def _retry_async(
         if before_attempt is not None:
             before_attempt()
         try:
-            reply = _check_text(await attempt_fn())
+            reply = _check_text(await attempt_fn(), max_chars)
         except Exception as e:
             failed.append(e)
             raise
@@ -482,6 +490,7 @@ def call_llm_detailed(
     initial_wait: float = 0.5,
     max_wait: float = 8.0,
     sink: TokenSink | None = None,
+    max_chars: int | None = None,
 ) -> LLMReply:
     """One LLM call with retries; raises LLMCallError (or BudgetExceededError).
 
@@ -512,7 +521,7 @@ def call_llm_detailed(
                 raise
             raise checked from e
 
-    return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
+    return _retry_sync(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait, max_chars)
 
 
 async def acall_llm_detailed(
@@ -528,6 +537,7 @@ async def acall_llm_detailed(
     initial_wait: float = 0.5,
     max_wait: float = 8.0,
     sink: TokenSink | None = None,
+    max_chars: int | None = None,
 ) -> LLMReply:
     """Async twin of :func:`call_llm_detailed` (same policy, tenacity's async driver)."""
 
@@ -556,7 +566,9 @@ async def acall_llm_detailed(
                 raise
             raise checked from e
 
-    return await _retry_async(attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait)
+    return await _retry_async(
+        attempt, retries, purpose, before_attempt, sleep, initial_wait, max_wait, max_chars
+    )
 
 
 def _call_llm(

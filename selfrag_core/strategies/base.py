@@ -14,8 +14,8 @@ from typing import Any, Generic, TypeVar
 
 from selfrag_core.citations import cite
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, run_async, run_sync
-from selfrag_core.errors import RAGSystemError, StrategyError
+from selfrag_core.engine import Deadline, Generate, Note, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.errors import QueryTimeoutError, RAGSystemError, StrategyError
 from selfrag_core.grounding import clean_answer, degenerate_reason, is_refusal
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
@@ -57,7 +57,15 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     (``grounding.degenerate_reason``: empty, an echo of the prompt or the question, a
     refusal although the context covers the question, a copy of an instruction planted
     in a document, a key name, an identifier, a date the context does not hold), with
-    the reason in the trace. :func:`answer_text` cleans it first."""
+    the reason in the trace. :func:`answer_text` cleans it first. Past the query's
+    deadline it is not checked: the fallback answer, with the QueryTimeoutError in the
+    trace (reason ``query_timeout``)."""
+    try:
+        yield Deadline("checking the answer")
+    except QueryTimeoutError as e:
+        detail = {"reason": "query_timeout", "then": "fallback answer"}
+        yield Note("answer_rejected", f"{type(e).__name__}: {e}", detail)
+        return GENERATION_FAILED_ANSWER
     answer = answer_text(answer)
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
@@ -355,16 +363,26 @@ class Strategy(Generic[R]):
     @staticmethod
     def finish_trace(result: T, run: Run) -> T:
         """The result gets the run's trace and wall time, and the citations of its
-        answer (:func:`~selfrag_core.citations.cite`; none for a refusal or a fallback)."""
-        run.trace.wall_s = run.trace.elapsed()
+        answer (:func:`~selfrag_core.citations.cite`, unless its plan computed them on the
+        way; none for a refusal or a fallback). Past the query's deadline they are not
+        computed: a ``citations_skipped`` note holds the QueryTimeoutError."""
         if hasattr(result, "trace"):
             result.trace = run.trace
         answer = getattr(result, "answer", None)
         usable = (
             isinstance(answer, str) and answer.strip() != GENERATION_FAILED_ANSWER and not is_refusal(answer)
         )
-        if usable and hasattr(result, "citations"):
-            result.citations = cite(str(answer), list(getattr(result, "sources", [])))
+        if hasattr(result, "citations") and not usable:
+            result.citations = []
+        elif hasattr(result, "citations") and not result.citations:
+            try:
+                Deadline("the citations").check(run)
+                result.citations = cite(str(answer), list(getattr(result, "sources", [])))
+            except QueryTimeoutError as e:
+                run.record_note(
+                    Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})
+                )
+        run.trace.wall_s = run.trace.elapsed()
         return result
 
     def add_document(self, text: str, metadata: dict[str, Any] | None = None) -> Any:

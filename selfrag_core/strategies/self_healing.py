@@ -30,8 +30,8 @@ from typing import Any
 
 from selfrag_core.citations import check_with_claims, cite, supported_share
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Generate, Note, Plan, Retrieve, Run, without_streaming
-from selfrag_core.errors import RAGSystemError, StrategyError
+from selfrag_core.engine import Deadline, Generate, Note, Plan, Retrieve, Run, without_streaming
+from selfrag_core.errors import QueryTimeoutError, RAGSystemError, StrategyError
 from selfrag_core.grounding import assess, question_coverage
 from selfrag_core.llm import LLMReply
 from selfrag_core.memory import ConversationMemory
@@ -46,7 +46,7 @@ from selfrag_core.strategies.base import (
     context_text,
     format_context,
 )
-from selfrag_core.types import HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
+from selfrag_core.types import Citation, HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
 from selfrag_core.validation import check_int, check_unit
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -241,7 +241,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         if report.strategy is not None and report.answer != GENERATION_FAILED_ANSWER:
             checked = yield from checked_answer(report.answer, query, report.sources)
             if checked != report.answer:  # no attempt gave a usable answer
-                report.answer, report.success = checked, False
+                report.answer, report.success, report.citations = checked, False, []
         if report.strategy is None:
             raise StrategyError(
                 f"every attempt failed ({len(attempts)} strategies tried); the last error: {last_error}. "
@@ -281,8 +281,14 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         """The attempt's score: the metric's blended with the evidence (both recorded on
         the attempt), and why."""
         contexts = [d.text for d in attempt.sources]
-        attempt.evidence = evidence(query, attempt.answer, attempt.sources)
         weight = self.evidence_weight
+        try:
+            yield Deadline("scoring the answer")
+        except QueryTimeoutError as e:
+            yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
+            return 0.0, "the query ran out of time"
+        attempt.citations = cite(attempt.answer, attempt.sources)
+        attempt.evidence = evidence(query, attempt.answer, attempt.sources, attempt.citations)
         try:
             scored = yield from metric_plan(self.metric, query, attempt.answer, contexts)
         except (RAGSystemError, ValueError, TypeError) as e:
@@ -293,16 +299,22 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         return score, f"{scored.reason}; evidence {attempt.evidence:.2f}"
 
 
-def evidence(question: str, answer: str, sources: Sequence[RetrievedDoc]) -> float:
+def evidence(
+    question: str,
+    answer: str,
+    sources: Sequence[RetrievedDoc],
+    citations: Sequence[Citation] | None = None,
+) -> float:
     """LLM-free evidence for an answer, in [0, 1]: the geometric mean of the share of its
     sentences a source supports (:func:`~selfrag_core.citations.supported_share`) and the
     coverage of the question's content words by the answer and the place in the context
     it comes from (:func:`~selfrag_core.grounding.question_coverage`). 0 for a degenerate
-    answer or one without sources."""
+    answer or one without sources. ``citations``: the answer's, when they are already
+    computed (``cite(answer, sources)``)."""
     context = context_text(list(sources))
     if not context or assess(answer, question, context).degenerate is not None:
         return 0.0
-    share = supported_share(cite(answer, list(sources))) or 0.0
+    share = supported_share(cite(answer, list(sources)) if citations is None else citations) or 0.0
     return math.sqrt(share * question_coverage(answer, question, context))
 
 
@@ -345,6 +357,7 @@ def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingRepo
         answer="" if chosen is None else chosen.answer,
         attempt_details=attempts,
         sources=[] if chosen is None else chosen.sources,
+        citations=[] if chosen is None else list(chosen.citations or []),
     )
 
 
