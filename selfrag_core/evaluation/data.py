@@ -262,6 +262,7 @@ def _lines(path: Path, problems: list[InputProblem], label: str) -> Iterator[tup
         lines = [_decoded(raw) for raw in data.removeprefix(codecs.BOM_UTF8).split(b"\n")]
         if not any(isinstance(line, str) and line.strip() for line in lines):
             raise ConfigurationError(f"{path}: {_not_utf8(e)}; save the file as UTF-8") from e
+    del data  # one copy of a large corpus in memory while it is read: its lines
     for number, line in enumerate(lines, start=1):
         if isinstance(line, UnicodeDecodeError):
             problems.append(InputProblem(f"{label}:{number}", f"{_not_utf8(line)}; save the file as UTF-8"))
