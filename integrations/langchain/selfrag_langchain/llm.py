@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal, get_args
 
 from langchain_core.language_models import BaseLanguageModel
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import ensure_config, merge_configs
 
 from selfrag_core.protocols import LLMOutput
+from selfrag_core.workers import shutting_down
 from selfrag_langchain._convert import reply_output, structured_output
 
 logger = logging.getLogger("selfrag")
@@ -33,6 +34,12 @@ class LangChainLLM:
     (logged; only a method the server refused is not tried again); ``"off"`` always uses
     plain text. Token usage (``usage_metadata``) reaches ``result.trace``. An empty
     message raises ``LLMCallError`` (the core retries it as a failed attempt).
+
+    Every step keeps the caller's generation settings: the model's own fields
+    (``max_tokens``, ``temperature``, ``stop``, ...) and those bound with
+    ``model.bind(max_tokens=80, stop=[...])``, which are set on the structured steps'
+    copy of the model (a bound setting that is no field of the model leaves structured
+    output off, logged: plain text through the binding keeps it).
 
     Calls are child runs of the caller's LangChain run (e.g. under ``SelfRAGRunnable``).
     ``config`` (a ``RunnableConfig``) is merged into every call's: its callbacks, tags
@@ -54,6 +61,7 @@ class LangChainLLM:
         self.name = (
             getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
         )
+        self._structured_model = _keeping_settings(model, self.name)
         self._runnables: dict[tuple[str, str], Runnable[Any, Any] | None] = {}
         self._refused_methods: set[str] = set()  # refused by the server: not tried again
         self._lock = threading.Lock()
@@ -102,20 +110,22 @@ class LangChainLLM:
                 yield method, bound
 
     def _bind(self, schema: dict[str, Any], method: str) -> Runnable[Any, Any] | None:
-        if not isinstance(self.model, BaseLanguageModel):
+        if self._structured_model is None:
             return None
+        model, config = self._structured_model
         schema.setdefault("title", "selfrag_output")
         schema.setdefault("description", "The requested JSON object.")
         try:
-            return self.model.with_structured_output(schema, method=method, include_raw=True)
+            bound = model.with_structured_output(schema, method=method, include_raw=True)
         except (NotImplementedError, ValueError, TypeError):
             return None
+        return bound.with_config(config) if config else bound
 
     def _refused(self, method: str, error: Exception) -> tuple[str, str]:
         """``auto``: a server may accept the binding and refuse the request (e.g. a 400
         for ``response_format``): the next method is tried, then plain text. A refusal by
         HTTP status or ``NotImplementedError`` is remembered. Returns the trace's fallback."""
-        if self.structured != "auto":
+        if self.structured != "auto" or shutting_down():  # an abandoned call falls back no further
             raise error
         remembered = (
             isinstance(error, NotImplementedError) or getattr(error, "status_code", None) in _REFUSALS
@@ -151,6 +161,27 @@ class LangChainLLM:
 
 #: HTTP statuses of a refused structured-output method (remembered: not tried again)
 _REFUSALS = frozenset({400, 422, 500, 501})
+
+
+def _keeping_settings(model: Any, name: Any) -> tuple[BaseLanguageModel[Any], RunnableConfig] | None:
+    """The model to bind a schema to, and the config to run it with, keeping what the
+    caller bound: ``binding.with_structured_output`` would bind the schema to the bare
+    model and drop the binding's ``max_tokens`` / ``stop`` / ``temperature``, so they are
+    set on a copy of the model instead. None (plain text) for anything else."""
+    if isinstance(model, BaseLanguageModel):
+        return model, {}
+    if not isinstance(model, RunnableBinding) or not isinstance(model.bound, BaseLanguageModel):
+        return None
+    unkept = [key for key in model.kwargs if key not in type(model.bound).model_fields]
+    if unkept or model.config_factories:
+        logger.warning(
+            "selfrag fallback: structured output is off for %s: the structured steps could not keep "
+            "what is bound to it (%s); its JSON steps use plain text, parsed by the core",
+            name,
+            ", ".join(unkept) or "config factories",
+        )
+        return None
+    return model.bound.model_copy(update=dict(model.kwargs)), model.config
 
 
 def _with(output: LLMOutput, notes: list[tuple[str, str]]) -> LLMOutput:
