@@ -229,6 +229,23 @@ def test_streamed_call_through_the_library_counts_tokens(server: FakeServer) -> 
 # ----------------------------------------------------------------------------- the probe
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_every_structured_fallback_sends_the_callers_limits(
+    server: FakeServer, use_async: bool
+) -> None:
+    """The probe's every step (json_schema refused like llama.cpp does, then each method
+    down to plain text) and the calls after it carry max_tokens, temperature and seed."""
+    server.refuse = {m: 500 for m in ("json_schema", "tools", "json_object_schema", "json_object")}
+    llm = make(server, max_tokens=80, temperature=0.2, seed=7)
+    for _ in range(2):
+        if use_async:
+            await llm.agenerate_structured("Answer in JSON.", SCHEMA)
+        else:
+            llm.generate_structured("Answer in JSON.", SCHEMA)
+    assert server.methods() == ["json_schema", "tools", "json_object_schema", "json_object", "text", "text"]
+    assert all((r["max_tokens"], r["temperature"], r["seed"]) == (80, 0.2, 7) for r in server.requests)
+
+
 def test_probe_skips_a_refused_method_once_and_remembers_the_working_one(
     server: FakeServer, caplog: pytest.LogCaptureFixture
 ) -> None:
