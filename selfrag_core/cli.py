@@ -21,6 +21,7 @@ what was already indexed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -459,10 +460,14 @@ def _llm(args: argparse.Namespace) -> Any:
 
 
 def _strategy(args: argparse.Namespace, name: str, rag: Any, llm: Any) -> Any:
-    return build_strategy(
+    strategy = build_strategy(
         name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls,
         llm_timeout=args.llm_timeout or None, query_timeout=args.timeout or None, preset=preset_for(args.llm),
     )  # fmt: skip
+    # a limit's message names the flag that sets it
+    knobs = {"query_timeout": "--timeout", "llm_timeout": "--llm-timeout", "max_llm_calls": "--max-llm-calls"}
+    strategy.execution = dataclasses.replace(strategy.execution, knobs=knobs)
+    return strategy
 
 
 def unanswered(result: Any) -> str | None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, fields
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.validation import check_int, check_positive_or_none, check_unit
@@ -51,6 +51,9 @@ class ExecutionConfig:
         and the fix; "fallback" treats it as any other failure (fallback answer, the
         error in the trace).
     sleep / async_sleep: injectable for tests (instant retries).
+    knobs: what the user sets a limit by in the interface in use, by field name (the CLI
+        sets ``{"query_timeout": "--timeout", ...}``); timeout and budget messages name it,
+        and ``ExecutionConfig.<field>`` for a limit it does not name.
     """
 
     max_concurrency: int = 4
@@ -64,6 +67,7 @@ class ExecutionConfig:
     max_reply_chars: int = 100_000
     sleep: Callable[[float], None] | None = field(default=None, compare=False)
     async_sleep: Callable[[float], Awaitable[None]] | None = field(default=None, compare=False)
+    knobs: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         check_int("max_concurrency", self.max_concurrency, 1)
@@ -79,6 +83,9 @@ class ExecutionConfig:
             )
         if self.retry_initial_wait < 0 or self.retry_max_wait < 0:
             raise ConfigurationError("retry waits must be >= 0")
+        unknown = sorted(set(self.knobs) - {f.name for f in fields(self)})
+        if unknown:
+            raise ConfigurationError(f"knobs names no field {', '.join(unknown)} of ExecutionConfig")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,11 @@ Both gate every LLM call and retrieval with one semaphore of
 ``ExecutionConfig.max_concurrency`` per query, count LLM calls against
 ``max_llm_calls``, and apply ``llm_timeout`` / ``retrieval_timeout`` /
 ``query_timeout`` (to each attempt, retrieval, wait for the semaphore and retry
-back-off). Composed strategies (``yield from child._plan(...)``) share all of it.
+back-off). A component's own timeout starts when its call does: waiting for a thread or
+a local model's lock counts against ``query_timeout`` only (``workers.Limit``), and a
+timeout's message names the limit that fired and the knob the user sets it by
+(``ExecutionConfig.knobs``). Composed strategies (``yield from child._plan(...)``) share
+all of it.
 
 A :class:`~selfrag_core.errors.ConfigurationError` from the LLM or the backend (a
 programming or configuration error: see ``ExecutionConfig.misconfiguration``) is not
@@ -45,6 +49,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import (
     BudgetExceededError,
     ConfigurationError,
+    LLMTimeoutError,
     QueryTimeoutError,
     RetrievalTimeoutError,
 )
@@ -58,7 +63,7 @@ from selfrag_core.retrieval import (
     supports_many,
 )
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
-from selfrag_core.workers import TASKS, call_within
+from selfrag_core.workers import TASKS, Limit, awaited_within, call_within
 
 logger = logging.getLogger("selfrag")
 
@@ -183,6 +188,11 @@ class Run:
             None if config.query_timeout is None else self.trace.started_at + config.query_timeout
         )
 
+    @property
+    def deadline(self) -> float | None:
+        """The ``time.perf_counter()`` instant the query must end by (None: no limit)."""
+        return self._deadline
+
     def remaining(self) -> float | None:
         return None if self._deadline is None else self._deadline - time.perf_counter()
 
@@ -191,37 +201,52 @@ class Run:
         if left is not None and left <= 0:
             raise self.timed_out()
 
+    def knob(self, name: str) -> str:
+        """What the user sets the limit ``name`` by in the interface in use."""
+        return self.config.knobs.get(name, f"ExecutionConfig.{name}")
+
     def timed_out(self, what: str = "") -> QueryTimeoutError:
         return QueryTimeoutError(
             f"query exceeded query_timeout={self.config.query_timeout}s{what}; "
-            "raise ExecutionConfig.query_timeout or lower the work per query"
+            f"raise {self.knob('query_timeout')} or lower the work per query"
         )
+
+    def _past(self, limit: Limit, during: str, own: Callable[[], Exception]) -> Exception:
+        """The error of a call past ``limit``: the query's deadline (with the time the call
+        waited to start, which is no fault of the component) or else the component's own."""
+        if not limit.by_deadline():
+            return own()
+        waited = f" ({limit.waited:.2f}s of it waiting for its turn)" if limit.waited >= 0.01 else ""
+        return self.timed_out(f" during {during}{waited}")
 
     def fatal(self, error: BaseException) -> bool:
         """Whether ``error`` ends the query instead of going back into the plan."""
         return isinstance(error, ConfigurationError) and self.config.misconfiguration == "raise"
 
-    def _bounded(self, limit: float | None) -> float | None:
-        left = self.remaining()
-        timeouts = [t for t in (limit, left) if t is not None]
-        return max(min(timeouts), 1e-3) if timeouts else None
+    def limit(self, timeout: float | None) -> Limit | None:
+        """The bound of one call with its own ``timeout`` under the query's deadline (None: unbounded)."""
+        return None if timeout is None and self._deadline is None else Limit(timeout, self._deadline)
 
-    def retrieval_timeout(self) -> float | None:
-        return self._bounded(self.config.retrieval_timeout)
-
-    def retrieval_timed_out(self, effect: Retrieve | RetrieveMany) -> Callable[[float], Exception]:
-        def error(seconds: float) -> Exception:
-            left = self.remaining()
-            if left is not None and left <= 0:
-                return self.timed_out(" during a retrieval")
+    def retrieval_timed_out(self, effect: Retrieve | RetrieveMany) -> Callable[[Limit], Exception]:
+        def own() -> Exception:
             query = effect.query if isinstance(effect, Retrieve) else effect.queries[0]
             return RetrievalTimeoutError(
-                f"retrieval from {type(effect.backend).__name__} timed out after {seconds:.3g}s; "
-                "raise ExecutionConfig.retrieval_timeout or check the backend",
+                f"retrieval from {type(effect.backend).__name__} took longer than its "
+                f"retrieval_timeout={self.config.retrieval_timeout}s; "
+                f"raise {self.knob('retrieval_timeout')} or check the backend",
                 query=query,
             )
 
-        return error
+        return lambda limit: self._past(limit, "a retrieval", own)
+
+    def llm_timed_out(self, limit: Limit) -> Exception:
+        def own() -> Exception:
+            return LLMTimeoutError(
+                f"LLM call took longer than its llm_timeout={self.config.llm_timeout}s; "
+                f"raise {self.knob('llm_timeout')}"
+            )
+
+        return self._past(limit, "an LLM call", own)
 
     def _before_back_off(self, seconds: float) -> None:
         left = self.remaining()
@@ -264,13 +289,10 @@ class Run:
         with self._lock:
             if limit is not None and self._calls >= limit:
                 raise BudgetExceededError(
-                    f"LLM-call budget of {limit} per query is used up; raise ExecutionConfig.max_llm_calls",
+                    f"LLM-call budget of {limit} per query is used up; raise {self.knob('max_llm_calls')}",
                     limit=limit,
                 )
             self._calls += 1
-
-    def call_timeout(self) -> float | None:
-        return self._bounded(self.config.llm_timeout)
 
     def call_options(self, effect: Generate, sleep: Any) -> dict[str, Any]:
         """Keyword arguments of one LLM call under this run's policy (``sleep``: the
@@ -278,7 +300,9 @@ class Run:
         return {
             "schema": dict(effect.schema) if effect.schema is not None else None,
             "sink": self.on_token if effect.stream else None,
-            "timeout": self.call_timeout(),
+            "timeout": self.config.llm_timeout,
+            "deadline": self._deadline,
+            "on_timeout": self.llm_timed_out,
             "purpose": effect.purpose,
             "before_attempt": self.before_attempt,
             "sleep": sleep,
@@ -490,8 +514,9 @@ def _call_sync(effect: Call, run: Run) -> Any:
     retrieve: Callable[..., Any] = _retrieve_safe if isinstance(effect, Retrieve) else _retrieve_many_safe
     return call_within(
         lambda: retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options),
-        run.retrieval_timeout(),
+        run.config.retrieval_timeout,
         run.retrieval_timed_out(effect),
+        run.deadline,
     )
 
 
@@ -569,13 +594,11 @@ async def _call_async(effect: Call, run: Run) -> Any:
         options = run.call_options(effect, run.sleep_async)
         return await acall_llm_detailed(effect.llm, effect.prompt, effect.retries, **options)
     retrieve: Callable[..., Any] = _aretrieve_safe if isinstance(effect, Retrieve) else _aretrieve_many_safe
-    timeout = run.retrieval_timeout()
-    try:
-        return await within(
-            retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options), timeout
-        )
-    except asyncio.TimeoutError as e:
-        raise run.retrieval_timed_out(effect)(timeout or 0.0) from e
+    retrieval = retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options)
+    limit = run.limit(run.config.retrieval_timeout)
+    if limit is None:
+        return await retrieval
+    return await awaited_within(retrieval, limit, run.retrieval_timed_out(effect))
 
 
 async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:

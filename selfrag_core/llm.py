@@ -45,7 +45,7 @@ from selfrag_core.errors import (
     misconfigured,
 )
 from selfrag_core.protocols import LLMOutput
-from selfrag_core.workers import CALLS, call_within, to_thread
+from selfrag_core.workers import CALLS, Limit, awaited_within, call_within, to_thread
 
 Hook = Callable[[], None]
 TokenSink = Callable[[str], None]
@@ -229,8 +229,12 @@ def _check_text(reply: LLMReply, max_chars: int | None) -> LLMReply:
     return reply
 
 
-def _llm_timeout(timeout: float) -> LLMTimeoutError:
-    return LLMTimeoutError(f"LLM call timed out after {timeout:.3g}s; raise ExecutionConfig.llm_timeout")
+def _llm_timeout(limit: Limit) -> LLMTimeoutError:
+    """The error of an attempt past its ``timeout`` (the engine names its own limits:
+    ``Run.llm_timed_out``)."""
+    return LLMTimeoutError(
+        f"LLM call timed out after {limit.timeout or 0:.3g}s; raise ExecutionConfig.llm_timeout"
+    )
 
 
 def _checked(llm: Any, exc: BaseException) -> BaseException:
@@ -484,6 +488,8 @@ def call_llm_detailed(
     *,
     schema: dict[str, Any] | None = None,
     timeout: float | None = None,
+    deadline: float | None = None,
+    on_timeout: Callable[[Limit], Exception] = _llm_timeout,
     purpose: str = "",
     before_attempt: Hook | None = None,
     sleep: Callable[[float], None] | None = None,
@@ -494,8 +500,12 @@ def call_llm_detailed(
 ) -> LLMReply:
     """One LLM call with retries; raises LLMCallError (or BudgetExceededError).
 
-    With ``sink``, the reply's text is sent to it as it is generated (see
-    :func:`stream_llm_detailed`; ``schema`` is not used then).
+    Each attempt may take ``timeout`` seconds from its start and never runs past
+    ``deadline`` (a ``time.perf_counter()`` instant); the time it waits to start (for a
+    thread, for a local model's lock) counts against the deadline only
+    (:class:`~selfrag_core.workers.Limit`). Past either, ``on_timeout(limit)`` is raised
+    (retried when it is an ``LLMTimeoutError``). With ``sink``, the reply's text is sent to
+    it as it is generated (see :func:`stream_llm_detailed`; ``schema`` is not used then).
     """
 
     resumed = None if sink is None else _Resumed(sink)
@@ -512,7 +522,7 @@ def call_llm_detailed(
 
     def attempt() -> LLMReply:
         try:
-            return call_within(once, timeout, _llm_timeout)
+            return call_within(once, timeout, on_timeout, deadline)
         except BaseException as e:
             if resumed is not None:
                 resumed.abandon()
@@ -535,6 +545,8 @@ async def acall_llm_detailed(
     before_attempt: Hook | None = None,
     sleep: Callable[[float], Awaitable[None]] | None = None,
     initial_wait: float = 0.5,
+    deadline: float | None = None,
+    on_timeout: Callable[[Limit], Exception] = _llm_timeout,
     max_wait: float = 8.0,
     sink: TokenSink | None = None,
     max_chars: int | None = None,
@@ -555,12 +567,12 @@ async def acall_llm_detailed(
 
     async def attempt() -> LLMReply:
         try:
-            return await within(once(), timeout)
+            if timeout is None and deadline is None:
+                return await once()
+            return await awaited_within(once(), Limit(timeout, deadline), on_timeout)
         except BaseException as e:
             if resumed is not None:
                 resumed.abandon()
-            if isinstance(e, asyncio.TimeoutError) and timeout is not None:
-                raise _llm_timeout(timeout) from e
             checked = _checked(llm, e)
             if checked is e:
                 raise

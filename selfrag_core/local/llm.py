@@ -3,13 +3,16 @@
 Deterministic by default (greedy decoding, fixed seed). Steps that need JSON are
 constrained by llama.cpp's JSON-schema grammar, so the reply always parses unless it
 hits ``structured_max_tokens`` (then the JSON is closed where it stopped). A llama
-context is not thread-safe: calls are serialised with a lock; ``agenerate`` runs the
-call in a worker thread so the event loop stays free.
+context is not thread-safe: calls are serialised with a lock, taken with
+``workers.taking`` so that a call waiting for its turn is not charged to its own
+``llm_timeout`` (only to the query's deadline) and never runs once its caller gave up;
+``agenerate`` runs the call on the library's threads so the event loop stays free (and
+the loop's default executor, which the embedded index searches on, is never filled with
+calls waiting for the model).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -24,6 +27,7 @@ from selfrag_core.local.models import check_model_name, require_llama, resolve_m
 from selfrag_core.profiles import SMALL_LOCAL, ModelProfile
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.validation import check_int
+from selfrag_core.workers import taking, to_thread
 
 logger = logging.getLogger("selfrag")
 
@@ -148,26 +152,26 @@ class LocalLLM:
 
     # ------------------------------------------------------------------ protocols
     def generate(self, prompt: str) -> LLMOutput:
-        with self._lock:
+        with taking(self._lock):
             response = self._complete(prompt, self.max_tokens, None)
         return self._output(response, structured=False)
 
     def generate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         """JSON text that matches ``schema`` (a JSON schema), enforced by a grammar."""
-        with self._lock:
+        with taking(self._lock):
             grammar = self._grammar(schema)
             response = self._complete(prompt, self.structured_max_tokens, grammar)
         return self._output(response, structured=True)
 
     async def agenerate(self, prompt: str) -> LLMOutput:
-        return await asyncio.to_thread(self.generate, prompt)
+        return await to_thread(self.generate, prompt)
 
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
-        return await asyncio.to_thread(self.generate_structured, prompt, schema)
+        return await to_thread(self.generate_structured, prompt, schema)
 
     def stream(self, prompt: str) -> Iterator[str]:
         """Yield the reply piece by piece (the model is locked until the generator ends)."""
-        with self._lock:
+        with taking(self._lock):
             for chunk in self._complete(prompt, self.max_tokens, None, stream=True):
                 choice = chunk["choices"][0]
                 piece = choice.get("delta", {}).get("content") if self.chat else choice.get("text")
