@@ -263,7 +263,7 @@ def retry_after(exc: BaseException | None) -> float | None:
     before a retry: the ``retry-after-ms`` or ``Retry-After`` header (seconds or an HTTP
     date) of the error's ``response`` (the openai client's errors, httpx's, requests'),
     at most :data:`RETRY_AFTER_MAX_S`; None when the error carries none."""
-    headers = getattr(getattr(exc, "response", None), "headers", None)
+    headers: Any = getattr(getattr(exc, "response", None), "headers", None)
     if exc is None or _status_of(exc) not in (429, 503) or not hasattr(headers, "get"):
         return None
     millis, value = headers.get("retry-after-ms"), headers.get("retry-after") or headers.get("Retry-After")
