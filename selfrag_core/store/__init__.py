@@ -7,7 +7,12 @@ from selfrag_core.store.answer import QueryResult, RetrieveThenAnswer, Usage, fo
 from selfrag_core.store.chunking import CHUNKERS, Chunker, TextChunk
 from selfrag_core.store.dense import HashingEmbeddings
 from selfrag_core.store.lexical import LexicalIndex, Tokenizer
-from selfrag_core.store.persist import FORMAT_VERSION, EmbedderMismatchError, IndexFormatError
+from selfrag_core.store.persist import (
+    FORMAT_VERSION,
+    EmbedderMismatchError,
+    IndexConflictError,
+    IndexFormatError,
+)
 from selfrag_core.store.rag import RAG
 from selfrag_core.store.rerank import CrossEncoderReranker, MMRReranker, NoopReranker, Reranker
 from selfrag_core.store.search import SearchHit
@@ -20,6 +25,7 @@ __all__ = [
     "CrossEncoderReranker",
     "EmbedderMismatchError",
     "HashingEmbeddings",
+    "IndexConflictError",
     "IndexFormatError",
     "LexicalIndex",
     "MMRReranker",

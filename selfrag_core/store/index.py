@@ -88,6 +88,17 @@ class PreparedDocument:
     chunks: list[IndexedChunk]
 
 
+@dataclass
+class Changes:
+    """What changed in an index since it was restored or saved: the documents added or
+    replaced, as indexed (their chunks' ``vectors`` in order, with an embedder), and the
+    sources deleted."""
+
+    docs: list[PreparedDocument]
+    vectors: np.ndarray | None
+    deleted: list[str]
+
+
 # ----------------------------------------------------------------------------- input checks
 
 
@@ -269,6 +280,9 @@ class Index:
         # approximate indexes over the "base" and "tail" vectors when they are many (see _ann)
         self._anns: dict[str, ann.ApproximateIndex | None] = {}
         self.stored: StoredIndex | None = None  # the saved base, when restored from one
+        #: the sources added, replaced or deleted since the index was restored (or saved: the
+        #: saver clears it), each mapped to whether it was in the index then (see changes())
+        self.touched: dict[str, bool] = {}
 
     @property
     def sources(self) -> dict[str, str]:
@@ -328,10 +342,11 @@ class Index:
                 prepared.append(item)
         return prepared
 
-    def add(self, docs: list[PreparedDocument]) -> int:
+    def add(self, docs: list[PreparedDocument], vectors: np.ndarray | None = None) -> int:
         """Embed the documents' chunks and build their BM25 segment (outside the lock, side
         by side: each runs while the other waits on numpy), then add them, replacing the
-        chunks of sources indexed before; returns the number of chunks added."""
+        chunks of sources indexed before; returns the number of chunks added. ``vectors``:
+        the chunks' vectors, in order, when they are embedded already (one document per source)."""
         if not docs:
             return 0
         latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
@@ -343,10 +358,13 @@ class Index:
                 pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="selfrag-bm25"))
                 lexical = self._lexical
                 segment = pool.submit(Postings.build, [c.tokens or [] for c in new], lexical.k1, lexical.b)
-            vectors = self._embed([c for d in docs for c in d.chunks])
+            if vectors is None:
+                vectors = self._embed([c for d in docs for c in d.chunks])
             postings = segment.result() if segment is not None else None
         with self.lock:
             sources = self.sources
+            for source in latest:
+                self.touched.setdefault(source, source in sources)
             replaced = {s for s in latest if s in sources}
             if replaced:
                 self._keep(self.chunks.positions_without(replaced))
@@ -372,10 +390,42 @@ class Index:
         with self.lock:
             if source not in self.sources:
                 return 0
+            self.touched.setdefault(source, True)
             before = len(self.chunks)
             self._keep(self.chunks.positions_without({source}))
             del self.sources[source]
             return before - len(self.chunks)
+
+    def changes(self) -> Changes:
+        """The documents :attr:`touched` names that are still here (their chunks are the
+        tail's: added since), and the deleted sources that were here when it was restored."""
+        with self.lock:
+            sources, tail = self.sources, self.chunks.tail
+            rows: dict[str, list[int]] = {}
+            for i, c in enumerate(tail):
+                if c.source in self.touched:
+                    rows.setdefault(c.source, []).append(i)
+            docs = [PreparedDocument(s, sources[s], [tail[i] for i in r]) for s, r in rows.items()]
+            if self.tokenizer is not None:
+                for c in (c for d in docs for c in d.chunks if c.tokens is None):
+                    c.tokens = self.tokenizer(c.text)
+            order = [i for r in rows.values() for i in r]
+            vectors = self._tail_matrix()[order] if self.embedder is not None and order else None
+            deleted = [s for s, was_here in self.touched.items() if was_here and s not in sources]
+            return Changes(docs, vectors, deleted)
+
+    def merge(self, stored: StoredIndex) -> None:
+        """Restore ``stored`` (a later save of the directory this index was restored from)
+        and apply this index's :meth:`changes` over it: the documents it added or replaced
+        replace theirs (their chunks, tokens and vectors moved, nothing embedded again), the
+        sources it deleted are deleted. Refused by :meth:`restore` (another embedder), it
+        leaves the index as it was."""
+        with self.lock:
+            changes = self.changes()
+            self.restore(stored)
+            for source in changes.deleted:
+                self.delete(source)
+            self.add(changes.docs, changes.vectors)
 
     def _keep(self, positions: np.ndarray) -> None:
         _ = self.sources  # decoded before the chunks leave the base
@@ -682,6 +732,7 @@ class Index:
             self._lexical = lexical
             self._lexical_built = built
             self.stored = stored if stored.columns is not None else None
+            self.touched = {}
 
     def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:
         """A saved BM25 index, if this index tokenises and scores as it was built with;

@@ -31,7 +31,18 @@ The next save writes the current format.
 A save writes a fresh ``data-<hex>`` directory (under a temporary name, renamed when
 complete), then replaces ``manifest.json`` with ``os.replace``, the single atomic step: a
 crash at any point leaves the previous index loadable. Older data directories are removed
-afterwards. Loading only reads: every manifest field is checked (type, range, file names
+afterwards.
+
+Writers of one directory (processes, threads, ``selfrag index`` beside ``selfrag serve``)
+take turns: a save holds :func:`index_lock` (an exclusive ``flock`` on ``index_dir/.lock``)
+from its data directory to its cleanup, and a writer that finds a newer index than the one
+it loaded applies its own changes over it (:meth:`~selfrag_core.store.rag.RAG.save`). As
+every writer writes under the lock, the cleanup removes whatever the new manifest does not
+name (replaced data, a crashed save's leftovers): no other save can be in progress then.
+Readers take no lock: a load that loses its files to a save committed meanwhile reads that
+save's index instead. Without ``fcntl`` (Windows) the lock is a no-op: one writer at a time.
+
+Loading only reads: every manifest field is checked (type, range, file names
 plain and inside the index) before any data file is opened, then the checksums (see
 :data:`VERIFY_LIMIT`), the chunk records of formats 1 and 2, every array's ``.npy`` header,
 shape and size, and the values of the arrays that index others (offsets, positions).
@@ -51,11 +62,15 @@ import os
 import re
 import reprlib
 import shutil
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar, overload
+
+if sys.platform != "win32":
+    import fcntl
 
 import numpy as np
 
@@ -70,6 +85,7 @@ from selfrag_core.store.rerank import make_reranker
 FORMAT = "selfrag-store"
 FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
+LOCK_FILE = ".lock"  # what writers lock (see index_lock); never part of the index
 STORE_FILE = "store.json"
 VECTORS_FILE = "vectors.npy"
 BM25_FILE = "bm25.json"
@@ -115,6 +131,11 @@ class IndexFormatError(RAGSystemError):
 
 class EmbedderMismatchError(IndexFormatError):
     """The index was built with a different embedder (name or dimension) than the one given."""
+
+
+class IndexConflictError(IndexFormatError):
+    """Another writer saved an index this one's changes cannot be applied over (rebuilt with
+    another embedder) since it was loaded; nothing was written."""
 
 
 class LazySequence(Sequence[T]):
@@ -257,6 +278,7 @@ class StoredIndex:
     delta: StoredIndex | None = None  # the chunks added since this base was saved
     ann: np.ndarray | None = None  # uint8, memory-mapped: the vectors' approximate index, serialised
     deleted: np.ndarray | None = None  # with a delta: the base's chunks deleted since (positions)
+    version: tuple[int, int, int] | None = None  # the manifest's manifest_version when it was read
 
     def __len__(self) -> int:
         """The base's chunks (deleted ones included; the delta's apart)."""
@@ -710,12 +732,19 @@ def _read_data(root: Path, manifest: dict[str, Any], verify: bool) -> StoredInde
     return stored
 
 
+#: how many times a load starts again when a save committed while it read (and removed
+#: files the manifest it read named)
+LOAD_ATTEMPTS = 5
+
+
 def load_index(
     path: str | os.PathLike[str], reuse: StoredIndex | None = None, *, verify: bool = False
 ) -> StoredIndex:
     """Read an index directory written by :func:`save_index` (read-only). Every field of
     the manifest is checked before any data file is opened; every problem, down to a
-    truncated array, is an :class:`IndexFormatError` naming the file and the field.
+    truncated array, is an :class:`IndexFormatError` naming the file and the field. A
+    problem met while another process replaced the manifest is that save's doing: the
+    load starts again, reading the new index (up to :data:`LOAD_ATTEMPTS` times).
 
     ``reuse``: an index loaded from the same directory before; when the base it was
     saved on is still the base (a later save wrote a delta), its mapped arrays are taken
@@ -724,6 +753,21 @@ def load_index(
     root = Path(path)
     if not root.is_dir():
         raise IndexFormatError(f"no index directory at {root}; check the path or build the index first")
+    attempts = LOAD_ATTEMPTS
+    while True:
+        version = manifest_version(root)
+        try:
+            stored = _load(root, reuse, verify)
+        except IndexFormatError:
+            attempts -= 1
+            if not attempts or manifest_version(root) in (None, version):
+                raise
+            continue
+        stored.version = version
+        return stored
+
+
+def _load(root: Path, reuse: StoredIndex | None, verify: bool) -> StoredIndex:
     manifest = _read_manifest(root)
     _check_manifest(manifest, root / MANIFEST)
     if reuse is not None and all(reuse.manifest.get(k) == manifest.get(k) for k in _DATA_KEYS):
@@ -786,6 +830,56 @@ def _write_part(
     return write
 
 
+def _check_target(root: Path) -> None:
+    """Refuse to write into ``root`` unless it is new, empty, or a selfrag index."""
+    if root.exists() and not root.is_dir():
+        raise IndexFormatError(f"{root} is a file, not an index directory; choose another path")
+    if (root / MANIFEST).exists():
+        _read_manifest(root)  # never replace something that is not ours
+    elif root.is_dir() and any(p.name != LOCK_FILE for p in root.iterdir()):
+        raise IndexFormatError(
+            f"{root} is a non-empty directory that is not a selfrag index; refusing to write into it. "
+            "Choose a new or empty directory."
+        )
+
+
+@contextlib.contextmanager
+def index_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold the writers' lock of the index directory ``path`` for the block: an exclusive
+    ``flock`` on its :data:`LOCK_FILE`, released however the block ends (and by the system
+    when the process dies). The directory is checked first (new, empty, or a selfrag index:
+    else :class:`IndexFormatError`, and nothing is created) and created if missing. Every
+    save holds it (:meth:`~selfrag_core.store.rag.RAG.save`); it is not re-entrant: a save
+    inside the block waits for it. Without ``fcntl`` (Windows) nothing is locked."""
+    root = Path(path)
+    _check_target(root)
+    root.mkdir(parents=True, exist_ok=True)
+    if sys.platform == "win32":  # pragma: no cover - one writer at a time there
+        yield root
+        return
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield root
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def generation(manifest: Mapping[str, Any] | None) -> tuple[Any, Any] | None:
+    """Which index a manifest commits: its data directories (a save that changes anything
+    names a new one, never reused), or None for no manifest."""
+    if manifest is None:
+        return None
+    delta = manifest.get("delta")
+    return manifest.get("data"), delta.get("data") if isinstance(delta, dict) else None
+
+
+def committed(path: str | os.PathLike[str]) -> tuple[Any, Any] | None:
+    """The :func:`generation` of the index saved at ``path`` now (None: none is)."""
+    root = Path(path)
+    return generation(_read_manifest(root)) if (root / MANIFEST).exists() else None
+
+
 def save_index(
     path: str | os.PathLike[str],
     *,
@@ -795,21 +889,15 @@ def save_index(
     postings: Postings | None = None,
     ann: Any = None,
     delta: Delta | None = None,
-) -> None:
+) -> dict[str, Any]:
     """Write the index to ``path`` atomically (see the module docstring): the whole of it
     (``columns``, ``vectors``, ``postings``: the BM25 index over the chunks, in their
     order; None: loading rebuilds it; ``ann``: an approximate index of the vectors, an
-    :class:`~selfrag_core.store.ann.ApproximateIndex`), or a ``delta`` over the base saved there."""
+    :class:`~selfrag_core.store.ann.ApproximateIndex`), or a ``delta`` over the base saved
+    there; returns the manifest written. Call it holding :func:`index_lock` on ``path``:
+    its cleanup removes every data directory the new manifest does not name."""
     root = Path(path)
-    if root.exists() and not root.is_dir():
-        raise IndexFormatError(f"{root} is a file, not an index directory; choose another path")
-    if root.is_dir() and not (root / MANIFEST).exists() and any(root.iterdir()):
-        raise IndexFormatError(
-            f"{root} is a non-empty directory that is not a selfrag index; refusing to write into it. "
-            "Choose a new or empty directory."
-        )
-    if (root / MANIFEST).exists():
-        _read_manifest(root)  # never replace something that is not ours
+    _check_target(root)
     root.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     committed = False
@@ -842,12 +930,14 @@ def save_index(
         for stale in root.glob(f"{MANIFEST}.*.tmp"):
             stale.unlink(missing_ok=True)
         raise
-    keep = {manifest["data"], *([manifest["delta"]["data"]] if "delta" in manifest else [])}
-    for stale in root.iterdir():  # older data and leftovers of interrupted saves
+    # replaced data and leftovers of crashed saves: under the lock, no other save is under way
+    keep = generation(manifest) or ()
+    for stale in root.iterdir():
         if stale.name.startswith("data-") and stale.name not in keep:
             shutil.rmtree(stale, ignore_errors=True)
         elif stale.name.startswith(f"{MANIFEST}.") and stale.name.endswith(".tmp"):
             stale.unlink(missing_ok=True)
+    return manifest
 
 
 def manifest_version(root: Path) -> tuple[int, int, int] | None:

@@ -29,9 +29,16 @@ from selfrag_core.store.dense import resolve_embedder
 from selfrag_core.store.index import Index, check_metadata, check_text
 from selfrag_core.store.lexical import Tokenizer
 from selfrag_core.store.persist import (
+    LOCK_FILE,
     MANIFEST,
+    EmbedderMismatchError,
+    IndexConflictError,
     IndexFormatError,
+    StoredIndex,
+    committed,
     embedder_from_identity,
+    generation,
+    index_lock,
     load_index,
     manifest_version,
     save_index,
@@ -126,15 +133,17 @@ class RAG:
         tokenizer = Tokenizer(stemmer) if self.bm25_alpha < 1 else None
         self._index = Index(self.embedder, self.chunker, tokenizer, autorebuild=bool(bm25_autorebuild))
         self._search_cpu_s: float | None = None  # the last search's CPU time per query; None before any
-        self._disk_version: tuple[int, int, int] | None = None  # of the manifest last loaded or saved
+        # the index at ``path`` as last loaded or saved: its manifest's version, its generation
+        self._disk_version: tuple[int, int, int] | None = None
+        self._generation: tuple[Any, Any] | None = None
         if self.embedder is None:
             logger.info("selfrag store: no embedder given, so search is lexical (BM25) only")
         if self.path is not None:
             if (self.path / MANIFEST).exists():
-                version = manifest_version(self.path)  # before loading: a later save is seen later
-                self._index.restore(load_index(self.path))
-                self._disk_version = version
-            elif self.path.is_dir() and any(self.path.iterdir()):
+                stored = load_index(self.path)
+                self._index.restore(stored)
+                self._synced(stored)
+            elif self.path.is_dir() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
                 raise IndexFormatError(
                     f"{self.path} is a non-empty directory without a selfrag index; "
                     "choose a new or empty directory"
@@ -417,7 +426,15 @@ class RAG:
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the index to ``path`` (default: the ``path`` given at construction), atomically,
         with its vectors and BM25 statistics (rebuilt first when changes are pending and
-        ``bm25_autorebuild`` is on), so that opening it rebuilds nothing."""
+        ``bm25_autorebuild`` is on), so that opening it rebuilds nothing.
+
+        The save holds the directory's writer lock throughout, so writers of one directory
+        (``selfrag index`` beside ``selfrag serve``) take turns. When another writer saved at
+        ``path`` since this RAG loaded or saved it, its index is loaded and this RAG's changes
+        since are applied over it: documents added or replaced here replace theirs, sources
+        deleted here are deleted, everything else of theirs stays (and this RAG then holds
+        the merged index). :class:`IndexConflictError` when theirs was rebuilt with another
+        embedder: nothing is saved. Another ``path`` (a first save, a copy) is replaced."""
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("no path to save to: pass save(path) or RAG(path=...)")
@@ -431,7 +448,9 @@ class RAG:
             settings["reranker"] = self._reranker_spec
         index = self._index
         tokenizer = index.tokenizer
-        with index.lock:
+        home = self.path is not None and target.resolve() == self.path.resolve()
+        with index_lock(target), index.lock:
+            on_disk = home and self._catch_up(target)
             manifest = {
                 "embedder": index.identity(),
                 "tokenizer": None if tokenizer is None else tokenizer.stemming,
@@ -439,20 +458,47 @@ class RAG:
             }
             # a delta over the base this index was restored from, when that is what is on disk
             stored = index.stored
-            home = self.path is not None and target.resolve() == self.path.resolve()
             base = None
-            if home and stored is not None and self._disk_version == manifest_version(target):
+            if on_disk and stored is not None:
                 same = all(stored.manifest.get(key) == value for key, value in manifest.items())
                 base = stored.manifest if same else None
             snapshot = index.snapshot(delta_of=base)
-            save_index(target, settings=manifest, **snapshot)
+            written = save_index(target, settings=manifest, **snapshot)
             if self.path is None:
-                self.path = target
-            if target == self.path:
-                self._disk_version = manifest_version(target)
-                if "delta" not in snapshot:  # the next save writes a delta over this one
-                    index.restore(load_index(target))
+                self.path, home = target, True
+            if home:
+                if "delta" in snapshot:
+                    index.touched.clear()
+                    self._disk_version, self._generation = manifest_version(target), generation(written)
+                else:  # the next save writes a delta over this one
+                    saved = load_index(target)
+                    index.restore(saved)
+                    self._synced(saved)
         return target
+
+    def _catch_up(self, target: Path) -> bool:
+        """Under the directory's lock: when another writer saved at ``target`` since this
+        RAG loaded or saved it, merge its index and this one's changes since (see
+        :meth:`save`). Returns whether ``target`` holds the index this RAG stands on."""
+        now = committed(target)
+        if now is None or now == self._generation:
+            return now is not None
+        stored = load_index(target, reuse=self._index.stored)
+        try:
+            self._index.merge(stored)
+        except EmbedderMismatchError as e:
+            raise IndexConflictError(
+                f"another writer saved {target} with another embedder since this RAG loaded it ({e}); "
+                f"nothing was saved. Load it again with RAG.load({str(target)!r}) and index these "
+                "documents into it, or save this index to another directory with save(path)"
+            ) from e
+        self._synced(stored)
+        logger.info("selfrag store: %s was saved by another writer: this RAG's changes went over it", target)
+        return True
+
+    def _synced(self, stored: StoredIndex) -> None:
+        """Record that ``stored`` is the index at ``path`` as this RAG last loaded it."""
+        self._disk_version, self._generation = stored.version, generation(stored.manifest)
 
     def changed_on_disk(self) -> bool:
         """Whether another process (a second ``selfrag serve`` worker, ``selfrag index``)
@@ -462,14 +508,15 @@ class RAG:
 
     def refresh(self) -> bool:
         """Reload the index from ``path`` if it :meth:`changed_on_disk`; returns whether it
-        did. Concurrent searches see either the old or the new index, never a mix."""
+        did. Changes not saved yet are kept (applied over it, as :meth:`save` does).
+        Concurrent searches see either the old or the new index, never a mix."""
         if not self.changed_on_disk():
             return False
         assert self.path is not None
-        version = manifest_version(self.path)
         # what another process saved: only its delta when the base is the one loaded here
-        self._index.restore(load_index(self.path, reuse=self._index.stored))  # swapped under the lock
-        self._disk_version = version
+        stored = load_index(self.path, reuse=self._index.stored)
+        self._index.merge(stored)  # swapped under the lock
+        self._synced(stored)
         logger.info("selfrag store: reloaded %s (saved by another process)", self.path)
         return True
 
@@ -484,7 +531,6 @@ class RAG:
         with another ``stemmer``, has its BM25 statistics rebuilt at the first search).
         Every file's structure is checked, and its checksum up to 64 MiB; ``verify=True``
         checks the checksums of the large files too."""
-        version = manifest_version(Path(path))  # before loading: a later save is seen later
         stored = load_index(path, verify=verify)  # the manifest is validated: settings and embedder typed
         settings = {k: v for k, v in stored.manifest["settings"].items() if k in CONFIG_KEYS}
         settings.update(overrides)
@@ -494,5 +540,5 @@ class RAG:
         rag = cls(embed, **settings)
         rag._index.restore(stored)
         rag.path = Path(path)
-        rag._disk_version = version
+        rag._synced(stored)
         return rag
