@@ -275,7 +275,7 @@ def index_paths(
             added += _write(rag, batch)
             advance(len(batch))
     if added and callable(getattr(rag, "save", None)):
-        rag.save()  # atomic: the previous index stays intact until this completes
+        rag.save()  # atomic, under the index's lock, over whatever another writer saved meanwhile
     return len(docs), added, skipped, explicit_problems
 
 

@@ -1,8 +1,10 @@
 """Ingestion and deletion against whatever backend the service was given.
 
 Writes are serialised by one lock and, with an index directory and a backend that can
-``save``, persisted after every change. Processes sharing that directory (``--workers N``)
-write under an exclusive file lock on it, having reloaded what the others saved. An
+``save``, persisted after every change. Processes sharing that directory (``--workers N``,
+``selfrag index`` beside the server) take turns through the store's own lock: each change
+starts from what the others saved (reloaded), and its save, under the directory's lock,
+applies it over whatever another process saved meanwhile (``RAG.save``). An
 external backend (``--backend chroma://...``) is written to directly; it makes chunk ids
 from a document's source and text, so a retried write upserts (hence :func:`source_of`).
 
@@ -17,7 +19,6 @@ import asyncio
 import contextlib
 import hashlib
 import inspect
-import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -50,19 +51,6 @@ def check_text(doc: DocumentIn, max_chars: int) -> None:
 def source_of(doc: DocumentIn) -> str:
     """The document's source, or a content hash when none was given."""
     return doc.source or "sha256:" + hashlib.sha256(doc.text.encode("utf-8")).hexdigest()[:16]
-
-
-def _lock_directory(directory: Path) -> int | None:
-    """An exclusive ``flock`` on ``directory`` (created if missing), held until the
-    returned descriptor is closed; None where ``fcntl`` does not exist (Windows)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: one process per index there
-        return None
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
 
 
 async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -103,15 +91,11 @@ class DocumentStore:
 
     @contextlib.asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:
-        """This process's lock, the index directory's lock across processes, the index as last saved."""
+        """This process's lock, and the index as another process last saved it (the save
+        after the change locks the directory; see the module docstring)."""
         async with self._lock:
-            fd = await asyncio.to_thread(_lock_directory, self.index_dir) if self.index_dir else None
-            try:
-                await self.sync()
-                yield
-            finally:
-                if fd is not None:
-                    os.close(fd)  # releases the lock
+            await self.sync()
+            yield
 
     async def add(self, docs: list[DocumentIn]) -> IngestResponse:
         if not any(callable(getattr(self.backend, n, None)) for n in ("aindex", "index", "add_document")):
