@@ -223,7 +223,8 @@ async def test_self_rag_unreadable_judge_gets_neutral_scores(
     result = await ask(self_rag(reply, GOOD, backend, instant), Q, mode)
     assert result.answer == GOOD and result.confidence == 0.5
     assert not result.history[0].evaluation.parsed
-    assert [e.name for e in result.trace.fallbacks] == ["fast_mode_parse_failed", "evaluation_parse_failed"]
+    parsing = [e.name for e in result.trace.fallbacks if e.name != "reply_truncated"]  # > max_reply_chars
+    assert parsing == ["fast_mode_parse_failed", "evaluation_parse_failed"]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -255,7 +256,7 @@ def recursive(decomposition: str) -> RecursiveRAG:
 
 @pytest.mark.usefixtures("hang_guard")
 @pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("reply", [DEEP, DEEP_CLOSED, " \n" * 500_000 + "I cannot split it."])
+@pytest.mark.parametrize("reply", [DEEP, DEEP_CLOSED, " \n" * 40_000 + "I cannot split it."])
 async def test_recursive_unreadable_decomposition_is_answered_directly(reply: str, mode: str) -> None:
     result = await ask(recursive(reply), COMPLEX, mode)
     assert not result.decomposed and result.answer == "leaf answer" and "0 usable" in result.reason
