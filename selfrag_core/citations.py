@@ -31,8 +31,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from selfrag_core.grounding import content_stems, content_tokens, support
+from selfrag_core.grounding import content_stems, content_tokens
 from selfrag_core.types import Citation, RetrievedDoc
+from selfrag_core.verify import DEFAULT, Verifier, sentence_spans, strip_markup
 
 #: support at which a source counts as supporting a sentence
 SUPPORT_THRESHOLD = 0.5
@@ -49,11 +50,9 @@ _WRAPS = {"[": "]", "(": ")"}
 _ODD_MARKER = re.compile(
     r"【\s*\d{1,3}\s*】|\(\s*\d{1,3}\s*\)|\[\^\s*\d{1,3}\s*\]|\[\s*(?:source|doc)\w*\s*\d{1,3}\s*\]", re.I
 )
+#: the verifier's reasons that name nothing in particular (not repeated as flags)
+_VAGUE = frozenset({"low_overlap", "no_passage", "no_content", "not_entailed"})
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
-#: a sentence ends at . ! ? ؟ (or a line break), its markers included: "... Paris [1]." or "... Paris. [1]"
-#: (or "... Paris. ([1])");
-#: a point between digits ("99.9") is a decimal point, not an end
-_SENTENCE = re.compile(r"(?:[^.!?؟\n]|\.(?=\d))+(?:[.!?؟]+(?:\s*\(?\[[\[\]\d,;\s-]*\]\)?)*|\n|$)")
 
 
 def _blank_code(text: str) -> str:
@@ -62,19 +61,27 @@ def _blank_code(text: str) -> str:
 
 
 def cite(
-    answer: str, sources: Sequence[RetrievedDoc], *, threshold: float = SUPPORT_THRESHOLD
+    answer: str,
+    sources: Sequence[RetrievedDoc],
+    *,
+    threshold: float = SUPPORT_THRESHOLD,
+    verifier: Verifier | None = None,
 ) -> list[Citation]:
-    """The citations of ``answer`` against ``sources`` (see the module docstring)."""
+    """The citations of ``answer`` against ``sources`` (see the module docstring): each
+    sentence (:func:`~selfrag_core.verify.sentence_spans`: lists, markup and wrapped lines
+    split right) checked by ``verifier`` (the default claim-level
+    :class:`~selfrag_core.verify.LexicalVerifier`) against each source on its own; a
+    source supports it at a score of ``threshold`` or more. An unsupported sentence is
+    flagged ``unsupported`` and with the verifier's reason (``number_not_in_source:2019``)."""
     texts = [d.text for d in sources]
     scan = _blank_code(answer)
     citations = []
-    for match in _SENTENCE.finditer(scan):
-        start, end = match.span()
+    for start, end in sentence_spans(scan):
         groups = _groups(scan, start, end)
         spans = [(begin - start, finish - start) for begin, finish, _ in groups]
-        if not content_tokens(_without(scan[start:end], spans)):
+        if not content_tokens(strip_markup(_without(scan[start:end], spans))):
             continue  # punctuation, a marker alone, code alone
-        sentence = _without(answer[start:end], spans)
+        sentence = strip_markup(_without(answer[start:end], spans))
         cited: list[int] = []
         flags = [f"odd_marker:{m.group().strip()}" for m in _ODD_MARKER.finditer(scan, start, end)]
         for written in (n for *_, numbers in groups for n in numbers):
@@ -83,15 +90,20 @@ def cite(
                 flags.append(f"no_such_source:[{written if number is None else number}]")
             elif number not in cited:
                 cited.append(number)
-        citation = Citation(sentence, start, end, cited, flags=flags, attributed=not cited)
+        citations.append(Citation(sentence, start, end, cited, flags=flags, attributed=not cited))
+    rows = (verifier or DEFAULT).verify([c.sentence for c in citations], texts) if citations else []
+    for citation, row in zip(citations, rows, strict=True):
         # a sentence that cites nothing is attributed to the source that supports it best
-        candidates = cited or range(1, len(texts) + 1)
-        citation.supported_by, citation.support = _best(
-            sentence, texts, candidates, threshold, attributed=not cited
-        )
+        candidates = [row[n - 1] for n in citation.cited] if citation.cited else row
+        ranked = sorted(candidates, key=lambda v: -v.score)
+        supporting = [v.passage + 1 for v in ranked if v.score >= threshold and v.passage is not None]
+        citation.supported_by = supporting[:1] if citation.attributed else supporting
+        citation.support = ranked[0].score if ranked else 0.0
         if not citation.supported_by:
             citation.flags.append("unsupported")
-        citations.append(citation)
+            reason = ranked[0].reason if ranked else None
+            if reason and reason not in _VAGUE:
+                citation.flags.append(reason)  # what disagrees: "number_not_in_source:2019"
     return citations
 
 
@@ -138,17 +150,6 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
         position = finish
     pieces.append(text[position:])
     return " ".join("".join(pieces).split())
-
-
-def _best(
-    sentence: str, texts: list[str], numbers: Sequence[int], threshold: float, *, attributed: bool
-) -> tuple[list[int], float]:
-    """The sources among ``numbers`` that support ``sentence``, best first (an
-    attribution keeps only the best one), and the best support."""
-    scores = {n: support(sentence, texts[n - 1]) for n in numbers}
-    best = max(scores.values(), default=0.0)
-    supporting = sorted((n for n, s in scores.items() if s >= threshold), key=lambda n: -scores[n])
-    return supporting[:1] if attributed else supporting, best
 
 
 def renumber(answer: str, numbers: Mapping[int, int]) -> str:

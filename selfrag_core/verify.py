@@ -55,7 +55,12 @@ _BLOCK_TAGS = frozenset(
 )
 #: a list item's marker at the start of a line: "1.", "2)", "-", "*", "•", "+"
 _ITEM = re.compile(r"(?m)^[ \t]*(?:\d{1,3}[.)]|[-*•+]|#{1,6})[ \t]+")
-_MARKER = re.compile(r"\s*\[\s*-?\d+(?:\s*[,;]\s*-?\d+)*\s*\]")
+#: citation markers, of the expected shape ("[1]", "[1, 2]") and others ("【1】", "[^1]", "[source 1]", "(1)")
+_MARKER = re.compile(
+    r"\s*(?:\[\s*-?\d+(?:\s*[,;]\s*-?\d+)*\s*\]|【\s*\d{1,3}\s*】|\[\^\s*\d{1,3}\s*\]"
+    r"|\[\s*(?:source|doc)\w*\s*\d{1,3}\s*\]|\(\s*\d{1,2}\s*\)(?=\s*(?:[.!?؟,;]|$)))",
+    re.IGNORECASE,
+)
 _ABBREVIATIONS = frozenset([
     "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "vs", "etc", "eg", "ie", "al", "inc", "ltd",
     "co", "fig", "no", "vol", "ch", "pp", "approx", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
@@ -126,11 +131,19 @@ class AnswerVerdict:
 
 @runtime_checkable
 class Verifier(Protocol):
-    """Sentences and passages in, one verdict per sentence out (its best passage's)."""
+    """Sentences and passages in; for each sentence, one verdict per passage out (each
+    ``Verdict.passage`` its passage's index). ``threshold``: the score at which a passage
+    supports a sentence."""
 
     threshold: float
 
-    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[Verdict]: ...
+    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[list[Verdict]]: ...
+
+
+def best(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict of the passage that supports a sentence best (the first on a tie), or a
+    ``"no_passage"`` verdict when there is none."""
+    return max(verdicts, key=lambda v: v.score, default=Verdict(0.0, False, None, "no_passage"))
 
 
 # ----------------------------------------------------------------------------- splitting
@@ -162,7 +175,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     for m in re.finditer(r"[.!?؟]+", scan):
         end = m.end()
         after = scan[end:]
-        marker = re.match(r"(?:\s*\[[\d,;\s-]+\])*", after)
+        marker = re.match(r"(?:\s*\(?\[[\[\]\d,;\s-]*\]\)?)*", after)
         end += marker.end() if marker else 0
         if end < len(scan) and not scan[end].isspace():
             continue  # "2.25", "e.g.x", "U.S.A"
@@ -199,9 +212,14 @@ def split_sentences(text: str) -> list[str]:
 
 
 def clean_sentence(sentence: str) -> str:
-    """``sentence`` without ``[n]`` markers, tags and list markers, on one line."""
-    sentence = _MARKER.sub("", _TAG.sub(" ", sentence))
-    return " ".join(_ITEM.sub("", sentence).split())
+    """``sentence`` without citation markers, tags and list markers, on one line: the
+    claim a verifier checks."""
+    return " ".join(_MARKER.sub("", strip_markup(sentence)).split())
+
+
+def strip_markup(sentence: str) -> str:
+    """``sentence`` without tags and list markers, on one line (its markers kept)."""
+    return " ".join(_ITEM.sub("", _TAG.sub(" ", sentence)).split())
 
 
 # ----------------------------------------------------------------------------- signals
@@ -354,22 +372,22 @@ class LexicalVerifier:
         self.embedder = embedder
         self.semantic_floor = semantic_floor
 
-    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[Verdict]:
+    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[list[Verdict]]:
         prepared = [_Passage.of(p) for p in passages]
         claims = [_Claim.of(s) for s in sentences]
         semantic = (
             _semantic_matrix(self, claims, prepared) if self.embedder is not None and prepared else None
         )
-        verdicts = []
+        rows = []
         for i, claim in enumerate(claims):
-            best = Verdict(0.0, False, None, "no_passage" if not prepared else "low_overlap")
+            row = []
             for j, passage in enumerate(prepared):
-                lifted = None if semantic is None else float(semantic[i, j])
-                score, reason = self._score(claim, passage, lifted)
-                if score > best.score or best.passage is None:
-                    best = Verdict(score, score >= self.threshold, j, reason)
-            verdicts.append(best)
-        return verdicts
+                score, reason = self._score(
+                    claim, passage, None if semantic is None else float(semantic[i, j])
+                )
+                row.append(Verdict(score, score >= self.threshold, j, reason))
+            rows.append(row)
+        return rows
 
     def _score(self, claim: _Claim, passage: _Passage, semantic: float | None) -> tuple[float, str | None]:
         if claim.loop:
@@ -479,27 +497,19 @@ class CrossEncoderVerifier:
         self.threshold = threshold
         self.entailment = entailment if entailment is not None else _entailment_column(model)
 
-    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[Verdict]:
-        claims = [clean_sentence(s) for s in sentences]
-        pairs = [(p, c) for c in claims for p in passages]
-        rows = list(self.model.predict(pairs)) if pairs else []
-        verdicts = []
-        for i, sentence in enumerate(sentences):
+    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[list[Verdict]]:
+        pairs = [(p, clean_sentence(c)) for c in sentences for p in passages]
+        scores = iter(list(self.model.predict(pairs)) if pairs else [])
+        rows = []
+        for sentence in sentences:
             loop = repetition(sentence)
-            scores = [_softmax(rows[i * len(passages) + j])[self.entailment] for j in range(len(passages))]
-            if loop or not scores:
-                verdicts.append(Verdict(0.0, False, None, loop or "no_passage"))
-                continue
-            j = max(range(len(scores)), key=scores.__getitem__)
-            verdicts.append(
-                Verdict(
-                    scores[j],
-                    scores[j] >= self.threshold,
-                    j,
-                    None if scores[j] >= self.threshold else "not_entailed",
-                )
-            )
-        return verdicts
+            row = []
+            for j in range(len(passages)):
+                score = 0.0 if loop else _softmax(next(scores))[self.entailment]
+                supported = score >= self.threshold
+                row.append(Verdict(score, supported, j, loop or (None if supported else "not_entailed")))
+            rows.append(row)
+        return rows
 
 
 def _entailment_column(model: Any) -> int:
@@ -533,7 +543,7 @@ def verify_answer(answer: str, passages: Sequence[str], verifier: Verifier | Non
     sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
     if not sentences:
         return AnswerVerdict([], None, checker.threshold)
-    verdicts = checker.verify(sentences, list(passages))
+    verdicts = [best(row) for row in checker.verify(sentences, list(passages))]
     scores = [v.score for v in verdicts]
     score = 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
     return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold)

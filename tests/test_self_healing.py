@@ -149,7 +149,7 @@ def test_the_metric_alone_does_not_replace_the_first_answer() -> None:
     """A later attempt that the judge likes better but the evidence supports less loses
     to the first (the plain retrieve-and-answer)."""
     answers = iter(
-        ["The SLA guarantees 99.9 percent uptime.", "The office is in Berlin, and uptime is great."]
+        ["The SLA guarantees 99.9 percent uptime.", "The office is in Berlin, and its uptime is monitored."]
     )
 
     def reply(prompt: str) -> str:
@@ -157,7 +157,9 @@ def test_the_metric_alone_does_not_replace_the_first_answer() -> None:
             return claims(True, False) if "99.9" in prompt.split("Answer:")[-1] else claims(True, True)
         return next(answers)
 
-    backends = [FakeRetriever([GOOD_DOC]), FakeRetriever([OFF_DOC])]
+    # the second answer is supported (by a document on another subject) but covers less of the question
+    monitored = "The company office is located in Berlin near the river, and its uptime is monitored."
+    backends = [FakeRetriever([GOOD_DOC]), FakeRetriever([monitored])]
     report = SelfHealingRAG(FakeLLM(reply), backends, quality_threshold=0.95).ask_with_report_sync(QUESTION)
     first, second = report.attempt_details
     assert (first.metric_score, second.metric_score) == (0.5, 1.0)

@@ -208,7 +208,7 @@ def test_a_cross_encoder_without_labels_needs_the_column() -> None:
 
     with pytest.raises(ValueError, match="entailment="):
         CrossEncoderVerifier(Bare())
-    assert CrossEncoderVerifier(Bare(), entailment=1).verify(["a b"], ["a b"])[0].score > 0.5
+    assert CrossEncoderVerifier(Bare(), entailment=1).verify(["a b"], ["a b"])[0][0].score > 0.5
     with pytest.raises(TypeError, match="predict"):
         CrossEncoderVerifier(object())
 
@@ -217,8 +217,8 @@ def test_a_user_verifier_decides_support_in_assess() -> None:
     class Strict:
         threshold = 0.5
 
-        def verify(self, sentences: list[str], passages: list[str]) -> list[Verdict]:
-            return [Verdict(0.0, False, None, "strict") for _ in sentences]
+        def verify(self, sentences: list[str], passages: list[str]) -> list[list[Verdict]]:
+            return [[Verdict(0.0, False, j, "strict") for j in range(len(passages))] for _ in sentences]
 
     grounding = assess("Git 2.25 added sparse-checkout.", "When?", GIT, passages=[GIT], verifier=Strict())
     assert not grounding.supported and grounding.support_score == 0.0
