@@ -110,6 +110,33 @@ def mrr(ranked: Sequence[str], relevant: Mapping[str, float], k: int | None = No
     return next((1.0 / rank for rank, doc in enumerate(top, start=1) if doc in wanted), 0.0)
 
 
+# -- the verifier --------------------------------------------------------------------
+
+
+def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """The area under the ROC curve of ``scores`` predicting ``labels``: the chance that a
+    random positive scores above a random negative (ties count half), by the rank-sum
+    (Mann-Whitney) formula. None without a positive and a negative."""
+    positives = sum(1 for label in labels if label)
+    negatives = len(labels) - positives
+    if not positives or not negatives:
+        return None
+    ranks = _average_ranks(np.asarray(scores, dtype=float))
+    rank_sum = float(sum(r for r, label in zip(ranks, labels, strict=True) if label))
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``, ties given the mean of their ranks."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=float)
+    ranks[order] = np.arange(1, len(values) + 1)
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
 def _relevant(relevant: Mapping[str, float]) -> dict[str, float]:
     return {doc: grade for doc, grade in relevant.items() if grade > 0}
 
