@@ -510,15 +510,18 @@ class RAG:
         """Reload the index from ``path`` if it :meth:`changed_on_disk`; returns whether it
         did. Changes not saved yet are kept (applied over it, as :meth:`save` does).
         Concurrent searches see either the old or the new index, never a mix."""
-        if not self.changed_on_disk():
-            return False
-        assert self.path is not None
-        # what another process saved: only its delta when the base is the one loaded here
-        stored = load_index(self.path, reuse=self._index.stored)
-        self._index.merge(stored)  # swapped under the lock
-        self._synced(stored)
-        logger.info("selfrag store: reloaded %s (saved by another process)", self.path)
-        return True
+        while self.changed_on_disk():
+            assert self.path is not None
+            # what another process saved: only its delta when the base is the one loaded here
+            stored = load_index(self.path, reuse=self._index.stored)
+            with self._index.lock:  # a save of this RAG commits under it
+                if manifest_version(self.path) != stored.version:
+                    continue  # saved again while it was read (by this RAG, maybe): read that
+                self._index.merge(stored)  # swapped under the lock
+                self._synced(stored)
+            logger.info("selfrag store: reloaded %s (saved by another process)", self.path)
+            return True
+        return False
 
     @classmethod
     def load(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from selfrag_core.store import RAG, IndexConflictError, IndexFormatError, persist
+from selfrag_core.store import rag as rag_module
 from selfrag_core.store.index import Index
 
 #: one writer process: ``RAG.load(d); r.index(...); r.save()`` again and again, as
@@ -277,3 +278,27 @@ def test_selfrag_index_keeps_what_the_server_saved_while_it_indexed(
     capsys.readouterr()
     names = {Path(s).name for s in RAG.load(root).sources()}
     assert names == {"bees.md", "volcano.txt", "posted"}
+
+
+def test_a_refresh_that_races_this_rags_own_save_keeps_the_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved(tmp_path, "seed")
+    mine, theirs = RAG.load(tmp_path), RAG.load(tmp_path)
+    theirs.index("Saved by another process.", source="theirs")
+    theirs.save()
+    real = rag_module.load_index
+    raced: list[bool] = []
+
+    def read_then_save(*args: Any, **kwargs: Any) -> persist.StoredIndex:
+        stored = real(*args, **kwargs)
+        if not raced:  # the query path read the other's index; a write of this RAG saves now
+            raced.append(True)
+            mine.index("Mine, saved meanwhile.", source="mine")
+            mine.save()
+        return stored
+
+    monkeypatch.setattr(rag_module, "load_index", read_then_save)
+    mine.refresh()
+    assert raced and set(mine.sources()) == {"seed", "theirs", "mine"}  # not set back to theirs
+    assert not mine.changed_on_disk()
