@@ -38,8 +38,9 @@ def megabytes(n: float) -> str:
     text: list[str] = []
     size = 0
     while size < n * 1_000_000:
-        words = ("".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(8))
-        sentence = f"Paris is the capital of France and {' '.join(words)}. "
+        words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(10)]
+        words[rng.randrange(10)] = rng.choice(("Paris", "France", "capital", "Seine"))
+        sentence = " ".join(words).capitalize() + ". "
         text.append(sentence)
         size += len(sentence)
     return "".join(text)[: int(n * 1_000_000)]
@@ -50,7 +51,7 @@ BUILDERS = {
     "plain": lambda llm, execution: PlainRAG(FakeRetriever(list(DOCS)), llm, execution=execution),
     "hyde": lambda llm, execution: HyDERAG(FakeRetriever(list(DOCS)), llm, execution=execution),
     "self": lambda llm, execution: SelfIRAG(
-        FakeRetriever(list(DOCS)), llm, SelfRAGConfig(max_refinement_iterations=2), execution=execution
+        FakeRetriever(list(DOCS)), llm, SelfRAGConfig(max_refinement_iterations=1), execution=execution
     ),
 }
 
