@@ -14,7 +14,7 @@ from typing import Any
 
 from selfrag_core.errors import MissingDependencyError
 from selfrag_core.evaluation.data import EvalQuestion, InputProblem
-from selfrag_core.evaluation.metrics import paired_difference, percentile
+from selfrag_core.evaluation.metrics import auroc, paired_difference, percentile
 
 #: the version of the JSON shape of a report (``EvalReport.to_dict``)
 EVAL_SCHEMA = "selfrag.eval/1"
@@ -95,8 +95,37 @@ class EvalReport:
                 "fallbacks": sum(len(r["fallbacks"] or []) for r in records),
                 "errors": sum(1 for r in records if r["error"]),
                 "questions": len(records),
+                "verifier": self.verifier(name),
             }
         return out
+
+    def verifier(self, contender: str) -> dict[str, Any] | None:
+        """How far the support check can be trusted on this contender's answers (None
+        without gold answers): the AUROC of the verifier's score predicting "a gold answer
+        is in the answer", and the mean F1 of the answers it certifies and of those it
+        flags (``unsupported``)."""
+        rows = [
+            (score, gold, f1, flagged)
+            for score, gold, f1, flagged in zip(
+                self.values(contender, "support_score"),
+                self.values(contender, "gold_in_answer"),
+                self.values(contender, "f1"),
+                self.values(contender, "unsupported"),
+                strict=True,
+            )
+            if score is not None and gold is not None and f1 is not None and flagged is not None
+        ]
+        if not rows:
+            return None
+        certified = [f1 for _, _, f1, flagged in rows if not flagged]
+        rejected = [f1 for _, _, f1, flagged in rows if flagged]
+        return {
+            "auroc": _rounded(auroc([r[0] for r in rows], [r[1] > 0 for r in rows])),
+            "certified": len(certified),
+            "flagged": len(rejected),
+            "f1_certified": _rounded(_mean(certified)),
+            "f1_flagged": _rounded(_mean(rejected)),
+        }
 
     def comparisons(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Each contender against the baseline, per metric and cost: the paired
@@ -175,6 +204,19 @@ class EvalReport:
         ]
         if len(compared) > 1:
             lines += ["", *_grid(compared)]
+        checked = [(name, summary[name]["verifier"]) for name in self.contenders if summary[name]["verifier"]]
+        if checked:
+            rows = [["the support check", "AUROC (gold in answer)", "certified: n, F1", "flagged: n, F1"]]
+            rows += [
+                [
+                    name,
+                    _fmt(v["auroc"]),
+                    f"{v['certified']}, {_fmt(v['f1_certified'])}",
+                    f"{v['flagged']}, {_fmt(v['f1_flagged'])}",
+                ]
+                for name, v in checked
+            ]
+            lines += ["", *_grid(rows)]
         if self.problems:
             lines += ["", f"{len(self.problems)} problem(s):", *[f"  {p}" for p in self.problems[:20]]]
         if self.cache and self.cache.get("hits"):

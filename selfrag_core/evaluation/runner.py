@@ -321,8 +321,16 @@ class _Scorer:
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)
             scores["mrr"] = mrr(ranked, question.relevant, self.k)
         if answered and not failed:
-            supported = assess(outcome.answer, question.question, context_text(outcome.sources)).supported
-            scores["unsupported"] = 0.0 if supported else 1.0
+            grounding = assess(
+                outcome.answer,
+                question.question,
+                context_text(outcome.sources),
+                passages=[d.text for d in outcome.sources],
+            )
+            scores["unsupported"] = 0.0 if grounding.supported else 1.0
+            # the verifier's score (0 for a degenerate answer): the report measures how well it
+            # predicts a right answer
+            scores["support_score"] = 0.0 if grounding.degenerate else grounding.support_score
             # the share of the answer's sentences a source supports (unknown for a refusal)
             refused = is_refusal(outcome.answer) or outcome.answer.strip() == GENERATION_FAILED_ANSWER
             citations = [] if refused else cite(outcome.answer, outcome.sources)

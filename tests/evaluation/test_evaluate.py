@@ -561,3 +561,31 @@ def test_the_judge_scores_faithfulness_only_when_asked(data: tuple[Path, Path]) 
     assert len(judge.calls) == 3 and "faithfulness" in [m.name for m in judged.metrics]
     plain = run(data, ["plain"], llm=reader(), limit=3)
     assert "faithfulness" not in plain.summary()["plain"]["metrics"]
+
+
+def test_the_report_measures_how_far_the_support_check_can_be_trusted() -> None:
+    """Per contender: the verifier's AUROC for "gold in the answer", and the F1 of the
+    answers it certifies against those it flags."""
+    doc = RetrievedDoc("The Eiffel Tower was completed in 1889 in Paris.", metadata={"source": "tower.md"})
+    questions = EvalData(
+        "towers",
+        [
+            EvalQuestion("q1", "When was the Eiffel Tower completed?", ("1889",)),
+            EvalQuestion("q2", "Where is the Eiffel Tower?", ("Paris",)),
+            EvalQuestion("q3", "When was the Eiffel Tower completed, again?", ("1889",)),
+        ],
+    )
+    replies = {  # right and supported; right and supported; wrong, with a year no source holds
+        "When was the Eiffel Tower completed?": "The Eiffel Tower was completed in 1889.",
+        "Where is the Eiffel Tower?": "The Eiffel Tower is in Paris.",
+        "When was the Eiffel Tower completed, again?": "The Eiffel Tower was completed in 1901.",
+    }
+    contenders = {"plain": lambda q: Answer(replies[q], [doc])}
+    report = evaluate(questions, contenders)
+    scores = report.values("plain", "support_score")
+    assert scores[0] == scores[1] == 1.0 and scores[2] is not None and scores[2] < 0.5
+    verifier = report.summary()["plain"]["verifier"]
+    assert verifier["auroc"] == 1.0 and (verifier["certified"], verifier["flagged"]) == (2, 1)
+    assert verifier["f1_certified"] > verifier["f1_flagged"]
+    assert re.search(r"plain\s+1\.000\s+2, \d\.\d{3}\s+1, \d\.\d{3}", report.table())
+    assert report.to_dict()["summary"]["plain"]["verifier"] == verifier
