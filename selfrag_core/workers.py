@@ -156,7 +156,7 @@ def call_within(
     limit = Limit(timeout, deadline, waiting=True)  # until a thread takes it
     changed = threading.Event()
     limit.on_change = changed.set
-    future = CALLS.submit(limit.run, fn)
+    future: concurrent.futures.Future[T] = CALLS.submit(limit.run, fn)
     future.add_done_callback(lambda _: changed.set())
     while not future.done():
         left = limit.left()
@@ -311,10 +311,7 @@ async def awaited_within(
     try:
         result = await _bounded(awaitable, limit, loop)
         returned = True
-    except asyncio.TimeoutError as e:
-        left = limit.left()
-        if left is None or left > 0:
-            raise  # the component's own TimeoutError
+    except _Expired as e:
         raise on_timeout(limit) from e
     finally:
         limit.abandoned = not returned  # timed out, or cancelled (the client went away)
@@ -338,20 +335,29 @@ def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Call
     return call
 
 
+class _Expired(Exception):
+    """The limit of :func:`_bounded` passed (not a TimeoutError of the awaitable's own)."""
+
+
 async def _bounded(awaitable: Awaitable[T], limit: Limit, loop: asyncio.AbstractEventLoop) -> T:
     if sys.version_info >= (3, 11):  # asyncio.timeout_at runs it in this task and can be moved
-        async with asyncio.timeout_at(_loop_time(loop, limit)) as scope:
-            inside = [True]
+        scope = asyncio.timeout_at(_loop_time(loop, limit))
+        inside = [True]
 
-            def move() -> None:
-                if inside:
-                    scope.reschedule(_loop_time(loop, limit))
+        def move() -> None:
+            if inside:
+                scope.reschedule(_loop_time(loop, limit))
 
-            limit.on_change = _soon(loop, move)
-            try:
+        limit.on_change = _soon(loop, move)
+        try:
+            async with scope:
                 return await awaitable
-            finally:
-                inside.clear()
+        except TimeoutError:
+            if scope.expired():
+                raise _Expired from None
+            raise
+        finally:
+            inside.clear()
     task = asyncio.ensure_future(awaitable)  # pragma: no cover - Python 3.10
     changed = asyncio.Event()
     limit.on_change = _soon(loop, changed.set)
@@ -359,7 +365,7 @@ async def _bounded(awaitable: Awaitable[T], limit: Limit, loop: asyncio.Abstract
         while not task.done():
             left = limit.left()
             if left is not None and left <= 0:
-                raise asyncio.TimeoutError
+                raise _Expired
             changed.clear()
             waiter = asyncio.ensure_future(changed.wait())
             await asyncio.wait({task, waiter}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
