@@ -2,7 +2,9 @@
 
 :func:`create_app` keeps everything the app uses in ``app.state`` (no globals), so tests
 and replicas each build their own. Queries run on the event loop with the strategies'
-async path; a query's events reach a streaming client as server-sent events. On shutdown
+async path; a query's events reach a streaming client as server-sent events. Only the
+queries that can be expected to finish within their timeout are admitted (the rest get 503
+and Retry-After at once: ``serve.admission``). On shutdown
 (the ASGI lifespan) the app stops taking queries, /readyz answers 503 ``shutting_down``,
 and the queries in flight get ``settings.shutdown_grace_s`` seconds to finish.
 """
@@ -32,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.otel import configure_otlp, emit_spans
+from selfrag_core.serve.admission import Admission
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
 from selfrag_core.serve.errors import CONFIGURATION_ERROR, INTERNAL_ERROR, error_body, error_response
 from selfrag_core.serve.execution import Outcome, execute, prepare
@@ -92,22 +95,31 @@ class ServiceState:
     strategies: dict[str, Any]
     settings: ServeSettings
     store: DocumentStore
-    active: int = 0
     counters: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("served", "rejected", "exceeded", "failed", "abandoned"), 0)
     )
     shutting_down: bool = False
     readiness: ReadinessProbe = field(init=False)
     metrics: ServiceMetrics | None = field(init=False)
+    admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
+        settings = self.settings
+        self.admission = Admission(
+            settings.max_concurrent_queries,
+            measured=settings.admission_control,
+            memory_s=max(settings.query_timeout or 60.0, 10.0),
+            retry_after_s=settings.retry_after_s,
+        )
         self.readiness = ReadinessProbe(self.rag, self.llm, timeout=self.settings.readiness_timeout)
         self.metrics = ServiceMetrics() if self.settings.metrics else None
         if self.settings.otel:
             configure_otlp()  # unless the application set a tracer provider already
 
-    def release(self) -> None:
-        self.active -= 1
+    @property
+    def active(self) -> int:
+        """Queries in flight."""
+        return self.admission.active
 
     async def drain(self) -> None:
         """Stop taking queries and give those in flight ``shutdown_grace_s`` seconds to finish."""
@@ -242,14 +254,11 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
             headers={"Retry-After": str(settings.retry_after_s)},
         )
     await state.store.sync()  # what another worker saved since
-    if state.active >= settings.max_concurrent_queries:
+    timeout = execution.query_timeout
+    refusal = state.admission.admit(timeout)
+    if refusal is not None:
         state.counters["rejected"] += 1
-        raise ApiError(
-            503,
-            f"the server is answering {settings.max_concurrent_queries} queries already; retry shortly",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        )
-    state.active += 1
+        raise ApiError(503, refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
     traces: list[Trace] = []  # the query's trace, kept even when the query raises
     query = execute(
         strategy, question, body, execution, settings, push if body.stream else None, on_trace=traces.append
@@ -290,7 +299,7 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
             finish(e)
             raise
         finally:
-            state.release()
+            state.admission.release(timeout)
         return Response(status_code=499) if outcome is None else FastJSONResponse(content, status_code=status)
 
     async def produce() -> None:
@@ -306,7 +315,7 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
             loop.call_soon_threadsafe(events.put_nowait, None)
 
     task = asyncio.create_task(produce())
-    task.add_done_callback(lambda _: state.release())  # runs even if cancelled before it started
+    task.add_done_callback(lambda _: state.admission.release(timeout))  # even if cancelled before it ran
     return StreamingResponse(
         _sse(events, task),
         media_type="text/event-stream",

@@ -79,7 +79,8 @@ class Outcome:
                 f"the query used up its budget of {execution.max_llm_calls} LLM calls; "
                 "ask a simpler question or raise max_llm_calls"
             )
-        return f"the query ran past its {execution.query_timeout}s timeout; retry later or raise the timeout"
+        knob = execution.knobs.get("query_timeout", "ExecutionConfig.query_timeout")
+        return f"the query ran past its {execution.query_timeout}s timeout; retry later or raise {knob}"
 
 
 def _exceeded(trace: Trace, run: Run) -> str | None:
@@ -102,11 +103,24 @@ def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tu
         clone.memory = None
     base = getattr(strategy, "execution", None)
     base = base if isinstance(base, ExecutionConfig) else ExecutionConfig()
+    timeout = _min(base.query_timeout, settings.query_timeout, request.timeout)
     return clone, dataclasses.replace(
         base,
         max_llm_calls=_min(base.max_llm_calls, settings.max_llm_calls, request.max_llm_calls),
-        query_timeout=_min(base.query_timeout, settings.query_timeout, request.timeout),
+        query_timeout=timeout,
+        knobs={**base.knobs, **_knobs(timeout, request, settings)},
     )
+
+
+def _knobs(timeout: float | None, request: QueryRequest, settings: ServeSettings) -> dict[str, str]:
+    """How the limit that binds a request is raised: the request's own ``timeout`` (up to
+    the server's), or the server's ``--timeout``; else the strategy's own setting."""
+    limit = settings.query_timeout
+    if timeout is not None and timeout == request.timeout and timeout != limit:
+        return {"query_timeout": "the request's timeout" + (f" (up to {limit:g}s)" if limit else "")}
+    if timeout is not None and timeout == limit:
+        return {"query_timeout": "the server's --timeout (ServeSettings.query_timeout)"}
+    return {}
 
 
 async def execute(

@@ -194,6 +194,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
     )
     add("--timeout", type=float, default=defaults.query_timeout, help="seconds per query before 504")
     add(
+        "--admission-control",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.admission_control,
+        help="admit only the queries the measured service time says can finish within --timeout, "
+        "answering the rest at once with 503 and Retry-After (default: on; --no-admission-control "
+        "admits up to --max-concurrent)",
+    )
+    add(
         "--workers",
         type=_positive_int,
         default=1,
@@ -222,6 +230,7 @@ def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -
     """The settings given by :func:`add_arguments`' options (the token from the environment)."""
     settings = ServeSettings.from_env(
         max_concurrent_queries=args.max_concurrent,
+        admission_control=getattr(args, "admission_control", True),
         query_timeout=args.timeout,
         max_llm_calls=args.max_llm_calls,
         cors_origins=tuple(args.cors_origin),

@@ -26,7 +26,12 @@ class ServeSettings:
     max_body_bytes: larger request bodies get 413.
     max_question_chars: longer questions get 400.
     max_concurrent_queries: queries running at once; beyond it 503 with Retry-After.
-    retry_after_s: the Retry-After value sent with 503.
+    admission_control: admit only as many queries as can be expected to finish within
+        their timeout, from the measured service time (busy seconds per finished query):
+        the rest get 503 at once, with a Retry-After of the expected wait, instead of
+        waiting behind the others into a 504 (``serve.admission``). Until a query has
+        finished, up to ``max_concurrent_queries`` are admitted. False: always up to it.
+    retry_after_s: the Retry-After value sent with 503 (at least this when measured).
     max_llm_calls / query_timeout: per-request caps (a request may only lower them);
         a query that hits either gets 504 with its partial trace.
     timeout_grace: seconds past ``query_timeout`` after which a query is cancelled outright.
@@ -47,6 +52,7 @@ class ServeSettings:
     max_body_bytes: int = 1_000_000
     max_question_chars: int = 4_000
     max_concurrent_queries: int = 256
+    admission_control: bool = True
     retry_after_s: int = 1
     max_llm_calls: int | None = 32
     query_timeout: float | None = 60.0
@@ -77,7 +83,7 @@ class ServeSettings:
             raise ConfigurationError(f"readiness_timeout must be > 0 seconds, got {self.readiness_timeout!r}")
         if not self.shutdown_grace_s >= 0:
             raise ConfigurationError(f"shutdown_grace_s must be >= 0 seconds, got {self.shutdown_grace_s!r}")
-        for flag in ("metrics", "otel"):
+        for flag in ("metrics", "otel", "admission_control"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.api_token is not None:
