@@ -142,8 +142,21 @@ class RecursiveRAGConfig:
     complexity_keywords: tuple[str, ...] = DEFAULT_COMPLEXITY_KEYWORDS
     llm_retries: int = 2
     top_k: int = 5
+    #: how a question is split: "llm" (the specification's: the LLM splits every complex
+    #: question), "rules" (only a question of several parts, by rule, without a call: for
+    #: a model that cannot write JSON) or "auto" (by rule when that finds parts, else by
+    #: the LLM)
+    decomposition: str = "llm"
+    #: whether the sub-answers are merged by the LLM (else joined, with their citations)
+    merge: bool = True
 
     def __post_init__(self) -> None:
+        if self.decomposition not in ("auto", "rules", "llm"):
+            raise ConfigurationError(
+                f"decomposition must be 'auto', 'rules' or 'llm', got {self.decomposition!r}"
+            )
+        if not isinstance(self.merge, bool):
+            raise TypeError(f"merge must be True or False, got {self.merge!r}")
         check_int("max_depth", self.max_depth, 0)
         check_int("max_sub_questions", self.max_sub_questions, 1)
         check_int("min_query_length", self.min_query_length, 0)

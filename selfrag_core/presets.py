@@ -99,8 +99,9 @@ def build_strategy(
     ``CAPABLE``, whose sizes are each strategy's own defaults). From the profile follow
     Self-RAG's ``fast_mode`` and refinement rounds, HyDE's hypothetical documents, the
     healing retries, whether the instruction to cite is given, and whether RecursiveRAG
-    decomposes: a profile that does not decompose (``SMALL_LOCAL``) gets ``max_depth=0``,
-    one retrieval and one answer.
+    decomposes: a profile that does not decompose (``SMALL_LOCAL``) splits only a question
+    of several parts, by rule, one level deep, and joins the sub-answers (no merge call);
+    any other question gets one retrieval and one answer.
     ``top_k`` passages are retrieved per search (None: the profile's ``top_k``, which
     for ``CAPABLE`` is every strategy's own default, 5); in a small context window HyDE's
     fused passages are capped at ``top_k`` too. The query runs under
@@ -136,9 +137,12 @@ def build_strategy(
     if name == "hyde":
         return hyde
     if name == "recursive":
-        # a model that cannot keep JSON writes junk sub-question lists: it answers directly
-        depth: dict[str, Any] = {} if profile.decompose else {"max_depth": 0}
-        sizes = RecursiveRAGConfig(**depth, top_k=k)
+        # a model that cannot keep JSON writes junk sub-question lists, and its merge loses
+        # parts: it splits by rule only, one level, and joins the sub-answers
+        small: dict[str, Any] = (
+            {} if profile.decompose else {"max_depth": 1, "decomposition": "rules", "merge": False}
+        )
+        sizes = RecursiveRAGConfig(**small, top_k=k)
         return RecursiveRAG(rag, llm, sizes, execution=execution, prompts=prompts)
     if name == "healing":
         return SelfHealingRAG(

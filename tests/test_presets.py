@@ -56,8 +56,10 @@ def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, Fak
     assert isinstance(hyde, HyDERAG)
     assert (hyde.num_hypothetical_docs, hyde.top_k, hyde.max_final_docs) == (1, 3, 3)
     assert isinstance(built["recursive"], RecursiveRAG)
-    # a model that cannot keep JSON writes junk sub-questions: no decomposition (the plain answer)
-    assert built["recursive"].config == RecursiveRAGConfig(max_depth=0, top_k=3)
+    # a model that cannot keep JSON writes junk sub-questions and merges badly: a question
+    # of several parts is split by rule, one level, and its answers joined; any other is plain
+    expected = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=3)
+    assert built["recursive"].config == expected
     healing = built["healing"]
     assert isinstance(healing, SelfHealingRAG)
     assert (healing.max_retries, healing.retrieval_top_k) == (1, 3)

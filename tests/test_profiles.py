@@ -144,8 +144,8 @@ def test_the_small_preset_is_the_small_local_profile(parts: tuple[FakeRetriever,
         "plain": {"top_k": 3},
         "self": {"fast_mode": False, "iterations": 2, "top_k": 3},
         "hyde": {"docs": 1, "top_k": 3, "final": 3},
-        # no decomposition: one retrieval, one answer
-        "recursive": {"depth": 0, "subs": 4, "top_k": 3},
+        # a split by rule only, one level deep (else one retrieval, one answer)
+        "recursive": {"depth": 1, "subs": 4, "top_k": 3},
         "healing": {"retries": 1, "top_k": 3},
     }
     assert build_all(*parts, preset=SMALL_LOCAL) == built

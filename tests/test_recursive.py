@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from selfrag_core import RecursiveRAGConfig, TraceEvent, observe_trace
+from selfrag_core import ConfigurationError, RecursiveRAGConfig, TraceEvent, observe_trace
 from selfrag_core.strategies.recursive import NOT_ENOUGH_ANSWER, RecursiveRAG, matched_keywords
 from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM
 
@@ -331,3 +331,80 @@ async def test_sixteen_concurrent_aqueries_do_not_mix() -> None:
             f"leaf What follows topic {i}?",
         ]
         assert r.trace.llm_calls == 4
+
+
+# ---------------------------------------------------------------------- split by rule (small models)
+
+TWO_PARTS = "What makes a volcano erupt, and how do vaccines train the immune system?"
+PARTS_DOCS = [
+    "A volcano erupts when gas pressure drives magma up through the crust.",
+    "Vaccines train the immune system to recognise a pathogen without causing the disease.",
+]
+
+
+def parts_llm() -> FakeLLM:
+    def reply(prompt: str) -> str:
+        question = prompt.rsplit("Question:", 1)[-1]
+        if "volcano" in question:
+            return "Gas pressure drives magma up through the crust."
+        if "vaccines" in question:
+            return "Vaccines train the immune system to recognise a pathogen."
+        return "unexpected prompt"
+
+    return FakeLLM(reply)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_rules_split_a_two_part_question_and_join_both_answers_without_a_decomposition_call(
+    driver: str,
+) -> None:
+    llm = parts_llm()
+    strategy = rag(llm, PARTS_DOCS, max_depth=1, decomposition="rules", merge=False)
+    result = strategy.query(TWO_PARTS) if driver == "sync" else asyncio.run(strategy.aquery(TWO_PARTS))
+    assert result.decomposed and result.sub_questions == [
+        "What makes a volcano erupt?", "How do vaccines train the immune system?",
+    ]  # fmt: skip
+    assert llm.n_calls == 2  # one answer per part, no decomposition, no merge
+    assert "magma" in result.answer and "immune system" in result.answer
+    assert result.reason.startswith("split by rule into 2 questions")
+    assert {d.text for d in result.sources} == set(PARTS_DOCS)
+    assert not any("SUBQUESTIONS" in p or "Combine the answers" in p for p in llm.prompts)
+
+
+def test_rules_answer_a_single_question_directly() -> None:
+    llm = parts_llm()
+    result = rag(llm, PARTS_DOCS, max_depth=1, decomposition="rules", merge=False).query(
+        "What makes a volcano erupt when the gas pressure in its chamber rises?"
+    )
+    assert not result.decomposed and llm.n_calls == 1 and result.reason.startswith("one question")
+
+
+def test_auto_splits_by_rule_first_and_asks_the_llm_otherwise() -> None:
+    llm = llm_for(decomposition(SUBS))
+    rag(llm, decomposition="auto", max_depth=1).query(TWO_PARTS)
+    assert not any("SUBQUESTIONS" in p for p in llm.prompts)  # two parts found by rule
+    single = "Why is the climate changing so fast and what are the causes of the change"
+    llm = llm_for(decomposition(SUBS))
+    result = rag(llm, decomposition="auto", max_depth=1).query(single.replace(" and what", ", plus what"))
+    assert any("SUBQUESTIONS" in p for p in llm.prompts) and result.decomposed
+
+
+def test_a_joined_answer_leaves_out_parts_that_failed() -> None:
+    def reply(prompt: str) -> str:
+        if "vaccines" in prompt.rsplit("Question:", 1)[-1]:
+            raise TimeoutError("model down")
+        return "Gas pressure drives magma up through the crust."
+
+    llm = FakeLLM(reply)
+    result = rag(llm, PARTS_DOCS, max_depth=1, decomposition="rules", merge=False, llm_retries=0).query(
+        TWO_PARTS
+    )
+    assert result.answer == "Gas pressure drives magma up through the crust."
+    assert [s.error is not None for s in result.sub_answers] == [False, True]
+
+
+def test_decomposition_is_validated() -> None:
+    with pytest.raises(ConfigurationError, match="decomposition must be"):
+        RecursiveRAGConfig(decomposition="magic")
+    with pytest.raises(TypeError, match="merge must be"):
+        RecursiveRAGConfig(merge="no")  # type: ignore[arg-type]

@@ -12,6 +12,12 @@ Differences from the reference implementation, on purpose:
 * ``leaf``: another strategy (e.g. ``SelfIRAG``) may answer the leaves; it runs in
   the same query, sharing its LLM-call budget and concurrency limit.
 * The recursion depth is a private parameter of the plan, not of ``query``.
+* A question of several parts ("What makes a volcano erupt, and how do vaccines train
+  the immune system?") is split by rule (:func:`~selfrag_core.questions.split_question`),
+  without the decomposition call, with ``decomposition="rules"`` (or ``"auto"``: by rule
+  when that finds parts, else by the LLM; the default ``"llm"`` is the specification's).
+  With ``merge=False`` the sub-answers are joined with their citations instead of
+  merged by the LLM: a small model's merge loses parts.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.parsing import parse_list
 from selfrag_core.prompts import DECOMPOSITION_SCHEMA, Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
+from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -157,6 +164,17 @@ def _renumber_citations(sub_answers: list[SubAnswer], sources: list[RetrievedDoc
             )
 
 
+def _joined(sub_answers: list[SubAnswer]) -> Plan[str]:
+    """The sub-answers that say something, one paragraph each, their ``[n]`` markers
+    already counted in the merged sources (``RecursiveRAGConfig(merge=False)``: no call)."""
+    unusable = {GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, ""}
+    said = [s.answer.strip() for s in sub_answers if s.error is None and s.answer.strip() not in unusable]
+    if not said:
+        yield Note("all_sub_questions_failed", "no sub-question could be answered")
+        return GENERATION_FAILED_ANSWER
+    return "\n\n".join(said)
+
+
 def _failure(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
@@ -219,10 +237,17 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         """Answer ``query`` at ``depth``; raises when its direct answer cannot be generated."""
         cfg = self.config
         if depth >= cfg.max_depth:
-            return (yield from self._direct(query, context, depth, f"max_depth {cfg.max_depth} reached"))
-        if not self.is_complex(query):
+            why = "decomposition is off" if cfg.max_depth == 0 else f"max_depth {cfg.max_depth} reached"
+            return (yield from self._direct(query, context, depth, why))
+        parts = split_question(query) if cfg.decomposition != "llm" else [query]
+        if len(parts) >= 2:
+            subs, reason = parts[: cfg.max_sub_questions], f"split by rule into {len(parts)} questions"
+        elif cfg.decomposition == "rules":
+            return (yield from self._direct(query, context, depth, "one question"))
+        elif not self.is_complex(query):
             return (yield from self._direct(query, context, depth, "simple query"))
-        subs, reason = yield from self._decompose(query)
+        else:
+            subs, reason = yield from self._decompose(query)
         if len(subs) < 2:
             return (yield from self._direct(query, context, depth, reason))
         # sub-answers are not the final answer: their tokens must not reach a stream
@@ -236,7 +261,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
                 sub_answers.append(SubAnswer(sub, outcome.answer, depth + 1, result=outcome))
         sources = _deduplicate(d for s in sub_answers if s.result for d in s.result.sources)
         _renumber_citations(sub_answers, sources)
-        answer = yield from self._merge(query, sub_answers)
+        answer = yield from (self._merge(query, sub_answers) if cfg.merge else _joined(sub_answers))
         if answer != GENERATION_FAILED_ANSWER:
             answer = yield from checked_answer(answer, query, sources)
         return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources, reason=reason)
