@@ -6,7 +6,8 @@ by rule first. :func:`split_question` splits coordinated questions ("What makes 
 erupt, and how do vaccines train the immune system?"), questions asked one after another
 ("Who wrote Hamlet? When was it first staged?") and their Arabic forms ("ما سبب ثوران
 البراكين، وكيف تدرب اللقاحات جهاز المناعة؟"). A question whose parts share one question
-word ("Who wrote Hamlet and Macbeth?") is one question: it is not split.
+word ("Who wrote Hamlet and Macbeth?") is one question: it is not split; nor is a
+comparison ("Were X and Y of the same nationality?"), whose answer is neither part's.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def split_question(question: str) -> list[str]:
     parts.append(text[start:])
     parts = _rejoin([p.strip(" ,;،؛?؟") for p in parts])
     if len(parts) < 2 or any(len(p.split()) < _MIN_WORDS or not _QUESTION_START.match(p) for p in parts):
-        return _compared(text) or [question]
+        return [question]
     mark = "؟" if re.search(r"[\u0600-\u06ff]", text) else "?"
     return [f"{p[0].upper()}{p[1:]}{mark}" for p in parts]
 
@@ -65,27 +66,6 @@ _EMBEDDED = re.compile(
     rf"^(?:{_WH_EN})\s+(?:i|you|he|she|it|we|they|the|a|an|this|that|these|those|his|her|its|our|their|my)\b",
     re.IGNORECASE,
 )
-#: "Were Scott Derrickson and Ed Wood of the same nationality?", "Are X and Y both Z?"
-_SAME = re.compile(r"^(are|were|is|was)\s+(.+?)\s+and\s+(.+?)\s+(?:of\s+)?the\s+same\s+(.+?)\s*\??$", re.I)
-_BOTH = re.compile(r"^(are|were|is|was)\s+(.+?)\s+and\s+(.+?)\s+both\s+(.+?)\s*\??$", re.I)
-_SINGULAR = {"are": "is", "were": "was", "is": "is", "was": "was"}
-
-
-def _compared(text: str) -> list[str] | None:
-    """The two questions of a comparison of two things, or None: "Were X and Y of the
-    same nationality?" asks "What was the nationality of X?" and the same of Y; "Are X
-    and Y both Z?" asks "Is X Z?" and "Is Y Z?"."""
-    same = _SAME.match(text)
-    if same:
-        verb, first, second, what = same.groups()
-        tense = _SINGULAR[verb.lower()]
-        return [f"What {tense} the {what} of {x}?" for x in (first, second)]
-    both = _BOTH.match(text)
-    if both:
-        verb, first, second, what = both.groups()
-        tense = _SINGULAR[verb.lower()].capitalize()
-        return [f"{tense} {x} {what}?" for x in (first, second)]
-    return None
 
 
 def is_multi_part(question: str) -> bool:
