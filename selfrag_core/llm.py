@@ -500,6 +500,10 @@ def call_llm_detailed(
 ) -> LLMReply:
     """One LLM call with retries; raises LLMCallError (or BudgetExceededError).
 
+    A reply longer than ``max_chars`` (None: no limit; the engine passes
+    ``ExecutionConfig.max_reply_chars``) is cut to its first ``max_chars`` characters,
+    the cut recorded in ``LLMReply.truncated_from``.
+
     Each attempt may take ``timeout`` seconds from its start and never runs past
     ``deadline`` (a ``time.perf_counter()`` instant); the time it waits to start (for a
     thread, for a local model's lock) counts against the deadline only
