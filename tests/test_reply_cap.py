@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import pytest
-from conftest import DOCS
 from fault_helpers import MODES, QUESTION
 
 import selfrag_core.citations as citations_module
@@ -29,6 +28,14 @@ from selfrag_core.llm import acall_llm_detailed, call_llm_detailed
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, Strategy
 from selfrag_core.testing import FakeLLM, FakeRetriever, judge_json
 from selfrag_core.types import Answer, TraceEvent
+
+#: the shared documents of tests/conftest.py (not importable by name beside tests/serve/conftest.py)
+DOCS = [
+    "Paris is the capital of France. The city lies on the river Seine.",
+    "Berlin is the capital of Germany and its largest city.",
+    "The Nile is the longest river in Africa and flows into the Mediterranean Sea.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+]
 
 
 def megabytes(n: float) -> str:
