@@ -37,11 +37,12 @@ def _legacy(answer: str, question: str, passages: list[str]) -> float:
     return 0.0 if degenerate_reason(answer, question, union) else support(answer, union)
 
 
-def _verified(answer: str, question: str, passages: list[str]) -> float:
+def _verified(answer: str, question: str, passages: list[str]) -> float | None:
+    """The verifier's score (0 when degenerate), None for an answer with nothing to check
+    ("Yes."), as the harness's ``support_score``."""
     if degenerate_reason(answer, question, "\n\n".join(passages)):
         return 0.0
-    score = verify_answer(answer, passages).score
-    return 0.0 if score is None else score
+    return verify_answer(answer, passages, question=question).score
 
 
 def _row(name: str, scores: list[float], golds: list[bool], f1s: list[float]) -> str:
@@ -76,10 +77,13 @@ def main() -> None:
             if metrics.get("gold_in_answer") is None or metrics.get("f1") is None:
                 continue
             passages = [texts.get(s["id"], s["text"]) for s in result.get("sources") or []]
+            verified = _verified(answer, question.question, passages)
+            if verified is None:
+                continue  # nothing to check: the harness leaves these out too
             row = rows[contender]
             row["gold"].append(bool(metrics["gold_in_answer"]))
             row["f1"].append(float(metrics["f1"]))
-            row["verifier"].append(_verified(answer, question.question, passages))
+            row["verifier"].append(verified)
             row["legacy"].append(_legacy(answer, question.question, passages))
     for contender, row in rows.items():
         print(f"{contender} ({len(row['gold'])} answers, {sum(row['gold'])} with a gold answer in them)")

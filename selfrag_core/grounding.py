@@ -278,7 +278,7 @@ def assess(
     if verifier is None:
         same = min_token_support == DEFAULT.threshold
         verifier = DEFAULT if same else LexicalVerifier(threshold=min_token_support)
-    verdict = verify_answer(answer, [context] if passages is None else passages, verifier)
+    verdict = verify_answer(answer, [context] if passages is None else passages, verifier, question)
     honest_refusal = degenerate is None and refusal
     supported = degenerate is None and (span or verdict.supported or honest_refusal)
     return Grounding(
@@ -305,6 +305,7 @@ def support(claim: str, context: str) -> float:
 _QUESTION_FRAMING = frozenset([
     "about", "say", "says", "said", "tell", "describe", "explain", "mention", "mentioned", "according",
     "many", "much", "also", "can", "could", "would", "should", "will", "has", "have", "had", "name",
+    "make", "makes", "made", "happen", "happens", "happened", "mean", "means",
 ])  # fmt: skip
 
 
@@ -314,11 +315,11 @@ def question_coverage(answer: str, question: str, context: str) -> float:
     answer comes from (the sentences that share most words with it). "1916" to "When was
     Dada founded?" is covered by "Dada was founded in Zurich in 1916"; an answer taken
     from a passage on another subject is not. 1.0 for a question with no content word."""
-    q_tokens = sorted(set(content_tokens(question)) - _QUESTION_FRAMING)
-    if not q_tokens:
+    q_stems = {strip_ar_prefix(t)[:5] for t in content_tokens(question) if t not in _QUESTION_FRAMING}
+    if not q_stems:
         return 1.0
-    a_tokens = set(content_tokens(answer))
-    sentences = [set(content_tokens(s)) for s in _SENTENCE.findall(context)]
-    most = max((len(a_tokens & s) for s in sentences), default=0)
-    closest = [s for s in sentences if most and len(a_tokens & s) == most]
-    return _coverage(q_tokens, a_tokens.union(*closest))
+    a_stems = content_stems(answer)
+    sentences = [content_stems(s) for s in _SENTENCE.findall(context)]
+    most = max((len(a_stems & s) for s in sentences), default=0)
+    closest = [s for s in sentences if most and len(a_stems & s) == most]
+    return len(q_stems & a_stems.union(*closest)) / len(q_stems)

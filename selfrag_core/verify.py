@@ -42,7 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from selfrag_core.grounding import STOPWORDS, repetition, strip_ar_prefix
+from selfrag_core.grounding import STOPWORDS, question_coverage, repetition, strip_ar_prefix
 
 #: the score at which a sentence counts as supported
 THRESHOLD = 0.5
@@ -133,11 +133,15 @@ class AnswerVerdict:
 class Verifier(Protocol):
     """Sentences and passages in; for each sentence, one verdict per passage out (each
     ``Verdict.passage`` its passage's index). ``threshold``: the score at which a passage
-    supports a sentence."""
+    supports a sentence. ``question``: what the sentences answer ("" when unknown), for a
+    verifier that uses it (the lexical one does not count the question's own names and
+    numbers as claims: they are given, not claimed); others may ignore it."""
 
     threshold: float
 
-    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[list[Verdict]]: ...
+    def verify(
+        self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
+    ) -> list[list[Verdict]]: ...
 
 
 def best(verdicts: Sequence[Verdict]) -> Verdict:
@@ -329,7 +333,8 @@ class _Claim:
     loop: str | None
 
     @classmethod
-    def of(cls, sentence: str) -> _Claim:
+    def of(cls, sentence: str, given: frozenset[str] | set[str] = frozenset()) -> _Claim:
+        """The claim of ``sentence``; ``given``: names the question gave (not claims of it)."""
         text = clean_sentence(sentence)
         body = _YES_NO_START.sub("", text)  # "No, X is not Y": the leading "No" answers the question
         tokens = _tokens(body)
@@ -338,7 +343,7 @@ class _Claim:
             text,
             tokens,
             [_stem(t) for t in content],
-            _names(body),
+            _names(body) - given,
             _negated(tokens),
             _list_items(body),
             repetition(sentence),
@@ -372,9 +377,12 @@ class LexicalVerifier:
         self.embedder = embedder
         self.semantic_floor = semantic_floor
 
-    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[list[Verdict]]:
+    def verify(
+        self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
+    ) -> list[list[Verdict]]:
         prepared = [_Passage.of(p) for p in passages]
-        claims = [_Claim.of(s) for s in sentences]
+        given = _names(question) | {_number(t) for t in _tokens(question) if _NUMBER.fullmatch(t)}
+        claims = [_Claim.of(s, given) for s in sentences]
         semantic = (
             _semantic_matrix(self, claims, prepared) if self.embedder is not None and prepared else None
         )
@@ -497,7 +505,9 @@ class CrossEncoderVerifier:
         self.threshold = threshold
         self.entailment = entailment if entailment is not None else _entailment_column(model)
 
-    def verify(self, sentences: Sequence[str], passages: Sequence[str]) -> list[list[Verdict]]:
+    def verify(
+        self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
+    ) -> list[list[Verdict]]:
         pairs = [(p, clean_sentence(c)) for c in sentences for p in passages]
         scores = iter(list(self.model.predict(pairs)) if pairs else [])
         rows = []
@@ -531,9 +541,14 @@ def _softmax(row: Any) -> list[float]:
 DEFAULT = LexicalVerifier()
 
 
-def verify_answer(answer: str, passages: Sequence[str], verifier: Verifier | None = None) -> AnswerVerdict:
+def verify_answer(
+    answer: str, passages: Sequence[str], verifier: Verifier | None = None, question: str = ""
+) -> AnswerVerdict:
     """Each sentence of ``answer`` (those with a content word) checked by ``verifier``
-    (the default :class:`LexicalVerifier`) against ``passages``, and the answer's score."""
+    (the default :class:`LexicalVerifier`) against ``passages``, and the answer's score.
+    With ``question``, a sentence's score is also weighed by how far the passage it is
+    read from speaks to the question (:func:`~selfrag_core.grounding.question_coverage`:
+    a name copied from a passage on another subject is supported, but is no answer)."""
     checker = verifier or DEFAULT
     loop = repetition(answer)
     if loop is not None:  # a loop across sentences ("Answer: 2003\nAnswer: 2004") is one
@@ -543,7 +558,31 @@ def verify_answer(answer: str, passages: Sequence[str], verifier: Verifier | Non
     sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
     if not sentences:
         return AnswerVerdict([], None, checker.threshold)
-    verdicts = [best(row) for row in checker.verify(sentences, list(passages))]
+    texts = list(passages)
+    verdicts = [best(row) for row in checker.verify(sentences, texts, question)]
+    if question:
+        verdicts = [
+            _on_topic(v, s, question, texts, checker.threshold)
+            for s, v in zip(sentences, verdicts, strict=True)
+        ]
     scores = [v.score for v in verdicts]
     score = 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
     return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold)
+
+
+#: how much of a sentence's score rests on its passage speaking to the question
+RELEVANCE_WEIGHT = 0.5
+
+
+def _on_topic(
+    verdict: Verdict, sentence: str, question: str, passages: list[str], threshold: float
+) -> Verdict:
+    """``verdict`` weighed by the question's coverage in the sentence and the place of its
+    passage it is read from."""
+    if verdict.passage is None or verdict.score == 0.0:
+        return verdict
+    coverage = question_coverage(sentence, question, passages[verdict.passage])
+    score = verdict.score * (1.0 - RELEVANCE_WEIGHT + RELEVANCE_WEIGHT * coverage)
+    supported = verdict.supported and score >= threshold
+    reason = verdict.reason or (None if supported else "off_the_question")
+    return Verdict(score, supported, verdict.passage, reason)

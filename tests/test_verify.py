@@ -217,7 +217,9 @@ def test_a_user_verifier_decides_support_in_assess() -> None:
     class Strict:
         threshold = 0.5
 
-        def verify(self, sentences: list[str], passages: list[str]) -> list[list[Verdict]]:
+        def verify(
+            self, sentences: list[str], passages: list[str], question: str = ""
+        ) -> list[list[Verdict]]:
             return [[Verdict(0.0, False, j, "strict") for j in range(len(passages))] for _ in sentences]
 
     grounding = assess("Git 2.25 added sparse-checkout.", "When?", GIT, passages=[GIT], verifier=Strict())
