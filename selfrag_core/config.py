@@ -126,6 +126,9 @@ class SelfRAGConfig:
     top_k: int = 5
     grounding: GroundingConfig = field(default_factory=GroundingConfig)
     stop_when_supported: bool = False
+    #: answer the parts of a question of several parts that the chosen answer leaves out
+    #: (one more retrieval and answer per part, in one parallel round; none when it covers all)
+    complete_parts: bool = True
 
     def __post_init__(self) -> None:
         check_int("max_refinement_iterations", self.max_refinement_iterations, 1)

@@ -409,3 +409,64 @@ def test_an_unreadable_judge_is_unknown_in_the_result_schema(
     assert data["trace"]["schema"] == "selfrag.trace/1"
     assert data["trace"]["fallbacks"] == [e.name for e in result.trace.fallbacks]
     assert "evaluation_parse_failed" in data["trace"]["fallbacks"]
+
+
+# ----------------------------------------------------------------------------- completeness
+
+TWO_PARTS = "What makes a volcano erupt, and how do vaccines train the immune system?"
+VOLCANO = "A volcano erupts when gas pressure drives magma up through the crust."
+VACCINE = "Vaccines train the immune system to recognise a pathogen without causing the disease."
+
+
+class _Topical:
+    """A backend that returns the documents sharing a word with the query, best first."""
+
+    def __init__(self, docs: list[str]) -> None:
+        self.docs, self.queries = docs, []
+
+    def retrieve(self, query: str, top_k: int) -> list[tuple[str, float]]:
+        self.queries.append(query)
+        words = set(query.lower().replace("?", "").split()) - {"what", "how", "do", "a", "the", "and"}
+        scored = [(d, float(len(words & set(d.lower().rstrip(".").split())))) for d in self.docs]
+        return [(d, s) for d, s in sorted(scored, key=lambda x: -x[1]) if s > 0][:top_k]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_part_of_the_question_the_answer_leaves_out_is_answered_too(
+    mode: str, instant: ExecutionConfig
+) -> None:
+    def reply(prompt: str) -> str:
+        question = prompt.rsplit("Question:", 1)[-1]
+        if "then judge your own answer" in prompt:  # fast mode: answers the second part only
+            return judged("Vaccines train the immune system to recognise a pathogen.", 9)
+        if "volcano" in question and "vaccines" not in question:
+            return "A volcano erupts when gas pressure drives magma up."
+        return "unexpected"
+
+    backend = _Topical([VOLCANO, VACCINE])  # the whole question finds the vaccine document first
+    llm = FakeLLM(reply)
+    strategy = make(llm, backend, instant, top_k=1)
+    result = strategy.query(TWO_PARTS) if mode == "sync" else asyncio.run(strategy.aquery(TWO_PARTS))
+    assert result.answer == (
+        "Vaccines train the immune system to recognise a pathogen.\n\n"
+        "A volcano erupts when gas pressure drives magma up."
+    )
+    assert llm.n_calls == 2 and [d.text for d in result.sources] == [VACCINE, VOLCANO]
+    assert "What makes a volcano erupt?" in backend.queries
+    notes = [e for e in result.trace.events if e.name == "incomplete_answer"]
+    assert notes and notes[0].detail["parts"] == ["What makes a volcano erupt?"]
+    assert [c.supported_by for c in result.citations] == [[1], [2]]
+
+
+def test_an_answer_that_covers_every_part_costs_nothing_more(instant: ExecutionConfig) -> None:
+    both = "Vaccines train the immune system. A volcano erupts when gas pressure drives magma up."
+    llm = FakeLLM(judged(both, 9))
+    result = make(llm, _Topical([VOLCANO, VACCINE]), instant, top_k=2).query(TWO_PARTS)
+    assert result.answer == both and llm.n_calls == 1
+
+
+def test_completeness_can_be_turned_off(instant: ExecutionConfig) -> None:
+    llm = FakeLLM(judged("Vaccines train the immune system to recognise a pathogen.", 9))
+    strategy = make(llm, _Topical([VOLCANO, VACCINE]), instant, top_k=1, complete_parts=False)
+    result = strategy.query(TWO_PARTS)
+    assert "volcano" not in result.answer and llm.n_calls == 1

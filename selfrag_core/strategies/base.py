@@ -12,14 +12,27 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from selfrag_core.citations import cite
+from selfrag_core.citations import cite, renumber
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Deadline, Generate, Note, Plan, Retrieve, Run, run_async, run_sync
+from selfrag_core.engine import (
+    Deadline,
+    Generate,
+    Note,
+    Parallel,
+    Plan,
+    Retrieve,
+    Run,
+    run_async,
+    run_sync,
+    without_streaming,
+)  # fmt: skip
 from selfrag_core.errors import QueryTimeoutError, RAGSystemError, StrategyError
-from selfrag_core.grounding import clean_answer, degenerate_reason, is_refusal
+from selfrag_core.grounding import clean_answer, degenerate_reason, is_refusal, question_coverage
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
 from selfrag_core.protocols import BackendLike, LLMLike
+from selfrag_core.questions import split_question
+from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 
@@ -104,6 +117,65 @@ def retrieve_and_answer(
         yield Note("not_enough_information", "retrieval returned no documents", {"query": query[:200]})
         return None, []
     answer = yield from grounded_answer(strategy, query, docs, retries)
+    return answer, docs
+
+
+#: a part of the question the answer covers less than this (``grounding.question_coverage``) is missing
+PART_COVERAGE = 0.5
+
+
+def missing_parts(query: str, answer: str, docs: list[RetrievedDoc]) -> list[str]:
+    """The parts of a question of several parts (:func:`~selfrag_core.questions.split_question`)
+    that ``answer`` leaves out: those whose words neither the answer nor the place in
+    ``docs`` it comes from cover (``question_coverage`` under :data:`PART_COVERAGE`)."""
+    parts = split_question(query)
+    if len(parts) < 2:
+        return []
+    context = context_text(docs)
+    return [p for p in parts if question_coverage(answer, p, context) < PART_COVERAGE]
+
+
+def complete_parts(
+    strategy: Strategy[Any], query: str, answer: str, docs: list[RetrievedDoc], top_k: int, retries: int,
+    options: Mapping[str, Any] | None = None,
+) -> Plan[tuple[str, list[RetrievedDoc]]]:  # fmt: skip
+    """``answer`` with the parts of the question it leaves out (:func:`missing_parts`)
+    answered too: each part retrieved and answered in one parallel round, its answer
+    appended as a paragraph with its ``[n]`` markers counted in the merged sources. The
+    answer and ``docs`` as they were when no part is missing or none could be answered."""
+    missing = missing_parts(query, answer, docs)
+    if not missing:
+        return answer, docs
+    yield Note("incomplete_answer", None, {"parts": missing, "then": "answer each part"}, kind="progress")
+    plans = tuple(without_streaming(_part(strategy, part, top_k, retries, options)) for part in missing)
+    outcomes = yield Parallel(plans)
+    sources = list(docs)
+    paragraphs = [answer]
+    for part, outcome in zip(missing, outcomes, strict=True):
+        if isinstance(outcome, BaseException) or outcome[0] is None:
+            why = (
+                f"{type(outcome).__name__}: {outcome}"
+                if isinstance(outcome, BaseException)
+                else "no documents"
+            )
+            yield Note("part_unanswered", why, {"part": part[:200]})
+            continue
+        part_answer, part_docs = outcome
+        sources = _deduplicate(sources + part_docs)
+        position = {_doc_key(d): i for i, d in enumerate(sources, 1)}
+        paragraphs.append(
+            renumber(part_answer, {i: position[_doc_key(d)] for i, d in enumerate(part_docs, 1)})
+        )
+    return "\n\n".join(paragraphs), sources
+
+
+def _part(
+    strategy: Strategy[Any], part: str, top_k: int, retries: int, options: Mapping[str, Any] | None
+) -> Plan[tuple[str | None, list[RetrievedDoc]]]:
+    """One part of the question retrieved and answered; (None, []) for an unusable answer."""
+    answer, docs = yield from retrieve_and_answer(strategy, part, dict(options or {}), top_k, retries)
+    if answer in (None, GENERATION_FAILED_ANSWER):
+        return None, []
     return answer, docs
 
 

@@ -51,6 +51,7 @@ from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
     answer_text,
+    complete_parts,
     context_text,
     format_context,
     retrieval_options,
@@ -267,14 +268,21 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             detail = {"reason": unusable, "answer": answer[:200], "then": "fallback answer"}
             yield Note("answer_rejected", f"no usable answer: the best step's is {unusable}", detail)
             answer, confidence = GENERATION_FAILED_ANSWER, 0.0
+        sources, citations = best.sources, list(best.evaluation.grounding.citations or [])
+        if cfg.complete_parts and answer != GENERATION_FAILED_ANSWER:
+            completed, sources = yield from complete_parts(
+                self, query, answer, sources, cfg.top_k, cfg.llm_retries, options
+            )
+            if completed != answer:
+                answer, citations = completed, []  # cited anew when the result is finished
         return SelfRAGResult(
             answer=answer,
             confidence=confidence,
             iterations=len(history),
             history=history,
-            sources=best.sources,
+            sources=sources,
             best_iteration=best.iteration,
-            citations=list(best.evaluation.grounding.citations or []),  # computed once, as it was graded
+            citations=citations,  # computed once, as it was graded
         )
 
     # ------------------------------------------------------------------ decisions
