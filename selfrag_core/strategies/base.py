@@ -27,13 +27,20 @@ from selfrag_core.engine import (
     without_streaming,
 )  # fmt: skip
 from selfrag_core.errors import QueryTimeoutError, RAGSystemError, StrategyError
-from selfrag_core.grounding import clean_answer, degenerate_reason, is_refusal, question_coverage
+from selfrag_core.grounding import (
+    clean_answer,
+    degenerate_reason,
+    is_instruction,
+    is_refusal,
+    question_coverage,
+)
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language, document_blocks, without_document_tags
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.types import RetrievedDoc
+from selfrag_core.verify import split_sentences
 from selfrag_core.validation import validate_context, validate_query
 
 R = TypeVar("R")
@@ -66,10 +73,11 @@ def answer_text(reply: str) -> str:
 
 
 def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
-    """A strategy's final answer, or :data:`GENERATION_FAILED_ANSWER` when it is unusable
-    (``grounding.degenerate_reason``: empty, an echo of the prompt or the question, a
-    refusal although the context covers the question, a copy of an instruction planted
-    in a document, a key name, an identifier, a date the context does not hold), with
+    """A strategy's final answer; when it is unusable (``grounding.degenerate_reason``:
+    empty, a loop, an echo of the prompt or the question, a refusal although the context
+    covers the question, a copy of an instruction planted in a document, a key name, an
+    identifier, a date the context does not hold), the source sentence that answers the
+    question, quoted (:func:`quoted_answer`), else :data:`GENERATION_FAILED_ANSWER`, with
     the reason in the trace. :func:`answer_text` cleans it first. Past the query's
     deadline it is not checked: the fallback answer, with the QueryTimeoutError in the
     trace (reason ``query_timeout``)."""
@@ -83,9 +91,31 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
         return answer
-    detail = {"reason": reason, "answer": answer[:200], "then": "fallback answer"}
+    quote = quoted_answer(query, docs)
+    detail = {"reason": reason, "answer": answer[:200], "then": "a quote" if quote else "fallback answer"}
     yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
-    return GENERATION_FAILED_ANSWER
+    return quote or GENERATION_FAILED_ANSWER
+
+
+#: the share of the question's words a source sentence must hold to be quoted as its answer
+QUOTE_COVERAGE = 0.5
+
+
+def quoted_answer(query: str, docs: list[RetrievedDoc]) -> str | None:
+    """The source sentence that speaks most to ``query`` (the largest share of its words,
+    :func:`~selfrag_core.grounding.question_coverage`; at least :data:`QUOTE_COVERAGE`),
+    quoted with its source's marker (``"Honeybees dance to show the way." [1]``): what a
+    strategy answers instead of the placeholder when the model's answer is unusable but
+    a document holds one. None when no sentence does (or only a planted instruction)."""
+    best, best_coverage = None, QUOTE_COVERAGE
+    for number, doc in enumerate(docs, 1):
+        for sentence in split_sentences(doc.text):
+            if is_instruction(sentence):
+                continue
+            coverage = question_coverage(sentence, query, sentence)
+            if coverage > best_coverage or (best is None and coverage >= best_coverage):
+                best, best_coverage = f"\u201c{sentence}\u201d [{number}]", coverage
+    return best
 
 
 def retrieve_or_empty(

@@ -54,6 +54,7 @@ from selfrag_core.strategies.base import (
     complete_parts,
     context_text,
     format_context,
+    quoted_answer,
     retrieval_options,
     retrieve_or_empty,
 )
@@ -265,9 +266,11 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         answer, confidence = best.answer, best.confidence
         unusable = best.evaluation.grounding.degenerate if self.config.grounding.enabled else None
         if unusable is not None and answer != GENERATION_FAILED_ANSWER:  # every step is unusable
-            detail = {"reason": unusable, "answer": answer[:200], "then": "fallback answer"}
+            quote = quoted_answer(query, best.sources) if unusable != "query_timeout" else None
+            then = "a quote" if quote else "fallback answer"
+            detail = {"reason": unusable, "answer": answer[:200], "then": then}
             yield Note("answer_rejected", f"no usable answer: the best step's is {unusable}", detail)
-            answer, confidence = GENERATION_FAILED_ANSWER, 0.0
+            answer, confidence = quote or GENERATION_FAILED_ANSWER, 0.0
         sources, citations = best.sources, list(best.evaluation.grounding.citations or [])
         if cfg.complete_parts and answer != GENERATION_FAILED_ANSWER:
             completed, sources = yield from complete_parts(
