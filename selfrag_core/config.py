@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.validation import check_int, check_positive_or_none, check_unit
@@ -94,15 +95,24 @@ class GroundingConfig:
 
     enabled: when False, best-step selection uses the judge's confidence alone (as the
         reference specification does).
-    min_token_support: share of an answer's content tokens that must occur in the
-        retrieved context for the answer to count as supported.
+    min_token_support: the verifier's score at which an answer counts as supported (the
+        default verifier's threshold; the name is the specification's).
+    verifier: what decides support (``selfrag_core.verify.Verifier``: ``verify(sentences,
+        passages, question)``), e.g. a ``CrossEncoderVerifier`` over an NLI model; None:
+        the LLM-free ``LexicalVerifier``. Used for the grounding and the citations.
     """
 
     enabled: bool = True
     min_token_support: float = 0.5
+    verifier: Any = None
 
     def __post_init__(self) -> None:
         check_unit("min_token_support", self.min_token_support)
+        if self.verifier is not None and not callable(getattr(self.verifier, "verify", None)):
+            raise TypeError(
+                "verifier must have verify(sentences, passages, question), "
+                f"got {type(self.verifier).__name__}"
+            )
 
 
 @dataclass(frozen=True)

@@ -279,3 +279,19 @@ def test_a_yes_no_answer_to_a_yes_no_question_is_no_echo(answer: str) -> None:
     question = "Is crime associated with over-the-counter pharmacy syringe sales?"
     assert degenerate_reason(answer, question, "context") is None
     assert degenerate_reason(question, question, "context") == "question_echo"
+
+
+def test_selfirag_decides_support_and_cites_with_the_configured_verifier() -> None:
+    from selfrag_core import GroundingConfig, SelfIRAG, SelfRAGConfig
+    from selfrag_core.testing import FakeLLM, FakeRetriever, judge_json
+
+    model = _NLI()
+    config = SelfRAGConfig(
+        grounding=GroundingConfig(verifier=CrossEncoderVerifier(model)), max_refinement_iterations=1
+    )
+    llm = FakeLLM(judge_json("Git 2.25 added the sparse-checkout command", 9))
+    result = SelfIRAG(FakeRetriever([GIT]), llm, config).query("Which release added sparse-checkout?")
+    assert model.pairs and all(passage == GIT for passage, _ in model.pairs)
+    assert result.history[0].evaluation.grounding.supported and result.citations[0].supported_by == [1]
+    with pytest.raises(TypeError, match="verifier must have verify"):
+        GroundingConfig(verifier=object())

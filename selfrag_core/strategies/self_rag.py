@@ -393,9 +393,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             context_text(docs),
             min_token_support=self.config.grounding.min_token_support,
             passages=[d.text for d in docs],
+            verifier=self.config.grounding.verifier,
         )
         if grounding.supported:
-            grounding.citations = cite(answer, docs)
+            grounding.citations = cite(answer, docs, verifier=self.config.grounding.verifier)
             grounding.sentence_support = supported_share(grounding.citations)
         return grounding
 
