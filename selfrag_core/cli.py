@@ -621,7 +621,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     html = out / "report.html"
     extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
     print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
-    return 0
+    if args.baseline is None:
+        return 0
+    from selfrag_core.evaluation.gate import compare_runs, gate_report, regressions
+
+    comparisons = compare_runs(report, args.baseline, seed=args.seed)
+    print(f"\n{gate_report(comparisons)}")
+    return 1 if regressions(comparisons) else 0
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -797,6 +803,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="call the LLM every time, record nothing")
     p.add_argument(
         "--replay", action="store_true", help="answer only from the cache: a miss is an error (for CI)"
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="an earlier run (its --out folder, summary.json or results.jsonl) to compare with question by "
+        "question; exit 1 when a metric is significantly worse (its whole 95%% interval below zero)",
     )
     p.add_argument(
         "--shared-replies",

@@ -26,6 +26,7 @@ from selfrag_core.evaluation.data import (
     load_questions,
     load_squad,
 )
+from selfrag_core.evaluation.gate import assert_no_regression, compare_runs
 from selfrag_core.evaluation.report import EvalReport, MetricInfo
 from selfrag_core.evaluation.runner import DEFAULT_CONTENDERS, evaluate
 
@@ -40,6 +41,8 @@ __all__ = [
     "InputProblem",
     "MetricInfo",
     "Outcome",
+    "assert_no_regression",
+    "compare_runs",
     "evaluate",
     "load_beir",
     "load_corpus",
