@@ -32,12 +32,14 @@ from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importa
 from selfrag_core.retrieval import _deduplicate, _retrieve_safe
 from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 from selfrag_core.strategies.base import (
+    Step,
     StreamEvent,
     arun_query,
     astream_query,
     check_strategy,
     retrieve_or_empty,
     run_query,
+    step_of,
     stream_query,
 )
 from selfrag_core.types import (
@@ -109,6 +111,7 @@ __all__ = [
     "SelfIRAG",
     "SelfRAGConfig",
     "SelfRAGResult",
+    "Step",
     "Strategy",
     "StrategyError",
     "StreamEvent",
@@ -125,5 +128,6 @@ __all__ = [
     "profile_of",
     "retrieve_or_empty",
     "run_query",
+    "step_of",
     "stream_query",
 ]

@@ -133,15 +133,15 @@ class Trace:
     events: list[TraceEvent] = field(default_factory=list)
     started_at: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
-    #: told about every event as it is added (from the thread that adds it)
+    #: told about every event as it is added (from the thread that adds it), in the trace's order
     listener: Callable[[TraceEvent], None] | None = field(default=None, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def add(self, event: TraceEvent) -> None:
-        with self._lock:
+        with self._lock:  # held while the listener hears it, so that it hears the events in order
             self.events.append(event)
-        if self.listener is not None:
-            self.listener(event)
+            if self.listener is not None:
+                self.listener(event)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started_at

@@ -39,10 +39,10 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "QueryTimeoutError", "RAGSystemError", "RecursiveRAG", "RecursiveRAGConfig", "RecursiveRAGResult",
          "RefinementStep", "RetrievalError", "RetrievalTimeoutError", "Retrieve", "RetrieveMany",
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",
-         "SelfRAGConfig", "SelfRAGResult", "Strategy", "StrategyError", "StreamEvent", "SubAnswer", "Trace",
-         "TraceEvent", "_call_llm", "_deduplicate", "_retrieve_safe", "arun_query", "astream_query",
+         "SelfRAGConfig", "SelfRAGResult", "Step", "Strategy", "StrategyError", "StreamEvent", "SubAnswer",
+         "Trace", "TraceEvent", "_call_llm", "_deduplicate", "_retrieve_safe", "arun_query", "astream_query",
          "check_strategy",
-         "observe_trace", "retrieve_or_empty", "run_query", "stream_query"]
+         "observe_trace", "retrieve_or_empty", "run_query", "step_of", "stream_query"]
     )  # fmt: skip
     namespace: dict[str, object] = {}
     exec("from selfrag_core import *", namespace)  # every listed name exists

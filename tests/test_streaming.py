@@ -85,20 +85,21 @@ def test_non_streaming_llm_sends_whole_reply() -> None:
 def test_strategy_stream_yields_tokens_then_result() -> None:
     strategy = OneShot(FakeRetriever(["doc"]), StreamingLLM("one two three"))
     events = list(strategy.stream("doc question"))
-    assert [e.kind for e in events] == ["token", "token", "token", "result"]
-    assert "".join(e.text for e in events[:-1]) == events[-1].result.answer
+    assert [e.kind for e in events] == ["step", "token", "token", "token", "result"]  # the retrieval first
+    assert "".join(e.text for e in events[:-1]) == events[-1].result.answer  # a step has no text
 
 
 async def test_strategy_astream_yields_tokens_then_result() -> None:
     strategy = OneShot(FakeRetriever(["doc"]), StreamingLLM("one two"))
     events = [e async for e in strategy.astream("doc question")]
-    assert [e.kind for e in events] == ["token", "token", "result"]
+    assert [e.kind for e in events] == ["step", "token", "token", "result"]
 
 
 async def test_selfrag_stream_sends_the_chosen_answer_once() -> None:
     rag = SelfIRAG(FakeRetriever(["Paris is the capital of France."]), FakeLLM(judge_json("Paris is.", 9)))
     events = [e async for e in rag.astream("What is the capital of France?")]
-    assert [e.kind for e in events] == ["token", "result"] and events[0].text == "Paris is."
+    answer = [e for e in events if e.kind != "step"]
+    assert [e.kind for e in answer] == ["token", "result"] and answer[0].text == "Paris is."
     sync_events = list(rag.stream("What is the capital of France?"))
     assert sync_events[-1].result is not None and sync_events[-1].result.answer == "Paris is."
 
@@ -113,7 +114,7 @@ async def test_consumer_leaving_cancels_the_query() -> None:
     strategy = OneShot(FakeRetriever(["doc"]), llm, execution=ExecutionConfig())
     stream = strategy.astream("doc q")
     first = await stream.__anext__()
-    assert first.kind == "token"
+    assert first.kind == "step" and (await stream.__anext__()).kind == "token"
     await stream.aclose()  # no hang, no error
 
 
@@ -199,7 +200,7 @@ def test_a_stream_whose_text_is_not_the_answer_resets_then_sends_it(use_async: b
 
     events = asyncio.run(collect()) if use_async else list(strategy.stream("q"))
     kinds = [e.kind for e in events]
-    assert kinds == ["token", "token", "reset", "token", "result"]
+    assert kinds == ["step", "token", "token", "reset", "token", "result"]
     after_reset = "".join(e.text for e in events[kinds.index("reset") + 1 :] if e.kind == "token")
     assert after_reset == events[-1].result.answer == "The capital is Paris. "
 

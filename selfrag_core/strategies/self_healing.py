@@ -232,6 +232,8 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
                 yield Note("attempt_failed", attempt.error, {"strategy": name, "then": "next strategy"})
                 continue
             attempt.score, reason = yield from self._score(query, attempt)
+            verdict = {"strategy": name, "score": attempt.score, "threshold": threshold}
+            yield Note("verdict", None, {**verdict, "passed": attempt.score >= threshold}, kind="progress")
             if attempt.score >= threshold:
                 break
             why = f"{name} scored {attempt.score:.2f} < {threshold:.2f}"

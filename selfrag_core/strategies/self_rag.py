@@ -476,15 +476,18 @@ class SelfIRAG(Strategy[SelfRAGResult]):
 
     def _read(self, evaluation: EvaluationResult, judge: _Judge) -> Plan[EvaluationResult]:
         """Record the judge's evaluation; when it carries no information, mark it ignored,
-        say so in the trace and switch the judge off for the rest of the query."""
-        if not self.config.grounding.enabled:  # the specification's behaviour: the judge decides
-            return evaluation
-        reason = uninformative(evaluation, judge.evaluations)
-        judge.evaluations.append(evaluation)
-        if reason is not None:
-            evaluation.ignored = judge.off = reason
-            detail = {"scores": _points(evaluation), "then": "no more judge calls in this query"}
-            yield Note("judge_uninformative", reason, detail)
+        say so in the trace and switch the judge off for the rest of the query. The
+        verdict is a ``verdict`` note (its confidence None when the reply was unreadable
+        or ignored)."""
+        if self.config.grounding.enabled:  # else the specification's behaviour: the judge decides
+            reason = uninformative(evaluation, judge.evaluations)
+            judge.evaluations.append(evaluation)
+            if reason is not None:
+                evaluation.ignored = judge.off = reason
+                detail = {"scores": _points(evaluation), "then": "no more judge calls in this query"}
+                yield Note("judge_uninformative", reason, detail)
+        verdict = {"confidence": evaluation.known_confidence, "scores": _points(evaluation)}
+        yield Note("verdict", None, verdict if evaluation.parsed else {"confidence": None}, kind="progress")
         return evaluation
 
     def _refine(
