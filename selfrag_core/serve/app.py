@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -66,6 +66,23 @@ _Events = asyncio.Queue[tuple[str, dict[str, Any]] | None]  # a query's events, 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 500, 502, 503, 504)
 }
+
+
+class Reply:
+    """How a query is answered: the service's JSON and server-sent events. The OpenAI
+    routes answer in OpenAI's shapes with a subclass (``serve.openai_api.ChatReply``);
+    ``context`` joins the query's context (a conversation's ``memory``)."""
+
+    context: Mapping[str, Any] = {}
+
+    def json(self, status: int, content: dict[str, Any]) -> Response:
+        return FastJSONResponse(content, status_code=status)
+
+    def events(self, event: str, data: dict[str, Any]) -> Iterable[str]:
+        return (f"event: {event}\ndata: {dumps(data).decode()}\n\n",)
+
+
+SERVICE_REPLY = Reply()
 
 
 class ApiError(Exception):
@@ -192,6 +209,9 @@ def create_app(
     for name in state.strategies:
         _add_query_routes(app, state, name)
     _add_routes(app, state)
+    from selfrag_core.serve.openai_api import add_openai_routes  # it imports this module
+
+    add_openai_routes(app, state)
     return app
 
 
@@ -219,16 +239,20 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
         )  # fmt: skip
 
 
-async def _answer(state: ServiceState, name: str, body: QueryRequest, request: Request) -> Response:
+async def _answer(
+    state: ServiceState, name: str, body: QueryRequest, request: Request, reply: Reply = SERVICE_REPLY
+) -> Response:
     try:
-        return await _run_query(state, name, body, request)
+        return await _run_query(state, name, body, request, reply)
     except ApiError as e:  # refused before it ran (bad option, busy, shutting down)
         if state.metrics is not None:
             state.metrics.query(name, e.status)
         raise
 
 
-async def _run_query(state: ServiceState, name: str, body: QueryRequest, request: Request) -> Response:
+async def _run_query(
+    state: ServiceState, name: str, body: QueryRequest, request: Request, reply: Reply
+) -> Response:
     started = time.perf_counter()
     settings = state.settings
     try:
@@ -261,8 +285,9 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
         raise ApiError(503, refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
     traces: list[Trace] = []  # the query's trace, kept even when the query raises
     query = execute(
-        strategy, question, body, execution, settings, push if body.stream else None, on_trace=traces.append
-    )
+        strategy, question, body, execution, settings, push if body.stream else None,
+        on_trace=traces.append, context=reply.context,
+    )  # fmt: skip
 
     def finish(outcome: Outcome | ApiError | BaseException | None) -> tuple[int, dict[str, Any]]:
         """The reply, and the query counted once in the stats and the metrics."""
@@ -300,7 +325,7 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
             raise
         finally:
             state.admission.release(timeout)
-        return Response(status_code=499) if outcome is None else FastJSONResponse(content, status_code=status)
+        return Response(status_code=499) if outcome is None else reply.json(status, content)
 
     async def produce() -> None:
         push("start", {"strategy": name, "question": question})
@@ -317,7 +342,7 @@ async def _run_query(state: ServiceState, name: str, body: QueryRequest, request
     task = asyncio.create_task(produce())
     task.add_done_callback(lambda _: state.admission.release(timeout))  # even if cancelled before it ran
     return StreamingResponse(
-        _sse(events, task),
+        _sse(events, task, reply),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -372,12 +397,12 @@ def _misconfigured(e: ConfigurationError) -> ApiError:
     )
 
 
-async def _sse(events: _Events, task: asyncio.Task[None]) -> AsyncIterator[str]:
+async def _sse(events: _Events, task: asyncio.Task[None], reply: Reply) -> AsyncIterator[str]:
     """Server-sent events until the query ends; a client going away cancels the query."""
     try:
         while (item := await events.get()) is not None:
-            event, data = item
-            yield f"event: {event}\ndata: {dumps(data).decode()}\n\n"
+            for text in reply.events(*item):
+                yield text
     finally:
         if not task.done():
             task.cancel()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,12 +132,16 @@ async def execute(
     listener: Callable[[str, dict[str, Any]], None] | None = None,
     *,
     on_trace: Callable[[Trace], None] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run ``question`` through the prepared ``strategy`` on the running loop; ``listener``
     gets (event name, JSON-safe data). ``on_trace`` is given the query's trace as it starts
     (it outlives a query that raises). A StrategyError (SelfHealingRAG: every attempt
-    raised) is re-raised, unless the budget or the timeout caused it."""
-    context = {"metadata_filter": dict(request.metadata_filter)} if request.metadata_filter else None
+    raised) is re-raised, unless the budget or the timeout caused it. ``context``: more
+    entries of the strategy's context (``memory``: a conversation)."""
+    options = dict(context or {})
+    if request.metadata_filter:
+        options["metadata_filter"] = dict(request.metadata_filter)
     streamed: list[str] = []
 
     def on_token(text: str) -> None:  # the final answer's text, where the strategy streams it
@@ -153,7 +157,7 @@ async def execute(
         on_trace(trace)
     hard_limit = None if execution.query_timeout is None else execution.query_timeout + settings.timeout_grace
     try:
-        result = await within(arun_query(strategy, question, context, run=run), hard_limit)
+        result = await within(arun_query(strategy, question, options or None, run=run), hard_limit)
     except asyncio.TimeoutError:
         trace.wall_s = trace.elapsed()
         return Outcome(None, trace, "query_timeout")
