@@ -51,6 +51,10 @@ class ExecutionConfig:
         (default) stops the query with a ``ConfigurationError`` naming the component
         and the fix; "fallback" treats it as any other failure (fallback answer, the
         error in the trace).
+    record_content: keep each LLM call's prompt and reply and the retrieved documents'
+        text in the trace's events (``detail["prompt"]``, ``detail["reply"]``, the
+        documents' ``text``), for OpenTelemetry spans that capture content
+        (``selfrag_core.otel``). Off by default: they are large and may hold personal data.
     sleep / async_sleep: injectable for tests (instant retries).
     knobs: what the user sets a limit by in the interface in use, by field name (the CLI
         sets ``{"query_timeout": "--timeout", ...}``); timeout and budget messages name it,
@@ -66,6 +70,7 @@ class ExecutionConfig:
     retrieval_timeout: float | None = 30.0
     misconfiguration: str = "raise"
     max_reply_chars: int = 100_000
+    record_content: bool = False
     sleep: Callable[[float], None] | None = field(default=None, compare=False)
     async_sleep: Callable[[float], Awaitable[None]] | None = field(default=None, compare=False)
     knobs: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -78,6 +83,8 @@ class ExecutionConfig:
         check_positive_or_none("query_timeout", self.query_timeout)
         check_positive_or_none("retrieval_timeout", self.retrieval_timeout)
         check_int("max_reply_chars", self.max_reply_chars, 1)
+        if not isinstance(self.record_content, bool):
+            raise ConfigurationError(f"record_content must be True or False, got {self.record_content!r}")
         if self.misconfiguration not in ("raise", "fallback"):
             raise ConfigurationError(
                 f"misconfiguration must be 'raise' or 'fallback', got {self.misconfiguration!r}"

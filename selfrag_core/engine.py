@@ -53,12 +53,13 @@ from selfrag_core.errors import (
     QueryTimeoutError,
     RetrievalTimeoutError,
 )
-from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed, within
+from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed, llm_identity, within
 from selfrag_core.retrieval import (
     _aretrieve_many_safe,
     _aretrieve_safe,
     _retrieve_many_safe,
     _retrieve_safe,
+    data_source_id,
     ignored_options,
     supports_many,
 )
@@ -317,6 +318,14 @@ class Run:
     ) -> None:
         # what the LLM received: attempts refused by the budget or the deadline are not calls
         attempts = reply.attempts if reply else getattr(error, "attempts", 0)
+        # who answered (OpenTelemetry's gen_ai.* names, selfrag_core.otel), and how it was asked
+        detail: dict[str, Any] = {"prompt_chars": len(effect.prompt), **llm_identity(effect.llm)}
+        if effect.schema is not None:
+            detail["output_type"] = "json"
+        if effect.stream and self.on_token is not None:
+            detail["stream"] = True
+        if self.config.record_content:
+            detail.update(prompt=effect.prompt, reply=None if reply is None else reply.text)
         self.trace.add(
             TraceEvent(
                 kind="llm",
@@ -327,7 +336,7 @@ class Run:
                 input_tokens=reply.input_tokens if reply else None,
                 output_tokens=reply.output_tokens if reply else None,
                 error=None if error is None else f"{type(error).__name__}: {error}",
-                detail={"prompt_chars": len(effect.prompt)},
+                detail=detail,
             )
         )
         for name, message in reply.fallbacks if reply else ():  # what the model fell back on
@@ -350,7 +359,13 @@ class Run:
                 start_s=start - self.trace.started_at,
                 latency_s=time.perf_counter() - start,
                 error=None if error is None else f"{type(error).__name__}: {error}",
-                detail={"query": effect.query[:200], "top_k": effect.top_k, "hits": len(docs or [])},
+                detail={
+                    "query": effect.query[:200],
+                    "top_k": effect.top_k,
+                    "hits": len(docs or []),
+                    "data_source": data_source_id(effect.backend),
+                    "documents": [self._found(doc) for doc in docs or ()],
+                },
             )
         )
         unreadable = getattr(docs, "unreadable", ())
@@ -363,6 +378,13 @@ class Run:
                     {"backend": name, "query": effect.query[:200], "unreadable": list(unreadable)},
                 )
             )
+
+    def _found(self, doc: RetrievedDoc) -> dict[str, Any]:
+        """A retrieved document in the trace: its id and score (and text, where content is recorded)."""
+        found: dict[str, Any] = {"id": doc.id, "score": doc.score}
+        if self.config.record_content:
+            found["text"] = doc.text
+        return found
 
     def record_retrievals(
         self,

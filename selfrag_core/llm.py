@@ -102,6 +102,47 @@ def is_async_capable(llm: Any) -> bool:
     return any(hasattr(llm, name) for name in ("agenerate", "generate_async")) or is_coroutine_callable(llm)
 
 
+def llm_identity(llm: Any) -> dict[str, str]:
+    """Who answers a call to ``llm``, as far as it tells: ``provider``, ``model`` (left out
+    when unknown) and ``operation`` (``"chat"`` for a chat model, else
+    ``"text_completion"``): OpenTelemetry's ``gen_ai.provider.name``,
+    ``gen_ai.request.model`` and ``gen_ai.operation.name``. LangChain models tell them by
+    their LangSmith parameters, LlamaIndex LLMs by their metadata, the core's OpenAI and
+    local LLMs by their settings; any other LLM by its ``provider`` and ``model_name`` or
+    ``model`` attributes, else its provider is the package of its class."""
+    names = _mro_names(llm)
+    if "CachedLLM" in names and getattr(llm, "llm", None) is not None:
+        return llm_identity(llm.llm)
+    provider, model, chat = getattr(llm, "provider", None), None, False
+    if _is_langchain(llm):
+        try:
+            params = llm._get_ls_params()
+        except (AttributeError, TypeError, ValueError, KeyError):  # a chain, not a model
+            params = {}
+        provider, model = params.get("ls_provider") or provider, params.get("ls_model_name")
+        chat = params.get("ls_model_type") == "chat"
+    elif _is_llamaindex(llm):
+        meta = getattr(llm, "metadata", None)
+        model, chat = getattr(meta, "model_name", None), bool(getattr(meta, "is_chat_model", False))
+        named = llm.class_name() if hasattr(llm, "class_name") else type(llm).__name__
+        provider = provider or str(named).lower()
+    elif "OpenAICompatibleLLM" in names:
+        provider, model, chat = "openai", llm.model, True
+    elif "LocalLLM" in names:
+        provider, model, chat = "llama_cpp", llm.name, bool(llm.chat)
+    if model is None:
+        named = getattr(llm, "model_name", None) or getattr(llm, "model", None)
+        model = named if isinstance(named, str) else None
+    if not isinstance(provider, str) or not provider:
+        provider = str(getattr(type(llm), "__module__", None) or "unknown").partition(".")[0]
+        if provider in ("builtins", "__main__"):  # a plain function's module names the caller
+            provider = str(getattr(llm, "__module__", None) or "unknown").partition(".")[0]
+    identity = {"provider": provider, "operation": "chat" if chat else "text_completion"}
+    if model and model != "unknown":
+        identity["model"] = model
+    return identity
+
+
 def is_coroutine_callable(obj: Any) -> bool:
     """Whether calling ``obj`` returns a coroutine (async function or async __call__)."""
     if inspect.iscoroutinefunction(obj):

@@ -40,6 +40,7 @@ import contextlib
 import functools
 import inspect
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -342,6 +343,24 @@ def _is_lc_retriever(backend: Any) -> bool:
 
 def _is_li_retriever(backend: Any) -> bool:
     return _from_package(backend, "llama_index") and hasattr(backend, "retrieve")
+
+
+def data_source_id(backend: Any) -> str:
+    """What a retrieval searched (OpenTelemetry's ``gen_ai.data_source.id``): the backend's
+    ``data_source_id``, ``collection_name`` or ``name`` (a Chroma or LangChain collection,
+    say), the folder of a saved index (``path``; through a wrapper's ``rag``), else the
+    backend's class name."""
+    inner = getattr(backend, "rag", None)
+    if inner is not None and inner is not backend:  # the embedded store's search of its RAG
+        return data_source_id(inner)
+    for attribute in ("data_source_id", "collection_name", "_collection_name", "name"):
+        value = getattr(backend, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    path = getattr(backend, "path", None)
+    if isinstance(path, (str, os.PathLike)) and os.path.basename(os.fspath(path)):
+        return os.path.basename(os.fspath(path))
+    return type(backend).__name__
 
 
 def _kwargs_for(fn: Any, top_k: int, extra: dict[str, Any]) -> dict[str, Any]:
