@@ -29,12 +29,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.engine import observe_trace
 from selfrag_core.errors import RAGSystemError, StrategyError, misconfiguration_hint
 from selfrag_core.presets import (  # build_strategy and open_index re-exported: they lived here
     BASELINE,
@@ -48,7 +49,7 @@ from selfrag_core.presets import (  # build_strategy and open_index re-exported:
     open_index,
     preset_for,
 )
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
 
@@ -313,6 +314,18 @@ def run_strategy(strategy: Any, question: str) -> Any:
         return e.report
 
 
+def step_lines(progress: Progress) -> Callable[[Any], None]:
+    """A trace listener (:func:`~selfrag_core.engine.observe_trace`) that says each step of
+    a query (:func:`~selfrag_core.strategies.base.step_of`) on stderr as it happens."""
+
+    def say(event: Any) -> None:
+        step = step_of(event)
+        if step is not None:
+            progress.say(f"- {step.text}")
+
+    return say
+
+
 def describe(result: Any) -> str:
     """The strategy-specific quality line: confidence, scores or what was done."""
     if hasattr(result, "confidence"):
@@ -495,7 +508,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         rag = open_index(_index_dir(args), create=False)
         if rag.count() == 0:
             raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
-    result = run_strategy(_strategy(args, args.strategy, rag, _llm(args)), args.question)
+    strategy = _strategy(args, args.strategy, rag, _llm(args))
+    with nullcontext() if args.quiet else observe_trace(step_lines(Progress(args.plain))):
+        result = run_strategy(strategy, args.question)
     why = unanswered(result)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
@@ -757,6 +772,11 @@ def build_parser() -> argparse.ArgumentParser:
              "or your own: package.module:Name or file.py:Name",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="no step lines on stderr (each retrieval, sub-question, verdict, attempt and fallback as it "
+             "happens)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_ask)
     p = sub.add_parser(
         "demo",
