@@ -262,8 +262,9 @@ class Step:
             return f"{head or 'sub-question failed'}: {_quoted(d.get('question'))}{'' if head else why}"
         if self.kind == "verdict":
             if "score" in d:
-                verdict = "passed" if d.get("passed") else "below"
-                return f"verdict on {d.get('strategy')}: {d['score']:.2f} ({verdict} {d.get('threshold')})"
+                passed = "passes" if d.get("passed") else "is below"
+                score, threshold = d["score"], d.get("threshold")
+                return f"verdict on {d.get('strategy')}: {score:.2f} {passed} the threshold {threshold}"
             confidence = d.get("confidence")
             return f"verdict: confidence {'unknown' if confidence is None else f'{confidence:.2f}'}"
         if self.kind == "attempt":
