@@ -88,6 +88,11 @@ class ConfigurationError(RAGSystemError, ValueError):
         self.component = component
 
 
+class InputError(RAGSystemError, ValueError):
+    """A request's input is invalid (an argument of a ``selfrag mcp`` tool, ...); the message
+    names the argument and what to send instead. Also a ``ValueError``."""
+
+
 class MissingDependencyError(RAGSystemError, ImportError):
     """An optional dependency is not installed; the message names the extra."""
 
