@@ -240,6 +240,13 @@ class RAG:
         with self._index.lock:
             return dict(self._index.sources)
 
+    def texts_of(self, source: str) -> list[str]:
+        """The texts of the chunks of ``source``, in order (empty when it is not indexed)."""
+        with self._index.lock:
+            chunks = self._index.chunks
+            others = set(chunks.positions_without({source}).tolist())
+            return [chunks[i].text for i in range(len(chunks)) if i not in others]
+
     @property
     def bm25_rebuilds(self) -> int:
         """How many times the BM25 statistics were rebuilt (for tests and diagnostics)."""
