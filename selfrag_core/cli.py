@@ -6,6 +6,7 @@ a local LLM.
     selfrag demo                          # sample corpus + all four strategies
     selfrag stats [--json]
     selfrag eval questions.jsonl --corpus corpus.jsonl   # each strategy against a plain retrieve-and-answer
+    selfrag mcp [--http]                  # the tools ask, search, add_documents for MCP clients
 
 The index lives in ``--index DIR``, else ``$SELFRAG_INDEX``, else the per-user data
 directory (``$XDG_DATA_HOME/selfrag/index``, by default ``~/.local/share/selfrag/index``).
@@ -690,6 +691,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from selfrag_core.mcp_server import SelfragTools, create_server, http_app, run_stdio  # the install hint
+    from selfrag_core.serve.server import serve_forever, warn_if_open
+    from selfrag_core.serve.settings import ServeSettings
+
+    spec = _external_backend(args)
+    directory = None if spec is not None else _index_dir(args)
+    if directory is None:
+        rag = _open_external(args, str(spec))
+    else:
+        rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
+    llm = _llm(args)
+    strategies = {name: _strategy(args, name, rag, llm) for name in (BASELINE, *STRATEGIES)}
+    # the token matters over HTTP only: stdio is the client's own child process
+    settings = ServeSettings.from_env() if args.http else ServeSettings()
+    tools = SelfragTools(
+        rag, strategies, index_dir=None if directory is None else str(directory), settings=settings
+    )
+    server = create_server(tools)
+    if args.http:
+        warn_if_open(args.host, settings.api_token)
+        serve_forever(http_app(server, settings, args.host), args.host, args.port, log_level="warning")
+    else:
+        run_stdio(server)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -860,6 +888,19 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     add_serve_arguments(p, shared=False)
     p.set_defaults(func=cmd_serve)
+    p = sub.add_parser(
+        "mcp", parents=[common, backend_opt, llm_opts, timing, new_index],
+        help="serve ask, search and add_documents as MCP tools over stdio (pip install 'selfrag[mcp]')",
+        description="A Model Context Protocol server: the tools ask, search and add_documents, and "
+        "each indexed source as a resource. Over stdio by default (an MCP client starts it); --http "
+        "serves streamable HTTP at http://HOST:PORT/mcp, behind $SELFRAG_API_TOKEN as selfrag serve.",
+    )  # fmt: skip
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="with --http: address to listen on (default 127.0.0.1)"
+    )
+    p.add_argument("--port", type=int, default=8000, help="with --http: port (default 8000)")
+    p.set_defaults(func=cmd_mcp)
     return parser
 
 
