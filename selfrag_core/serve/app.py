@@ -219,8 +219,10 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
     kind = type(state.strategies[name]).__name__
     about = (
         f"Answer with {kind}. With `stream` the answer comes as server-sent events: `start`, `trace` "
-        "(each LLM call and retrieval as it ends), `token` (the final answer's text: piece by piece where "
-        "the strategy and the LLM stream it, else whole), `reset` (only when the text sent was not the "
+        "(each LLM call and retrieval as it ends), `step` (after its `trace` event, when it is a step: "
+        "a retrieval, a hypothetical passage, a sub-question, a verdict, an attempt or a fallback, with "
+        "`kind`, `name`, `detail`, `text` and `error`), `token` (the final answer's text: piece by piece "
+        "where the strategy and the LLM stream it, else whole), `reset` (only when the text sent was not the "
         "answer: drop it, the answer follows whole), then `result` (authoritative) or `error`."
     )
 

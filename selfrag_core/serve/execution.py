@@ -1,7 +1,8 @@
 """Running one query for the service: a shallow copy of the shared strategy with the
 request's options (the shared instance is never mutated) and its own ``ExecutionConfig``,
 so the LLM-call budget and the timeout hold per request and the partial trace survives a
-cancelled query. A listener sees every trace event, then the final answer's text.
+cancelled query. A listener sees every trace event (and each step among them), then the
+final answer's text.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.models import QueryRequest
 from selfrag_core.serve.settings import ServeSettings
-from selfrag_core.strategies.base import arun_query, closing_events
-from selfrag_core.types import Trace
+from selfrag_core.strategies.base import arun_query, closing_events, step_of
+from selfrag_core.types import Trace, TraceEvent
 
 #: where each request option lives, in order: a field of ``strategy.config`` or an attribute
 OPTION_FIELDS: dict[str, tuple[str, ...]] = {
@@ -123,6 +124,16 @@ def _knobs(timeout: float | None, request: QueryRequest, settings: ServeSettings
     return {}
 
 
+def _tell(listener: Callable[[str, dict[str, Any]], None], event: TraceEvent) -> None:
+    """A trace event as the stream's ``trace`` event, then, when it is a step (:func:`step_of`:
+    a retrieval, a hypothetical passage, a sub-question, a verdict, an attempt, a
+    fallback), as a ``step`` event (``Step.to_dict``)."""
+    listener("trace", event.to_dict())
+    step = step_of(event)
+    if step is not None:
+        listener("step", step.to_dict())
+
+
 async def execute(
     strategy: Any,
     question: str,
@@ -151,7 +162,7 @@ async def execute(
 
     run = Run(execution, on_token=on_token if listener is not None else None)
     if listener is not None:
-        run.trace.listener = lambda event: listener("trace", event.to_dict())
+        run.trace.listener = lambda event: _tell(listener, event)
     trace = run.trace
     if on_trace is not None:
         on_trace(trace)
