@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Union
 
+from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import AddableDict
 from pydantic import ConfigDict, field_validator
@@ -14,6 +15,9 @@ from selfrag_langchain._convert import question_of, result_output
 
 Input = Union[str, dict[str, Any]]
 Output = dict[str, Any]
+
+#: the name of the custom event of each step of a streamed query (``astream_events``: ``on_custom_event``)
+STEP_EVENT = "selfrag_step"
 
 
 class SelfRAGRunnable(RunnableSerializable[Input, Output]):
@@ -33,7 +37,12 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
     ``astream`` yield ``{"answer": token}`` chunks as the strategy's final answer is
     generated (HyDE, recursive merge: token by token when the model streams; SelfIRAG
     picks its answer only after evaluating it, so it arrives as one chunk), then one
-    chunk with every other key; the chunks add up to the ``invoke`` output.
+    chunk with every other key; the chunks add up to the ``invoke`` output. While they
+    stream, each step of the query (a retrieval, a hypothetical passage, a sub-question,
+    a verdict, an attempt, a fallback: ``selfrag_core.Step``) is dispatched as a custom
+    event named ``selfrag_step`` with the step's ``to_dict()`` as its data, as it happens:
+    ``astream_events`` yields it as an ``on_custom_event``, callback handlers get
+    ``on_custom_event``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -53,17 +62,23 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
         question, context = question_of(value)
         return result_output(await arun_query(self.strategy, question, context), question)
 
-    def _chunks(self, inputs: Iterator[Input]) -> Iterator[Output]:
+    def _chunks(self, inputs: Iterator[Input], config: RunnableConfig) -> Iterator[Output]:
         for value in inputs:
             question, context = question_of(value)
             for event in self.strategy.stream(question, context):
-                yield _chunk(event, question)
+                if event.kind == "step":
+                    dispatch_custom_event(STEP_EVENT, event.step.to_dict(), config=config)
+                else:
+                    yield _chunk(event, question)
 
-    async def _achunks(self, inputs: AsyncIterator[Input]) -> AsyncIterator[Output]:
+    async def _achunks(self, inputs: AsyncIterator[Input], config: RunnableConfig) -> AsyncIterator[Output]:
         async for value in inputs:
             question, context = question_of(value)
             async for event in self.strategy.astream(question, context):
-                yield _chunk(event, question)
+                if event.kind == "step":
+                    await adispatch_custom_event(STEP_EVENT, event.step.to_dict(), config=config)
+                else:
+                    yield _chunk(event, question)
 
     def stream(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Output]:
         yield from self._transform_stream_with_config(iter([input]), self._chunks, config, **kwargs)
