@@ -19,7 +19,8 @@ _AUX_EN = r"is|are|was|were|do|does|did|can|could|has|have|had|will|would|should
 _WH_AR = r"ما|ماذا|من|متى|أين|كيف|لماذا|كم|أي|هل"
 #: where a second question starts inside the first: ", and how ...", "; what ...", "? Who ..."
 _JOINT = re.compile(
-    rf"(?:\s*[,;]\s*(?:and\s+|but\s+|also\s+)?|\s+and\s+(?:also\s+)?|\?\s+)(?=(?:{_WH_EN}|{_AUX_EN})\b)"
+    rf"(?:\s*,\s*(?:and|but|also)\s+|\s*;\s*(?:and\s+|but\s+|also\s+)?|\s+and\s+(?:also\s+)?|\?\s+)"
+    rf"(?=(?:{_WH_EN}|{_AUX_EN})\b)"
     rf"|(?:\s*[،,؛;]\s*|\s+|؟\s*)و?(?=(?:{_WH_AR})\s)|؟\s+(?=\S)",
     re.IGNORECASE,
 )

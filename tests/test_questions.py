@@ -42,6 +42,8 @@ def test_a_question_of_several_parts_is_split(question: str, parts: list[str]) -
         "Are the Laleli Mosque and Esma Sultan Mansion both located in Istanbul?",
         "ما هي عاصمة فرنسا؟",
         "Tell me about volcanoes, and what causes them?",  # not a question at its start
+        # a relative clause, not a second question
+        "Which Panthers player got a penalty, which gave the Broncos a new set of downs?",
     ],
 )
 def test_a_single_question_is_kept_whole(question: str) -> None:
