@@ -470,3 +470,16 @@ def test_completeness_can_be_turned_off(instant: ExecutionConfig) -> None:
     strategy = make(llm, _Topical([VOLCANO, VACCINE]), instant, top_k=1, complete_parts=False)
     result = strategy.query(TWO_PARTS)
     assert "volcano" not in result.answer and llm.n_calls == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_unusable_plain_answer_gives_way_to_a_quote_as_plains_does(
+    mode: str, instant: ExecutionConfig
+) -> None:
+    question = "What is the capital of France?"
+    llm = FakeLLM(script([judged(None, 5)], evaluate=[judged(None, 5)], answer=[question]))  # an echo
+    strategy = make(llm, FakeRetriever(["Paris is the capital of France."]), instant, fast_mode=False,
+                    stop_when_supported=True)  # fmt: skip
+    result = strategy.query(question) if mode == "sync" else asyncio.run(strategy.aquery(question))
+    assert result.answer == "\u201cParis is the capital of France.\u201d [1]" and llm.n_calls == 1
+    assert [e.detail["then"] for e in result.trace.fallbacks if e.name == "answer_rejected"] == ["a quote"]

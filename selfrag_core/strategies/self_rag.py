@@ -431,6 +431,13 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
         answer = answer_text(reply.text)
+        if iteration == 1:  # the plain answer: unusable, it gives way to a quote as PlainRAG's does
+            reason = degenerate_reason(answer, query, context_text(docs))
+            quote = quoted_answer(query, docs) if reason else None
+            if quote:
+                detail = {"reason": reason, "answer": answer[:200], "then": "a quote"}
+                yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
+                answer = quote
         grounding = None
         if self.config.stop_when_supported and self.config.grounding.enabled:
             grounding = yield from self._grounding(answer, query, docs)
