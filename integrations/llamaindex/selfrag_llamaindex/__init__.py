@@ -9,6 +9,7 @@ LlamaIndex LLM as their LLM and any retriever or index as their backend.
     response = engine.query("...")   # Response: answer, source_nodes, metadata
 """
 
+from selfrag_llamaindex._events import SelfRAGStepEvent
 from selfrag_llamaindex.backend import LlamaIndexBackend, as_backend
 from selfrag_llamaindex.embeddings import SelfRAGEmbedding
 from selfrag_llamaindex.llm import LlamaIndexLLM
@@ -22,6 +23,7 @@ __all__ = [
     "LlamaIndexLLM",
     "SelfRAGEmbedding",
     "SelfRAGQueryEngine",
+    "SelfRAGStepEvent",
     "StrategyRetriever",
     "as_backend",
 ]

@@ -6,7 +6,8 @@ see their own). :class:`~selfrag_llamaindex.LlamaIndexLLM` and the backends made
 :func:`~selfrag_llamaindex.as_backend` then report LLM and RETRIEVE events to it,
 and record adapter-level fallbacks (nodes without text) for the response metadata.
 :func:`sub_question_reporter` turns the core's ``sub_question`` progress notes into
-SUB_QUESTION events as each sub-question starts and is answered.
+SUB_QUESTION events as each sub-question starts and is answered; :func:`dispatch_step`
+tells instrumentation event handlers each step of a query (:class:`SelfRAGStepEvent`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,37 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
+from llama_index.core.instrumentation.events.base import BaseEvent
 from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
 from llama_index.core.question_gen.types import SubQuestion
+from pydantic import Field
 
-from selfrag_core.types import TraceEvent
+from selfrag_core import TraceEvent, step_of
+
+
+class SelfRAGStepEvent(BaseEvent):
+    """A step of a selfrag query, as it happens (``selfrag_core.Step``): ``kind``
+    (``retrieval``, ``hypothesis``, ``sub_question``, ``verdict``, ``attempt`` or
+    ``fallback``), the trace event's ``name``, ``detail``, a one-line ``text`` and the
+    ``error`` when it failed. Event handlers (``llama_index.core.instrumentation``)
+    receive it during the engine's queries, streamed or not."""
+
+    kind: str
+    name: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+    text: str = ""
+    error: str | None = None
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "SelfRAGStepEvent"
+
+
+def dispatch_step(dispatcher: Any, event: TraceEvent) -> None:
+    """``event`` as a :class:`SelfRAGStepEvent` on ``dispatcher`` when it is a step."""
+    step = step_of(event)
+    if step is not None:
+        dispatcher.event(SelfRAGStepEvent(**step.to_dict()))
 
 
 @dataclass

@@ -19,7 +19,7 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryType
 from pydantic import field_validator
 
-from selfrag_core import arun_query, check_strategy, observe_trace, run_query
+from selfrag_core import TraceEvent, arun_query, check_strategy, observe_trace, run_query
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import node_from_doc, note, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
@@ -48,7 +48,10 @@ class SelfRAGQueryEngine(CustomQueryEngine):
     per call of a :class:`LlamaIndexLLM`, a RETRIEVE event per retrieval of an
     :func:`as_backend` backend and a SUB_QUESTION event per sub-question of a
     decomposition, from when it is asked until it is answered; instrumentation handlers
-    see the query span and, through LlamaIndex's own LLMs and retrievers, their events.
+    see the query span, a :class:`~selfrag_llamaindex.SelfRAGStepEvent` per step of the
+    query as it happens (each retrieval, hypothetical passage, sub-question, verdict,
+    attempt and fallback: ``selfrag_core.Step``) and, through LlamaIndex's own LLMs and
+    retrievers, their events.
     ``context`` is passed to every query (e.g. ``{"filters": ...}``).
     """
 
@@ -153,6 +156,8 @@ class SelfRAGQueryEngine(CustomQueryEngine):
             return str(event.text)
         if event.kind == "reset":
             return scope.restart()
+        if event.kind != "result":  # a step: event handlers heard it from the trace
+            return None
         final = self._response(event.result, scope, ev)
         nodes.extend(final.source_nodes)
         metadata.update(final.metadata or {})
@@ -191,9 +196,15 @@ class _QueryScope:
         self.observation = _events.Observation(manager)
         self.reporter = _events.sub_question_reporter(manager, type(engine.strategy).__name__)
 
+    def hear(self, event: TraceEvent) -> None:
+        """A trace event of the query: a SUB_QUESTION callback event where it is one, a
+        :class:`~selfrag_llamaindex.SelfRAGStepEvent` for event handlers where it is a step."""
+        self.reporter(event)
+        _events.dispatch_step(dispatcher, event)
+
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        with _events.observing(self.observation), observe_trace(self.reporter):
+        with _events.observing(self.observation), observe_trace(self.hear):
             yield
 
     def restart(self) -> str:

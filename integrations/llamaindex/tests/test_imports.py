@@ -21,8 +21,8 @@ def test_public_api() -> None:
     import selfrag_llamaindex
 
     assert set(selfrag_llamaindex.__all__) == {
-        "LlamaIndexBackend", "LlamaIndexLLM", "SelfRAGEmbedding", "SelfRAGQueryEngine", "StrategyRetriever",
-        "as_backend",
+        "LlamaIndexBackend", "LlamaIndexLLM", "SelfRAGEmbedding", "SelfRAGQueryEngine", "SelfRAGStepEvent",
+        "StrategyRetriever", "as_backend",
     }  # fmt: skip
     for name in selfrag_llamaindex.__all__:
         assert getattr(selfrag_llamaindex, name) is not None
