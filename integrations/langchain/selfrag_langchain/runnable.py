@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Union
 
-from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForChainRun,
+    CallbackManagerForChainRun,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import AddableDict
 from pydantic import ConfigDict, field_validator
@@ -62,7 +67,9 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
         question, context = question_of(value)
         return result_output(await arun_query(self.strategy, question, context), question)
 
-    def _chunks(self, inputs: Iterator[Input], config: RunnableConfig) -> Iterator[Output]:
+    def _chunks(
+        self, inputs: Iterator[Input], run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> Iterator[Output]:
         for value in inputs:
             question, context = question_of(value)
             for event in self.strategy.stream(question, context):
@@ -71,7 +78,12 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
                 else:
                     yield _chunk(event, question)
 
-    async def _achunks(self, inputs: AsyncIterator[Input], config: RunnableConfig) -> AsyncIterator[Output]:
+    async def _achunks(
+        self,
+        inputs: AsyncIterator[Input],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> AsyncIterator[Output]:
         async for value in inputs:
             question, context = question_of(value)
             async for event in self.strategy.astream(question, context):

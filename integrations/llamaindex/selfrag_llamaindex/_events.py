@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
-from llama_index.core.instrumentation.events.base import BaseEvent
+from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
 from llama_index.core.question_gen.types import SubQuestion
 from pydantic import Field
