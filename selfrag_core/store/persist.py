@@ -54,6 +54,7 @@ system) and touches nothing.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -744,7 +745,9 @@ def load_index(
     the manifest is checked before any data file is opened; every problem, down to a
     truncated array, is an :class:`IndexFormatError` naming the file and the field. A
     problem met while another process replaced the manifest is that save's doing: the
-    load starts again, reading the new index (up to :data:`LOAD_ATTEMPTS` times).
+    load starts again, reading the new index (up to :data:`LOAD_ATTEMPTS` times). The load
+    holds the readers' lock (a shared ``flock``), so a save of this version of the library
+    never replaces its files while it reads.
 
     ``reuse``: an index loaded from the same directory before; when the base it was
     saved on is still the base (a later save wrote a delta), its mapped arrays are taken
@@ -757,7 +760,8 @@ def load_index(
     while True:
         version = manifest_version(root)
         try:
-            stored = _load(root, reuse, verify)
+            with _reading(root):
+                stored = _load(root, reuse, verify)
         except IndexFormatError:
             attempts -= 1
             if not attempts or manifest_version(root) in (None, version):
@@ -858,11 +862,41 @@ def index_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield root
         return
     fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    held = _HELD.set(_HELD.get() | {os.path.realpath(root)})
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield root
     finally:
+        _HELD.reset(held)
         os.close(fd)  # releases the lock
+
+
+#: the index directories whose writers' lock this thread (context) holds: a load inside a
+#: save reads without the readers' lock (flock would wait on itself)
+_HELD: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "selfrag_index_locks", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def _reading(root: Path) -> Iterator[None]:
+    """A shared ``flock`` on the index's :data:`LOCK_FILE` for a load: no save can replace
+    the files being read, and a save waits for the loads under way. None where there is
+    no lock file (an index no writer of this version saved, a read-only copy) or no
+    ``fcntl``, and inside a save of this directory (its lock is held already)."""
+    if sys.platform == "win32" or os.path.realpath(root) in _HELD.get():  # pragma: no cover - win32
+        yield
+        return
+    try:
+        fd = os.open(root / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
 
 
 def generation(manifest: Mapping[str, Any] | None) -> tuple[Any, Any] | None:

@@ -5,6 +5,7 @@ reads the save's index."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -226,9 +227,11 @@ def test_the_lock_refuses_a_foreign_directory_and_creates_nothing_there(tmp_path
 # ----------------------------------------------------------------------------- readers
 
 
-def test_a_load_that_races_a_save_reads_the_new_index(
+def test_a_load_that_races_a_lockless_save_reads_the_new_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A writer that takes no readers' lock (an older version of the library): the load
+    starts again and reads the new index."""
     saved(tmp_path, "seed")
     monkeypatch.setattr(Index, "DELTA_MIN", 0)  # every save writes a new base and removes the old one
     monkeypatch.setattr(Index, "DELTA_SHARE", 0.0)
@@ -243,10 +246,48 @@ def test_a_load_that_races_a_save_reads_the_new_index(
             writer.save()
         return real(root, manifest, verify)
 
+    monkeypatch.setattr(persist, "_reading", lambda root: contextlib.nullcontext())
     monkeypatch.setattr(persist, "_read_data", read_during_a_save)
     reader = RAG.load(tmp_path)
     assert raced and set(reader.sources()) == {"seed", "late"}
     assert not reader.changed_on_disk()
+
+
+def test_a_save_waits_for_a_load_under_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load holds the readers' lock: a save of this version waits for it instead of
+    removing the files it reads."""
+    saved(tmp_path, "seed")
+    monkeypatch.setattr(Index, "DELTA_MIN", 0)
+    monkeypatch.setattr(Index, "DELTA_SHARE", 0.0)
+    writer = RAG.load(tmp_path)
+    real = persist._read_data
+    reading, saving = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_read(root: Path, manifest: dict[str, Any], verify: bool) -> persist.StoredIndex:
+        if threading.current_thread() is threading.main_thread():
+            reading.set()
+            saving.wait(5)  # the save has started: give it time to (wrongly) run
+            time.sleep(0.3)
+            order.append("read")
+        return real(root, manifest, verify)
+
+    def save_now() -> None:
+        reading.wait(5)
+        writer.index("Saved while the other was loading.", source="late")
+        saving.set()
+        writer.save()
+        order.append("saved")
+
+    monkeypatch.setattr(persist, "_read_data", slow_read)
+    thread = threading.Thread(target=save_now)
+    thread.start()
+    reader = RAG.load(tmp_path)
+    thread.join(10)
+    assert order == ["read", "saved"]  # the save waited for the load
+    assert set(reader.sources()) == {"seed"} and reader.changed_on_disk()
+    monkeypatch.setattr(persist, "_read_data", real)
+    assert reader.refresh() and set(reader.sources()) == {"seed", "late"}
 
 
 # ----------------------------------------------------------------------------- the CLI's writer
