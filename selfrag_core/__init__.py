@@ -6,7 +6,17 @@ from selfrag_core.config import (
     RecursiveRAGConfig,
     SelfRAGConfig,
 )
-from selfrag_core.engine import Generate, Note, Parallel, Plan, Retrieve, RetrieveMany, Run, observe_trace
+from selfrag_core.engine import (
+    Generate,
+    Note,
+    Parallel,
+    Plan,
+    RetrievalWatch,
+    Retrieve,
+    RetrieveMany,
+    Run,
+    observe_trace,
+)
 from selfrag_core.errors import (
     BudgetExceededError,
     ConfigurationError,
@@ -101,6 +111,7 @@ __all__ = [
     "RefinementStep",
     "RetrievalError",
     "RetrievalTimeoutError",
+    "RetrievalWatch",
     "Retrieve",
     "RetrieveMany",
     "RetrievedDoc",

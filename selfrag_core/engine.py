@@ -51,6 +51,7 @@ from selfrag_core.errors import (
     ConfigurationError,
     LLMTimeoutError,
     QueryTimeoutError,
+    RetrievalError,
     RetrievalTimeoutError,
 )
 from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed, llm_identity, within
@@ -173,6 +174,37 @@ def observe_trace(listener: Callable[[TraceEvent], None]) -> Iterator[None]:
         yield
     finally:
         _TRACE_LISTENER.reset(token)
+
+
+class RetrievalWatch:
+    """A trace listener (:func:`observe_trace`) keeping the retrievals of the queries
+    started while it listens, so that a retriever (the adapters' ``StrategyRetriever``)
+    can tell an outage from "nothing matched": :meth:`failure` raises when every
+    retrieval failed."""
+
+    def __init__(self) -> None:
+        self.retrievals: list[TraceEvent] = []
+
+    def __call__(self, event: TraceEvent) -> None:
+        if event.kind == "retrieval":
+            self.retrievals.append(event)  # list.append: safe from the engine's threads
+
+    def failure(self, strategy: Any, query: str) -> str | None:
+        """None when no retrieval failed; what failed when some did ("1 of 3 retrievals
+        failed (the first: ...)"); raises :class:`RetrievalError` naming the failures when all did."""
+        failed = [e for e in self.retrievals if e.error]
+        if not failed:
+            return None
+        first = f"{failed[0].name}: {failed[0].error}"
+        summary = f"{len(failed)} of {len(self.retrievals)} retrievals failed (the first: {first[:300]})"
+        if len(failed) < len(self.retrievals):
+            return summary
+        raise RetrievalError(
+            f"{type(strategy).__name__} found nothing for {query[:80]!r} because {summary}; "
+            "check that the backend is reachable and returns documents (strings, dicts with "
+            "'text', (text, score) pairs); the strategy's trace has each failure",
+            query=query,
+        )
 
 
 class Run:

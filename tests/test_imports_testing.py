@@ -37,7 +37,7 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "LLMTimeoutError", "MissingDependencyError", "Note", "OpenAICompatibleLLM",
          "Parallel", "ParseError", "Plan", "PlainRAG",
          "QueryTimeoutError", "RAGSystemError", "RecursiveRAG", "RecursiveRAGConfig", "RecursiveRAGResult",
-         "RefinementStep", "RetrievalError", "RetrievalTimeoutError", "Retrieve", "RetrieveMany",
+         "RefinementStep", "RetrievalError", "RetrievalTimeoutError", "RetrievalWatch", "Retrieve", "RetrieveMany",
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",
          "SelfRAGConfig", "SelfRAGResult", "Step", "Strategy", "StrategyError", "StreamEvent", "SubAnswer",
          "Trace", "TraceEvent", "_call_llm", "_deduplicate", "_retrieve_safe", "arun_query", "astream_query",

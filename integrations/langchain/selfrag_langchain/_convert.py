@@ -4,7 +4,7 @@ A score travels in a ``Document``'s metadata as ``score`` with its ``score_kind`
 ("similarity", "distance" or "unknown"); a ``score`` without a ``score_kind`` is the
 user's own metadata and is left alone. A retriever's documents carry
 ``selfrag_partial_failure`` when some of its run's retrievals failed (see
-:class:`RetrievalWatch`).
+:class:`selfrag_core.RetrievalWatch`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 
-from selfrag_core.errors import LLMCallError, RetrievalError
+from selfrag_core.errors import LLMCallError
 from selfrag_core.protocols import LLMOutput
-from selfrag_core.types import RetrievedDoc, ScoreKind, TraceEvent
+from selfrag_core.types import RetrievedDoc, ScoreKind
 
 SCORE_KEY = "score"
 KIND_KEY = "score_kind"
@@ -43,36 +43,6 @@ def to_documents(docs: list[RetrievedDoc], failure: str | None) -> list[Document
     for document in documents if failure else ():
         document.metadata[PARTIAL_FAILURE_KEY] = failure
     return documents
-
-
-class RetrievalWatch:
-    """A trace listener (``selfrag_core.observe_trace``) keeping the retrievals of the
-    queries started while it listens, so that a retriever can tell an outage from
-    "nothing matched": :meth:`failure` raises when every retrieval failed."""
-
-    def __init__(self) -> None:
-        self.retrievals: list[TraceEvent] = []
-
-    def __call__(self, event: TraceEvent) -> None:
-        if event.kind == "retrieval":
-            self.retrievals.append(event)  # list.append: safe from the engine's threads
-
-    def failure(self, strategy: Any, query: str) -> str | None:
-        """None when no retrieval failed; what failed when some did ("1 of 3 retrievals
-        failed (the first: ...)"); raises :class:`RetrievalError` naming the failures when all did."""
-        failed = [e for e in self.retrievals if e.error]
-        if not failed:
-            return None
-        first = f"{failed[0].name}: {failed[0].error}"
-        summary = f"{len(failed)} of {len(self.retrievals)} retrievals failed (the first: {first[:300]})"
-        if len(failed) < len(self.retrievals):
-            return summary
-        raise RetrievalError(
-            f"{type(strategy).__name__} found nothing for {query[:80]!r} because {summary}; "
-            "check that the backend is reachable and returns documents (strings, dicts with "
-            "'text', (text, score) pairs); the strategy's trace has each failure",
-            query=query,
-        )
 
 
 def from_document(

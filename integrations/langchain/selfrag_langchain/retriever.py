@@ -12,9 +12,9 @@ from langchain_core.runnables.config import set_config_context
 from langchain_core.runnables.utils import coro_with_context
 from pydantic import ConfigDict, Field, field_validator
 
-from selfrag_core import arun_query, check_strategy, observe_trace, run_query
+from selfrag_core import RetrievalWatch, arun_query, check_strategy, observe_trace, run_query
 from selfrag_core.types import RetrievedDoc
-from selfrag_langchain._convert import RetrievalWatch, to_documents
+from selfrag_langchain._convert import to_documents
 
 
 class StrategyRetriever(BaseRetriever):

@@ -12,10 +12,9 @@ from typing import Any
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
 from pydantic import BaseModel, Field, create_model
 
-from selfrag_core.errors import RetrievalError
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.retrieval import normalize_results
-from selfrag_core.types import RetrievedDoc, ScoreKind, TraceEvent
+from selfrag_core.types import RetrievedDoc, ScoreKind
 
 logger = logging.getLogger("selfrag")
 
@@ -73,36 +72,6 @@ def marked(nodes: list[NodeWithScore], failure: str | None) -> list[NodeWithScor
         node.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, PARTIAL_FAILURE_KEY]
         copies.append(NodeWithScore(node=node, score=item.score))
     return copies
-
-
-class RetrievalWatch:
-    """A trace listener (``selfrag_core.observe_trace``) keeping the retrievals of the
-    queries started while it listens, so that a retriever can tell an outage from
-    "nothing matched": :meth:`failure` raises when every retrieval failed."""
-
-    def __init__(self) -> None:
-        self.retrievals: list[TraceEvent] = []
-
-    def __call__(self, event: TraceEvent) -> None:
-        if event.kind == "retrieval":
-            self.retrievals.append(event)  # list.append: safe from the engine's threads
-
-    def failure(self, strategy: Any, query: str) -> str | None:
-        """None when no retrieval failed; what failed when some did ("1 of 3 retrievals
-        failed (the first: ...)"); raises :class:`RetrievalError` naming the failures when all did."""
-        failed = [e for e in self.retrievals if e.error]
-        if not failed:
-            return None
-        first = f"{failed[0].name}: {failed[0].error}"
-        summary = f"{len(failed)} of {len(self.retrievals)} retrievals failed (the first: {first[:300]})"
-        if len(failed) < len(self.retrievals):
-            return summary
-        raise RetrievalError(
-            f"{type(strategy).__name__} found nothing for {query[:80]!r} because {summary}; "
-            "check that the backend is reachable and returns documents (strings, dicts with "
-            "'text', (text, score) pairs); the strategy's trace has each failure",
-            query=query,
-        )
 
 
 def query_text(query: Any) -> tuple[str, list[dict[str, Any]]]:

@@ -8,10 +8,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from selfrag_core import arun_query, check_strategy, observe_trace, run_query
+from selfrag_core import RetrievalWatch, arun_query, check_strategy, observe_trace, run_query
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
-from selfrag_llamaindex._convert import RetrievalWatch, marked, node_from_doc, query_text
+from selfrag_llamaindex._convert import marked, node_from_doc, query_text
 
 
 class StrategyRetriever(BaseRetriever):
