@@ -1,8 +1,8 @@
 """Citations: which source each sentence of an answer cites, and which sources support it.
 
 :func:`cite` splits an answer into sentences, reads the ``[n]`` / ``[n, m]`` markers the
-model wrote after each, and checks every cited source against the sentence with the
-LLM-free :func:`~selfrag_core.grounding.support` signal. A sentence that cites nothing
+model wrote after each, and checks every source against the sentence on its own with the
+claim-level verifier (:mod:`selfrag_core.verify`; LLM-free by default). A sentence that cites nothing
 is attributed to the source that supports it best (marked ``attributed``), so a model
 that ignores the instruction to cite still gets citations.
 
