@@ -120,6 +120,17 @@ def _asks_yes_no(q_words: list[str]) -> bool:
     return bool(q_words) and q_words[0] in _AUXILIARIES
 
 
+#: the words that offer alternatives ("Who is older, A or B?"), in English and Arabic
+_OR = frozenset({"or", "أو", "أم", "او", "ام"})
+
+
+def _picks_an_alternative(words: list[str], q_words: list[str]) -> bool:
+    """Whether the question offers alternatives ("Who was born first, Erika Jayne or Marco
+    Da Silva?") and the answer does not repeat the offer: then an answer made of the
+    question's words ("Erika Jayne was born first.") chooses one, and is no echo."""
+    return any(w in _OR for w in q_words) and not any(w in _OR for w in words)
+
+
 def is_refusal(answer: str) -> bool:
     return bool(_REFUSAL.search(answer.casefold()))
 
@@ -249,6 +260,7 @@ def _degenerate(answer: str, words: list[str], refusal: bool, question: str, con
         len(answer_tokens) >= max(3, 0.8 * len(q_tokens))
         and set(answer_tokens) <= q_tokens
         and not _asks_yes_no(q_words)
+        and not _picks_an_alternative(words, q_words)
     ):
         return "question_echo"
     if refusal and q_tokens and _coverage(sorted(q_tokens), set(content_tokens(context))) >= 0.75:

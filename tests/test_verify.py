@@ -281,6 +281,24 @@ def test_a_yes_no_answer_to_a_yes_no_question_is_no_echo(answer: str) -> None:
     assert degenerate_reason(question, question, "context") == "question_echo"
 
 
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [  # answers of the default local model to HotpotQA comparisons, once rejected as echoes
+        ("Who is older, Ferdi Taygan or Mahesh Bhupathi?", "Ferdi Taygan is older than Mahesh Bhupathi."),
+        (
+            "Which band has more members, Test Icicles or X Ambassadors?",
+            "X Ambassadors has more members than Test Icicles.",
+        ),
+        ("أيهما أقدم، مدينة القاهرة أم مدينة الإسكندرية؟", "مدينة الإسكندرية أقدم من مدينة القاهرة"),
+    ],
+)
+def test_an_answer_that_picks_an_alternative_is_no_echo(question: str, answer: str) -> None:
+    assert degenerate_reason(answer, question, "context") is None
+    assert degenerate_reason(question, question, "context") == "question_echo"
+    restated = question.rstrip("?؟").replace("Who is older, ", "Who is older: ")
+    assert degenerate_reason(restated, question, "context") == "question_echo"
+
+
 def test_selfirag_decides_support_and_cites_with_the_configured_verifier() -> None:
     from selfrag_core import GroundingConfig, SelfIRAG, SelfRAGConfig
     from selfrag_core.testing import FakeLLM, FakeRetriever, judge_json
