@@ -1,7 +1,9 @@
 """``selfrag``: index documents and ask questions offline, on the embedded backend and
 a local LLM.
 
-    selfrag index PATH...                 # files and folders (text files, recursively)
+    selfrag index PATH...                 # files and folders (text files, recursively); files gone
+                                          # from a folder leave the index (--keep-removed keeps them)
+    selfrag delete SOURCE...              # the chunks of indexed files (paths) or other sources
     selfrag ask "question" --strategy self|hyde|recursive|healing [--json]
     selfrag demo                          # sample corpus + all four strategies
     selfrag stats [--json]
@@ -37,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from selfrag_core.engine import observe_trace
-from selfrag_core.errors import RAGSystemError, StrategyError, misconfiguration_hint
+from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError, misconfiguration_hint
+from selfrag_core.ingest import Writer, ingest, writer
 from selfrag_core.presets import (  # build_strategy and open_index re-exported: they lived here
     BASELINE,
     DEFAULT_LLM_TIMEOUT,
@@ -250,9 +253,16 @@ class Progress:
 
 
 def index_paths(
-    rag: Any, gathered: Gathered, progress: Progress, *, encoding: str | None = None, verbose: bool = False
+    rag: Any,
+    gathered: Gathered,
+    progress: Progress,
+    *,
+    encoding: str | None = None,
+    verbose: bool = False,
+    changed: bool = False,
 ) -> tuple[int, int, int, list[str]]:
-    """Index the gathered files into ``rag`` and save it when anything changed. Returns
+    """Index the gathered files into ``rag`` (through :func:`~selfrag_core.ingest.ingest`)
+    and save it when anything changed (``changed``: something was deleted before). Returns
     (files read, chunks added, files skipped, problems of explicitly named files)."""
     docs: list[dict[str, Any]] = []
     explicit_problems: list[str] = []
@@ -270,36 +280,45 @@ def index_paths(
                 if explicit or verbose:
                     progress.say(f"skipped: {path} {e}")
             advance()
-    added = 0
+    # the save is atomic, under the index's lock, over whatever another writer saved meanwhile
     with progress.task("indexing", len(docs)) as advance:
-        for start in range(0, len(docs), _BATCH):
-            batch = docs[start : start + _BATCH]
-            added += _write(rag, batch)
-            advance(len(batch))
-    if added and callable(getattr(rag, "save", None)):
-        rag.save()  # atomic, under the index's lock, over whatever another writer saved meanwhile
-    return len(docs), added, skipped, explicit_problems
+        report = ingest(rag, docs, batch_size=_BATCH, save=True, progress=advance)
+    if changed and not report.saved:
+        writer(rag).save()
+    return len(docs), report.chunks or 0, skipped, explicit_problems
 
 
-def _can_write(backend: Any) -> bool:
-    return any(callable(getattr(backend, n, None)) for n in ("index_many", "add_documents", "add_document"))
+def _writer(backend: Any, spec: str | None) -> Writer:
+    """``backend`` resolved for writing; CLIError naming the fix when it cannot store documents."""
+    try:
+        return writer(backend)
+    except ConfigurationError as e:
+        where = f"the backend {spec}" if spec else "the index"
+        raise CLIError(
+            f"{where}: {e}; or index into a directory (--index DIR) or a Chroma server "
+            "(--backend chroma://HOST:PORT/NAME)"
+        ) from e
 
 
-def _write(backend: Any, docs: list[dict[str, Any]]) -> int:
-    """Index ``docs`` (dicts with text, source, title) into any backend that can: the
-    embedded index's ``index_many``, else ``add_documents``, else ``add_document``."""
-    if callable(getattr(backend, "index_many", None)):
-        return int(backend.index_many(docs))
-    if callable(getattr(backend, "add_documents", None)) and not _is_langchain(backend):
-        return int(backend.add_documents(docs))
-    return sum(
-        int(backend.add_document(d["text"], {k: v for k, v in d.items() if k != "text"}) or 0) for d in docs
-    )
+def gone_sources(w: Writer, paths: Sequence[str]) -> list[str] | None:
+    """The indexed files under the folders among ``paths`` that no longer exist (their
+    sources are absolute paths); None when the backend cannot list its sources."""
+    folders = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
+    if not folders:
+        return []
+    if not w.can_list:
+        return None
+    gone = []
+    for source in w.sources():
+        path = Path(source)
+        if path.is_absolute() and any(path.is_relative_to(f) for f in folders) and not path.exists():
+            gone.append(source)
+    return gone
 
 
-def _is_langchain(backend: Any) -> bool:
-    """LangChain vector stores' ``add_documents`` takes Documents, not dicts."""
-    return hasattr(backend, "similarity_search_with_score")
+def delete_sources(w: Writer, sources: Sequence[str]) -> dict[str, int]:
+    """Delete each source's chunks; the chunks removed per source (0: it was not indexed)."""
+    return {source: w.delete(source) for source in sources}
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -407,25 +426,18 @@ def cmd_index(args: argparse.Namespace) -> int:
     if spec is None:
         directory = _index_dir(args)
         rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
-    else:  # a Chroma collection, or a factory's object with add_document
+    else:  # a Chroma collection, or a backend registered by URL or made by a factory
         rag = _open_external(args, spec)
-        if not _can_write(rag) or _is_langchain(rag):
-            raise CLIError(
-                f"the backend {spec} ({type(rag).__name__}) has no add_document: fill it with its own "
-                "tools, or index into a directory (--index DIR) or a Chroma server (chroma://HOST:PORT/NAME)"
-            )
+    w = _writer(rag, spec)
+    gone = gone_sources(w, args.paths)
+    dropped = {} if args.keep_removed or not gone else delete_sources(w, gone)
     files, added, skipped, problems = index_paths(
-        rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose
-    )
-    if spec is None:
-        held = f"; index at {directory} now holds {rag.count()} chunk(s) from {len(rag.sources())} source(s)"
-    else:
-        count = rag.count() if callable(getattr(rag, "count", None)) else None
-        held = f" in {spec}" + (f", which now holds {count} chunk(s)" if isinstance(count, int) else "")
-    print(
-        f"{files} file(s) read, {added} new chunk(s){held}"
-        + (f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else "")
-    )
+        rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose,
+        changed=any(dropped.values()),
+    )  # fmt: skip
+    skips = f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else ""
+    removed = _removed_note(gone, dropped)
+    print(f"{files} file(s) read, {added} new chunk(s){removed}{_held(w, spec, args)}{skips}")
     if problems:
         return 1
     if files == 0:
@@ -433,6 +445,58 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(f"selfrag: nothing to index in {where}: no readable text files (-v says why)", file=sys.stderr)
         return 1
     return 0
+
+
+def _removed_note(gone: list[str] | None, dropped: dict[str, int]) -> str:
+    """The summary's part on the files gone from the indexed folders."""
+    if gone is None:
+        return "; files removed from the folder were not looked for (the backend cannot list its sources)"
+    if not gone:
+        return ""
+    if not dropped:
+        return f", {len(gone)} file(s) gone from the folder kept (--keep-removed)"
+    return f", {len(gone)} removed file(s) dropped ({sum(dropped.values())} chunk(s))"
+
+
+def _held(w: Writer, spec: str | None, args: argparse.Namespace) -> str:
+    """The summary's part on what the index or backend holds now."""
+    count = w.count()
+    if spec is None:
+        return f"; index at {_index_dir(args)} now holds {count} chunk(s) from {len(w.sources())} source(s)"
+    return f" in {spec}" + (f", which now holds {count} chunk(s)" if count is not None else "")
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """``selfrag delete SOURCE...``: a file's path (made absolute, as indexed) or any other
+    source; exit 1 when one of them was not indexed."""
+    spec = _external_backend(args)
+    rag = open_index(_index_dir(args), create=False) if spec is None else _open_external(args, spec)
+    w = _writer(rag, spec)
+    sources = [_as_source(s, w) for s in args.sources]
+    removed = delete_sources(w, sources)
+    if any(removed.values()):
+        w.save()
+    for source, n in removed.items():
+        print(f"deleted {source}: {n} chunk(s)" if n else f"not indexed: {source}")
+    print(f"{sum(1 for n in removed.values() if n)} source(s) deleted{_held(w, spec, args)}")
+    missing = [s for s, n in removed.items() if not n]
+    if missing:
+        print(f"selfrag: {len(missing)} source(s) not in the index (`selfrag stats` counts what is)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+def _as_source(given: str, w: Writer) -> str:
+    """A source as indexed: the name itself when it is indexed so; else a path's absolute,
+    resolved form (as ``selfrag index`` stores files) when it names a file or looks like a
+    path; else the name."""
+    if w.can_list and given in w.sources():
+        return given
+    path = Path(given).expanduser()
+    if path.exists() or os.sep in given or "/" in given or given.startswith((".", "~")):
+        return str(path.resolve())
+    return given
 
 
 def _generation_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -789,7 +853,20 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--encoding", help="encoding of files that are not UTF-8 (e.g. cp1252)")
+    p.add_argument(
+        "--keep-removed", action="store_true",
+        help="keep the chunks of files gone from the folders indexed (default: they leave the index)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_index)
+    p = sub.add_parser(
+        "delete", parents=[common, backend_opt],
+        help="remove indexed files or other sources from the index",
+        description="Remove every chunk of each SOURCE: a file as `selfrag index` indexed it (its path; "
+                    "a relative one is made absolute), or any other source name (e.g. one sent to "
+                    "POST /documents). Exit 1 when one of them was not indexed.",
+    )  # fmt: skip
+    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.set_defaults(func=cmd_delete)
     p = sub.add_parser(
         "ask", parents=[common, backend_opt, llm_opts, timing], help="answer a question from the index"
     )

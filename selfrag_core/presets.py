@@ -10,7 +10,7 @@ contracts).
     build_strategy(name, rag, llm, *, preset="small", top_k=3, ...)   # one strategy (or a ModelProfile)
     default_strategies(rag, llm)                                      # create_app's four
     open_index(directory, *, create, embed="auto", ...)               # the embedded index
-    open_backend(spec)                   # --backend: a directory, chroma://..., module:factory, or memory
+    open_backend(spec)                   # --backend: a directory, SCHEME://..., module:factory, or memory
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.backends.registry import EMBEDDER_CHOICES, backend_embedder, open_url, url_scheme
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
@@ -49,7 +50,7 @@ PRESETS = ("small", "standard")
 DEFAULT_LLM_TIMEOUT = 120.0
 DEFAULT_QUERY_TIMEOUT = 600.0
 #: the embedder of a new index: MiniLM when installed (else lexical), MiniLM, hashing, none (lexical)
-EMBEDDERS = ("auto", "minilm", "hashing", "none")
+EMBEDDERS = EMBEDDER_CHOICES
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -293,23 +294,24 @@ def open_index(
     return rag_class.load(directory, embed=_UnloadedEmbedder(stored) if read_only else LocalEmbeddings())
 
 
-#: what a ``--backend`` spec names (:func:`backend_kind`)
-BACKEND_KINDS = ("memory", "directory", "chroma", "factory")
+#: what a ``--backend`` spec names (:func:`backend_kind`): "url" is a backend registered by its
+#: URL scheme (``chroma://...``: :mod:`selfrag_core.backends.registry`)
+BACKEND_KINDS = ("memory", "directory", "url", "factory")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 
 def backend_kind(spec: str | os.PathLike[str] | None) -> str:
     """What a ``--backend`` spec names, one of ``BACKEND_KINDS``: None is "memory"; a
-    ``chroma://`` URL "chroma"; ``"package.module:factory"`` or ``"path/file.py:factory"``
-    "factory" (the part before the last ":" a dotted name or a ``.py`` path, the part
-    after it a dotted name, and no directory of that name exists); anything else,
-    and every ``Path``, an index "directory"."""
+    ``SCHEME://`` URL (``chroma://...``, or any registered scheme) "url";
+    ``"package.module:factory"`` or ``"path/file.py:factory"`` "factory" (the part before
+    the last ":" a dotted name or a ``.py`` path, the part after it a dotted name, and no
+    directory of that name exists); anything else, and every ``Path``, an index "directory"."""
     if spec is None:
         return "memory"
     if not isinstance(spec, str):
         return "directory"
-    if spec.startswith("chroma:"):
-        return "chroma"
+    if url_scheme(spec) is not None:
+        return "url"
     where, sep, attribute = spec.rpartition(":")
     if (
         sep
@@ -319,39 +321,6 @@ def backend_kind(spec: str | os.PathLike[str] | None) -> str:
     ):
         return "factory"
     return "directory"
-
-
-def backend_embedder(choice: str = "auto") -> Any:
-    """The embedder of an external backend: as a new embedded index's (``EMBEDDERS``), but
-    never none, since a vector store needs vectors: "auto" is MiniLM when installed, else
-    hashing (with a warning: it matches words, not meanings)."""
-    from selfrag_core.local.embeddings import EMBEDDINGS_HINT, LocalEmbeddings, embeddings_available
-    from selfrag_core.store.dense import HashingEmbeddings
-
-    if choice not in EMBEDDERS:
-        raise ConfigurationError(f"unknown embedder {choice!r}; choose one of {', '.join(EMBEDDERS)}")
-    if choice == "none":
-        raise ConfigurationError(
-            "an external backend searches vectors: choose --embedder auto, minilm or hashing, not none"
-        )
-    if choice == "auto" and not embeddings_available():
-        logger.warning(
-            "the local embedder is not installed (%s): the backend's vectors come from hashing, "
-            "which matches words, not meanings", EMBEDDINGS_HINT,
-        )  # fmt: skip
-        return HashingEmbeddings()
-    return HashingEmbeddings() if choice == "hashing" else LocalEmbeddings()
-
-
-def _known_embedder(name: str | None) -> Any:
-    """The embedder of ours that ``name`` names (MiniLM, default hashing), else None."""
-    from selfrag_core.local.embeddings import LocalEmbeddings
-    from selfrag_core.store.dense import HashingEmbeddings
-
-    if name == LocalEmbeddings.name:
-        return LocalEmbeddings()
-    hashing = HashingEmbeddings()
-    return hashing if name == hashing.name else None
 
 
 def _retrievable(backend: Any) -> bool:
@@ -391,9 +360,10 @@ def load_backend(spec: str, *, embed: str = "auto") -> Any:
 
 def open_backend(spec: str | os.PathLike[str] | None, *, embed: str = "auto", chunk_size: int = 600) -> Any:
     """The backend ``spec`` names (:func:`backend_kind`): None, the embedded index in
-    memory; ``"chroma://HOST:PORT/COLLECTION"``, a
-    :class:`~selfrag_core.backends.chroma.ChromaBackend` embedding with
-    ``backend_embedder(embed)`` and chunking by ``chunk_size``; ``"package.module:factory"``
+    memory; a URL, the backend registered for its scheme, made with ``embed`` and
+    ``chunk_size`` (:func:`~selfrag_core.backends.registry.open_url`; ``chroma://HOST:PORT/COLLECTION``
+    is a :class:`~selfrag_core.backends.chroma.ChromaBackend` embedding with
+    ``backend_embedder(embed)``); ``"package.module:factory"``
     or ``"path/to/file.py:factory"``, the object the factory makes (:func:`load_backend`);
     anything else, the embedded index in that directory, created when missing
     (``open_index(spec, create=True, embed=embed, chunk_size=chunk_size)``)."""
@@ -401,13 +371,8 @@ def open_backend(spec: str | os.PathLike[str] | None, *, embed: str = "auto", ch
     if kind == "memory":
         logger.info("no --index: the documents live in memory only")
         return _store()()
-    if kind == "chroma":
-        from selfrag_core.backends.chroma import ChromaBackend, recorded_embedder
-
-        # "auto" follows the embedder an existing collection was built with, as an index's manifest
-        recorded = _known_embedder(recorded_embedder(str(spec))) if embed == "auto" else None
-        embedder = recorded if recorded is not None else backend_embedder(embed)
-        return ChromaBackend.from_url(str(spec), embedder, chunk_size=chunk_size)
+    if kind == "url":
+        return open_url(str(spec), embed=embed, chunk_size=chunk_size)
     if kind == "factory":
         return load_backend(str(spec), embed=embed)
     assert spec is not None

@@ -3,7 +3,8 @@
 ``FakeLLM`` answers from a script: a fixed reply, a list of replies (in order), a
 function of the prompt, or ``{substring: reply}`` rules. It can sleep (sync or
 async) to simulate latency, fail on chosen calls, and logs every call. It works
-with sync and async code. ``FakeRetriever`` is an in-memory keyword backend.
+with sync and async code. ``FakeRetriever`` is an in-memory keyword backend, writable
+(it passes the backend conformance suite, :mod:`selfrag_core.conformance`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.ingest import chunk_id, content_source, document_parts
 from selfrag_core.types import RetrievedDoc, ScoreKind
 
 Reply = str | BaseException
@@ -188,6 +190,11 @@ class FakeRetriever:
 
     ``fail``: raise this exception on every retrieval. ``latency``: seconds per call.
     Scores are similarities (fraction of query words present).
+
+    It keeps the write contract (:class:`~selfrag_core.ingest.WritableBackend`):
+    ``add_documents`` stores each document whole (one chunk, id
+    :func:`~selfrag_core.ingest.chunk_id`), replacing its source's earlier text;
+    ``delete(source)``, ``count()``, ``sources()``.
     """
 
     documents: list[str] = field(default_factory=list)
@@ -202,6 +209,50 @@ class FakeRetriever:
         self.metadata.append(dict(metadata or {}))
         return len(self.documents) - 1
 
+    def _ids(self) -> list[str | None]:
+        """The stable ids of the documents ``add_documents`` stored (None: a position id)."""
+        ids: list[str | None] = self.__dict__.setdefault("_stable_ids", [])
+        ids.extend([None] * (len(self.documents) - len(ids)))
+        return ids
+
+    def _source_of(self, i: int) -> Any:
+        return self.metadata[i].get("source") if i < len(self.metadata) else None
+
+    def add_documents(self, documents: Iterable[Mapping[str, Any]]) -> int:
+        """Store each document as one chunk (all checked first); the number newly stored."""
+        parts = [document_parts(doc) for doc in documents]
+        added = 0
+        for text, source, metadata in parts:
+            source = source if source is not None else content_source(text, metadata)
+            if any(self._source_of(i) == source and t == text for i, t in enumerate(self.documents)):
+                continue  # stored already
+            self.delete(source)
+            ids = self._ids()
+            self.metadata.extend({} for _ in range(len(self.documents) - len(self.metadata)))
+            self.documents.append(text)
+            self.metadata.append({**metadata, "source": source})
+            ids.append(chunk_id(source, text))
+            added += 1
+        return added
+
+    def delete(self, source: str) -> int:
+        """Remove every document of ``source``; how many went."""
+        ids = self._ids()
+        keep = [i for i in range(len(self.documents)) if self._source_of(i) != source]
+        removed = len(self.documents) - len(keep)
+        if removed:
+            self.documents[:] = [self.documents[i] for i in keep]
+            self.metadata[:] = [self.metadata[i] if i < len(self.metadata) else {} for i in keep]
+            ids[:] = [ids[i] for i in keep]
+            self.__dict__.pop("_vocab_cache", None)
+        return removed
+
+    def count(self) -> int:
+        return len(self.documents)
+
+    def sources(self) -> set[str]:
+        return {str(s) for s in map(self._source_of, range(len(self.documents))) if s is not None}
+
     def _vocab(self, i: int) -> frozenset[str]:
         cache = self.__dict__.setdefault("_vocab_cache", {})
         key = (i, self.documents[i])
@@ -215,11 +266,13 @@ class FakeRetriever:
             raise self.fail
         words = {w.casefold() for w in _WORD.findall(query)}
         scored = []
+        ids = self._ids()
         for i, text in enumerate(self.documents):
             score = len(words & self._vocab(i)) / max(len(words), 1)
             if score > 0:
                 meta = self.metadata[i] if i < len(self.metadata) else {}
-                scored.append(RetrievedDoc(text, score, dict(meta), f"doc-{i}", ScoreKind.SIMILARITY))
+                doc_id = ids[i] or f"doc-{i}"
+                scored.append(RetrievedDoc(text, score, dict(meta), doc_id, ScoreKind.SIMILARITY))
         scored.sort(key=lambda d: -(d.score or 0.0))
         return scored[:top_k]
 

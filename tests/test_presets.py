@@ -141,7 +141,9 @@ def test_the_preset_follows_the_model_named_on_the_command_line() -> None:
     ("spec", "kind"),
     [
         (None, "memory"),
-        ("chroma://127.0.0.1:8001/docs", "chroma"),
+        ("chroma://127.0.0.1:8001/docs", "url"),  # registered by its scheme (selfrag.backends)
+        ("chroma:docs", "url"),  # a registered scheme: opening it says what is wrong
+        ("memo://notes.json", "url"),  # any SCHEME://: opening an unregistered one names the registered
         ("my_package.backends:make", "factory"),
         ("backends/mine.py:make", "factory"),
         ("mine.py:make.inner", "factory"),

@@ -11,18 +11,22 @@ nothing downloads a model. A new collection records the embedder's name and uses
 distance; opening a collection built with another embedder is a ConfigurationError (the
 vectors would not compare).
 
-Writes are idempotent: a document is split by the embedded index's chunker, and each chunk's
-id is the SHA-256 of its source and text, so sending the same document again (a retried
+It keeps the write contract (:class:`~selfrag_core.ingest.WritableBackend`, and the
+conformance suite passes against a real server). Writes are idempotent: a document is split
+by the embedded index's chunker, and each chunk's id is :func:`~selfrag_core.ingest.chunk_id`
+(the SHA-256 of its source and text), so sending the same document again (a retried
 ``POST /documents``) upserts the same ids and duplicates nothing; sending a changed
 document replaces its chunks (those no longer in it are deleted). A document without a
-source gets a content-derived one (``doc-<hash>``), as in the embedded index. The object
-keeps no state but its client and collection handle, so any number of processes can
-use one collection at once.
+source gets a content-derived one (:func:`~selfrag_core.ingest.content_source`), as in the
+embedded index. The object keeps no state but its client and collection handle, so any
+number of processes can use one collection at once.
+
+``chroma://`` URLs are registered through the ``selfrag.backends`` entry point group
+(pyproject: ``chroma = "selfrag_core.backends.chroma:open_url"``), as any backend's scheme.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -30,9 +34,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
+from selfrag_core.ingest import chunk_id, content_source, document_parts
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name, resolve_embedder
-from selfrag_core.store.index import _digest
 from selfrag_core.types import RetrievedDoc, ScoreKind
 
 logger = logging.getLogger("selfrag")
@@ -46,6 +50,8 @@ _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{1,510})[A-Za-z0-9]
 _SCALARS = (str, int, float, bool)
 #: chunks upserted per request
 _BATCH = 256
+#: chunks' metadata read per request when listing the sources
+_PAGE = 5000
 
 
 def _chromadb() -> Any:
@@ -120,9 +126,21 @@ def _http_client(address: str) -> Any:
         ) from e
 
 
+def open_url(url: str, *, embed: str = "auto", chunk_size: int = 600, **_: Any) -> ChromaBackend:
+    """The ``selfrag.backends`` factory of ``chroma://HOST:PORT/COLLECTION``: a
+    :class:`ChromaBackend` embedding with ``backend_embedder(embed)`` and chunking by
+    ``chunk_size``; "auto" follows the embedder an existing collection was built with, as
+    an index's manifest does."""
+    from selfrag_core.backends.registry import backend_embedder, known_embedder
+
+    recorded = known_embedder(recorded_embedder(url)) if embed == "auto" else None
+    embedder = recorded if recorded is not None else backend_embedder(embed)
+    return ChromaBackend.from_url(url, embedder, chunk_size=chunk_size)
+
+
 def recorded_embedder(url: str) -> str | None:
     """The embedder name the collection a ``chroma://`` URL names was built with (None when
-    it does not exist yet or recorded none): how ``open_backend`` follows a collection's
+    it does not exist yet or recorded none): how :func:`open_url` follows a collection's
     embedder, as ``open_index`` follows an index's manifest."""
     host, port, collection = parse_url(url)
     client = _http_client(f"http://{host}:{port}")
@@ -171,14 +189,6 @@ def _check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
             )
         checked[key] = value
     return checked
-
-
-def _check_text(text: Any) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not text.strip():
-        raise ValueError("text is empty: there is nothing to index")
-    return text
 
 
 class ChromaBackend:
@@ -311,7 +321,7 @@ class ChromaBackend:
                 raise type(e)(f"document {i}: {e}") from e
             kept = sources.setdefault(source, set())
             for chunk_text, meta in chunks:
-                chunk = _digest(source, chunk_text)  # stable: the same text of a source, the same id
+                chunk = chunk_id(source, chunk_text)  # stable: the same text of a source, the same id
                 if chunk in kept:  # the same text twice in a document: stored once
                     continue
                 kept.add(chunk)
@@ -335,22 +345,11 @@ class ChromaBackend:
         return sum(1 for i in ids if i not in existing)
 
     def _chunks(self, doc: Mapping[str, Any]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-        if not isinstance(doc, Mapping):
-            raise TypeError(f"a document must be a dict with a 'text' key, got {type(doc).__name__}")
-        if "text" not in doc:
-            raise ValueError("a document needs a 'text' key")
-        text = _check_text(doc["text"])
-        nested = doc.get("metadata") or {}
-        if not isinstance(nested, Mapping):
-            raise TypeError("'metadata' must be a dict")
-        extra = {k: v for k, v in doc.items() if k not in ("text", "metadata")}
-        meta = _check_metadata({**nested, **extra})
+        text, source, metadata = document_parts(doc)
+        meta = _check_metadata(metadata)
         meta.pop("checksum", None)
-        source = meta.pop("source", None)
         if source is None:  # content-addressed, as in the embedded index
-            source = "doc-" + _digest(text, json.dumps(meta, sort_keys=True))[:16]
-        elif not isinstance(source, str) or not source.strip():
-            raise TypeError(f"source must be a non-empty str, got {source!r}")
+            source = content_source(text, meta)
         return source, [
             (c.text, {**c.metadata, "source": source, "chunk_index": c.index})
             for c in self.chunker.chunk(text, **meta)
@@ -368,6 +367,18 @@ class ChromaBackend:
         if ids:
             self.collection.delete(ids=ids)
         return len(ids)
+
+    def sources(self) -> set[str]:
+        """The sources stored (read from every chunk's metadata, a page at a time)."""
+        found: set[str] = set()
+        offset = 0
+        while True:
+            page = self.collection.get(include=["metadatas"], limit=_PAGE, offset=offset)
+            metas = page.get("metadatas") or []
+            found.update(str(m["source"]) for m in metas if m and m.get("source") is not None)
+            if len(page["ids"]) < _PAGE:
+                return found
+            offset += _PAGE
 
     # ------------------------------------------------------------------ stats
 

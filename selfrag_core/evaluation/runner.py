@@ -38,6 +38,7 @@ from selfrag_core.evaluation.metrics import (
 )
 from selfrag_core.evaluation.report import EvalReport, MetricInfo
 from selfrag_core.grounding import assess, is_refusal
+from selfrag_core.ingest import ingest
 from selfrag_core.metrics import FaithfulnessMetric
 from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index
 from selfrag_core.replay import CachedLLM
@@ -232,14 +233,11 @@ def _backend(data: EvalData, corpus: Any, index: Any, embed: str, problems: list
         )
     directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
     rag = open_index(directory, create=True, embed=embed, chunk_size=CORPUS_CHUNK_SIZE)
-    batch = 256
-    for start in range(0, len(docs), batch):
-        rag.index_many(
-            {"text": f"{d.title}\n{d.text}" if d.title else d.text, "source": d.id, "title": d.title}
-            for d in docs[start : start + batch]
-        )
-    if index is not None:
-        rag.save()
+    documents = (
+        {"text": f"{d.title}\n{d.text}" if d.title else d.text, "source": d.id, "title": d.title}
+        for d in docs
+    )
+    ingest(rag, documents, batch_size=256, save=index is not None)
     return rag
 
 

@@ -482,17 +482,34 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             state.metrics.documents_changed("add", len(docs))
         return added
 
-    @app.delete("/documents/{source:path}", response_model=DeleteResponse, tags=["documents"])
-    async def delete_document(source: str) -> DeleteResponse:
+    async def delete_source(source: str, hint: bool) -> DeleteResponse:
         try:
             removed, persisted = await state.store.delete(source)
         except KeyError as e:
-            raise ApiError(404, f"no document with source {source!r}", "unknown_source") from e
+            also = (
+                f"; for a source starting with '/' send DELETE /documents?source=/{source}"
+                if hint and not source.startswith("/")
+                else ""
+            )
+            raise ApiError(404, f"no document with source {source!r}{also}", "unknown_source") from e
         except UnsupportedError as e:
             raise ApiError(501, str(e)) from e
         if state.metrics is not None:
             state.metrics.documents_changed("delete")
         return DeleteResponse(source=source, deleted=removed, count=state.store.count(), persisted=persisted)
+
+    @app.delete("/documents", response_model=DeleteResponse, tags=["documents"])
+    async def delete_by_query(
+        source: str = Query(min_length=1, description="the source as added: any string, absolute paths too"),
+    ) -> DeleteResponse:
+        """Delete every chunk of ``source`` (``DELETE /documents?source=/home/me/notes/a.md``)."""
+        return await delete_source(source, hint=False)
+
+    @app.delete("/documents/{source:path}", response_model=DeleteResponse, tags=["documents"])
+    async def delete_document(source: str) -> DeleteResponse:
+        """Delete every chunk of ``source``, the rest of the path (whose leading ``/`` an
+        absolute path loses: ``DELETE /documents?source=...`` takes any source)."""
+        return await delete_source(source, hint=True)
 
 
 def _strategy_stats(strategy: Any) -> dict[str, Any]:

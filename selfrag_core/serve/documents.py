@@ -8,9 +8,10 @@ applies it over whatever another process saved meanwhile (``RAG.save``). An
 external backend (``--backend chroma://...``) is written to directly; it makes chunk ids
 from a document's source and text, so a retried write upserts (hence :func:`source_of`).
 
-Backends are used by duck typing, best first: ``aindex_many(documents)`` (all or nothing),
-``aindex(text, source=..., **metadata)``, ``index(...)``, ``add_document(text, metadata)``;
-``delete(source)`` and ``count()`` where they exist (``delete(ids)`` is not called).
+The backend is resolved once for writing (:func:`selfrag_core.ingest.writer`: the write
+contract ``add_documents`` / ``delete`` / ``count`` and their async twins, or the
+specification's ``add_document`` one document at a time), and every batch is written
+through :func:`selfrag_core.ingest.aingest`, as ``selfrag index`` writes through ``ingest``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import inspect
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.errors import ConfigurationError
+from selfrag_core.ingest import Writer, aingest, writer
 from selfrag_core.serve.models import DocumentIn, IngestResponse
 
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufffd]")  # as the store: \t\n\r\f\v are text
@@ -53,20 +55,6 @@ def source_of(doc: DocumentIn) -> str:
     return doc.source or "sha256:" + hashlib.sha256(doc.text.encode("utf-8")).hexdigest()[:16]
 
 
-async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Await ``fn`` if it is async, else run it in a thread (backend writes may be slow)."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-def _first_parameter(fn: Any) -> str | None:
-    try:
-        return next(iter(inspect.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        return None
-
-
 class DocumentStore:
     """The service's write path to its backend."""
 
@@ -74,14 +62,19 @@ class DocumentStore:
         self.backend = backend
         self.index_dir = Path(index_dir) if index_dir is not None else None
         self._lock = asyncio.Lock()
+        try:
+            self.writer: Writer | None = writer(backend)
+            self._refusal = ""
+        except ConfigurationError as e:  # a read-only backend: searching works, writing says why not
+            self.writer, self._refusal = None, str(e)
+
+    def _writable(self) -> Writer:
+        if self.writer is None:
+            raise UnsupportedError(self._refusal)
+        return self.writer
 
     def count(self) -> int | None:
-        counter = getattr(self.backend, "count", None)
-        if callable(counter):
-            value = counter()
-            return value if isinstance(value, int) else None
-        docs = getattr(self.backend, "documents", None)
-        return len(docs) if isinstance(docs, list) else None
+        return None if self.writer is None else self.writer.count()
 
     async def sync(self) -> None:
         """Reload the backend if another process saved the shared index since."""
@@ -97,62 +90,40 @@ class DocumentStore:
             await self.sync()
             yield
 
+    def _save(self) -> tuple[Any, ...] | bool:
+        """What ``aingest`` saves with: into the index directory, when there is one."""
+        return False if self.index_dir is None else (self.index_dir,)
+
     async def add(self, docs: list[DocumentIn]) -> IngestResponse:
-        if not any(callable(getattr(self.backend, n, None)) for n in ("aindex", "index", "add_document")):
-            raise UnsupportedError(f"{type(self.backend).__name__} cannot index documents (no add_document)")
+        out = self._writable()
         sources = [source_of(d) for d in docs]
-        counts: list[Any] = []  # one per call that succeeded
-        async with self._writing():
-            try:
-                batch = getattr(self.backend, "aindex_many", None)
-                if callable(batch):  # all or nothing
-                    items = [
-                        {"text": d.text, "source": source, "metadata": dict(d.metadata)}
-                        for d, source in zip(docs, sources, strict=True)
-                    ]
-                    counts.append(await batch(items))
-                else:
-                    for doc, source in zip(docs, sources, strict=True):
-                        counts.append(await self._add_one(doc.text, source, dict(doc.metadata)))
-            finally:  # what was indexed before a failure is kept
-                persisted = await self._persist() if counts else False
-        chunks = sum(counts) if all(isinstance(n, int) for n in counts) else None
+        items = [
+            {"text": d.text, "source": source, "metadata": dict(d.metadata)}
+            for d, source in zip(docs, sources, strict=True)
+        ]
+        async with self._writing():  # one batch: all or nothing where the backend checks first
+            report = await aingest(out, items, batch_size=None, save=self._save())
+        # unchanged documents are on disk already when the backend saves there
+        persisted = report.saved or (not report.changed and out.can_save and self.index_dir is not None)
         return IngestResponse(
-            indexed=len(sources), chunks=chunks, sources=sources, count=self.count(), persisted=persisted
+            indexed=len(sources),
+            chunks=report.chunks,
+            sources=sources,
+            count=self.count(),
+            persisted=persisted,
         )
 
-    async def _add_one(self, text: str, source: str, metadata: dict[str, Any]) -> Any:
-        b = self.backend
-        for name in ("aindex", "index"):
-            fn = getattr(b, name, None)
-            if callable(fn):
-                return await _call(fn, text, source=source, **metadata)
-        return await _call(b.add_document, text, {**metadata, "source": source})
-
     async def delete(self, source: str) -> tuple[int | None, bool]:
-        """Delete every chunk of ``source``; returns (chunks removed or None, persisted).
-        Raises KeyError when the backend shows nothing was removed."""
-        deleter = getattr(self.backend, "delete", None)
-        if not callable(deleter):
-            raise UnsupportedError(f"{type(self.backend).__name__} cannot delete documents (no delete)")
-        if _first_parameter(deleter) == "ids":
+        """Delete every chunk of ``source``; returns (chunks removed, persisted).
+        Raises KeyError when nothing was removed."""
+        out = self._writable()
+        if not out.can_delete:
             raise UnsupportedError(
-                f"{type(self.backend).__name__} deletes by id (delete(ids)), not by source: delete there"
+                f"{out.name} cannot delete documents by source (it has no delete(source)): delete there"
             )
         async with self._writing():
-            before = self.count()
-            returned = await _call(deleter, source)
-            after = self.count()
-            removed = returned if isinstance(returned, int) and not isinstance(returned, bool) else None
-            if removed is None and before is not None and after is not None:
-                removed = before - after
-            if removed == 0 or returned is False:
+            removed = await out.adelete(source)
+            if removed == 0:
                 raise KeyError(source)
-            return removed, await self._persist()
-
-    async def _persist(self) -> bool:
-        saver = getattr(self.backend, "save", None)
-        if self.index_dir is None or not callable(saver):
-            return False
-        await _call(saver, self.index_dir)
-        return True
+            saving = self._save()
+            return removed, isinstance(saving, tuple) and await out.asave(*saving)

@@ -82,8 +82,9 @@ class RAG:
     query and LLM timeouts); default :data:`QUERY_EXECUTION`, no limits.
 
     A ``RAG`` is a retrieval backend for every strategy (``retrieve``/``aretrieve``,
-    ``add_document``). Sync methods never touch an event loop; async ones run the
-    CPU work in a thread.
+    ``add_document``) and a writable one (:class:`~selfrag_core.ingest.WritableBackend`:
+    ``add_documents``, ``delete``, ``count``, ``sources``, ``save`` and their async twins).
+    Sync methods never touch an event loop; async ones run the CPU work in a thread.
     """
 
     score_kind = "similarity"
@@ -217,6 +218,14 @@ class RAG:
         """Async :meth:`index_many` (the work runs in a thread)."""
         return await asyncio.to_thread(self.index_many, list(documents))
 
+    def add_documents(self, documents: Iterable[Mapping[str, Any]]) -> int:
+        """The write contract's add (:class:`~selfrag_core.ingest.WritableBackend`): :meth:`index_many`."""
+        return self.index_many(documents)
+
+    async def aadd_documents(self, documents: Iterable[Mapping[str, Any]]) -> int:
+        """Async :meth:`add_documents` (the work runs in a thread)."""
+        return await self.aindex_many(documents)
+
     def add_document(self, text: str, metadata: Mapping[str, Any] | None = None) -> int:
         """The strategies' ``add_document``: ``metadata['source']`` and ``['checksum']`` are honoured."""
         meta = dict(metadata or {})
@@ -227,6 +236,10 @@ class RAG:
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, got {type(source).__name__}")
         return self._index.delete(source)
+
+    async def adelete(self, source: str) -> int:
+        """Async :meth:`delete` (the work runs in a thread)."""
+        return await asyncio.to_thread(self.delete, source)
 
     def count(self) -> int:
         """Number of indexed chunks."""

@@ -50,7 +50,7 @@ class MisconfiguredBackend:
     def retrieve(self, query: str, top_k: int = 5) -> list[str]:
         return ["Paris is the capital of France."]
 
-    def index(self, text: str, source: str | None = None, **metadata: Any) -> int:
+    def add_document(self, text: str, metadata: dict[str, Any]) -> int:
         raise ConfigurationError(
             "the embedder raised TypeError: embed_documents() got a str; fix the embedder"
         )

@@ -108,14 +108,40 @@ def test_binary_body_is_refused(persistent: tuple[Server, Path]) -> None:
         assert octets.status_code in (400, 422) and "error" in octets.json()
 
 
+class SpecBackend(FakeRetriever):
+    """The specification's minimal backend: retrieve and add_document, nothing more."""
+
+    add_documents = delete = count = sources = None  # type: ignore[assignment]
+
+
 def test_any_add_document_backend_works_and_delete_is_501_without_support() -> None:
-    backend = FakeRetriever()
+    backend = SpecBackend()
     with serving(backend, None, {"self": SelfIRAG(backend, ScriptedLLM())}) as server, server.client() as c:
         body = c.post("/documents", json={"text": "Paris is the capital of France.", "source": "fr"}).json()
-        assert body["indexed"] == 1 and body["count"] == 1 and body["persisted"] is False
+        assert body["indexed"] == 1 and body["count"] is None and body["persisted"] is False
         assert backend.metadata == [{"source": "fr"}]
         answer = c.get("/query/self", params={"q": "capital of France?"}).json()
         assert answer["sources"][0]["text"] == "Paris is the capital of France."
         response = c.delete("/documents/fr")
         assert response.status_code == 501 and response.json()["error"]["type"] == "not_supported"
-        assert c.get("/stats").json()["documents"] == 1
+        assert c.get("/stats").json()["documents"] is None
+
+
+def test_the_fake_backend_is_written_and_deleted_through_the_contract() -> None:
+    backend = FakeRetriever()
+    with serving(backend, None, {"self": SelfIRAG(backend, ScriptedLLM())}) as server, server.client() as c:
+        body = c.post(
+            "/documents", json={"text": "Paris is the capital of France.", "source": "/srv/fr.md"}
+        ).json()
+        assert body["indexed"] == 1 and body["chunks"] == 1 and body["count"] == 1
+        lost = c.delete("/documents/srv/fr.md")  # the path route loses the leading slash
+        assert (
+            lost.status_code == 404
+            and "DELETE /documents?source=/srv/fr.md" in lost.json()["error"]["message"]
+        )
+        gone = c.delete("/documents", params={"source": "/srv/fr.md"})
+        assert gone.status_code == 200 and gone.json() == {
+            "source": "/srv/fr.md", "deleted": 1, "count": 0, "persisted": False,
+        }  # fmt: skip
+        assert c.delete("/documents", params={"source": "/srv/fr.md"}).status_code == 404
+        assert c.delete("/documents").status_code in (400, 422)  # no source
