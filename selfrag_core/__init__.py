@@ -40,7 +40,15 @@ from selfrag_core.protocols import BackendLike, LLMLike, LLMOutput
 from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
 from selfrag_core.retrieval import _deduplicate, _retrieve_safe
-from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+from selfrag_core.strategies import (
+    AdaptiveRAG,
+    HyDERAG,
+    PlainRAG,
+    RecursiveRAG,
+    SelfHealingRAG,
+    SelfIRAG,
+    Strategy,
+)
 from selfrag_core.strategies.base import (
     Step,
     StreamEvent,
@@ -74,6 +82,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CAPABLE",
     "SMALL_LOCAL",
+    "AdaptiveRAG",
     "Answer",
     "BackendLike",
     "BudgetExceededError",

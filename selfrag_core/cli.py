@@ -42,6 +42,7 @@ from selfrag_core.engine import observe_trace
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError, misconfiguration_hint
 from selfrag_core.ingest import Writer, ingest, writer
 from selfrag_core.presets import (  # build_strategy and open_index re-exported: they lived here
+    ADAPTIVE,
     BASELINE,
     DEFAULT_LLM_TIMEOUT,
     DEFAULT_QUERY_TIMEOUT,
@@ -541,11 +542,17 @@ def _strategy(args: argparse.Namespace, name: str, rag: Any, llm: Any) -> Any:
     strategy = build_strategy(
         name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls,
         llm_timeout=args.llm_timeout or None, query_timeout=args.timeout or None, preset=preset_for(args.llm),
+        **_routing(args),
     )  # fmt: skip
     # a limit's message names the flag that sets it
     knobs = {"query_timeout": "--timeout", "llm_timeout": "--llm-timeout", "max_llm_calls": "--max-llm-calls"}
     strategy.execution = dataclasses.replace(strategy.execution, knobs=knobs)
     return strategy
+
+
+def _routing(args: argparse.Namespace) -> dict[str, Any]:
+    """``--router`` and ``--call-budget``, for ``adaptive`` (the other strategies ignore them)."""
+    return {"router": getattr(args, "router", None), "call_budget": getattr(args, "call_budget", None)}
 
 
 def unanswered(result: Any) -> str | None:
@@ -573,6 +580,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         rag = open_index(_index_dir(args), create=False)
         if rag.count() == 0:
             raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
+    if args.strategy != ADAPTIVE and (args.router or args.call_budget is not None):
+        raise CLIError(f"--router and --call-budget are for --strategy {ADAPTIVE}, not {args.strategy!r}")
     strategy = _strategy(args, args.strategy, rag, _llm(args))
     with nullcontext() if args.quiet else observe_trace(step_lines(Progress(args.plain))):
         result = run_strategy(strategy, args.question)
@@ -666,6 +675,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     data = load_questions(args.questions)
     for problem in data.problems[:20]:
         print(f"selfrag: skipped {problem}", file=sys.stderr)
+    limit = args.limit
+    if args.offset is not None:  # a slice in file order, not a sample: questions OFFSET .. OFFSET+LIMIT-1
+        if args.offset < 0:
+            raise CLIError(f"--offset must be 0 or more, got {args.offset}")
+        end = None if limit is None else args.offset + limit
+        data = dataclasses.replace(data, questions=data.questions[args.offset : end])
+        if not data.questions:
+            raise CLIError(f"--offset {args.offset} skips every question of {args.questions}")
+        limit = None
     names = [n.strip() for n in args.strategies.split(",") if n.strip()]
     spec = _external_backend(args)
     if spec is not None and args.corpus is not None:
@@ -678,20 +696,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         index = str(default_index_dir())  # the user's own index
     out = Path(args.out) if args.out else Path("eval-results") / data.name
     cache = Path(args.cache) if args.cache else _cache_home() / "selfrag" / "llm-calls.sqlite"
+    if args.dry_run:
+        return _dry_run(args, data.sample(limit, args.seed), names, rag, index)
     progress = Progress(args.plain)
     llm = _llm(args)
-    total = len(data.sample(args.limit, args.seed).questions)
+    total = len(data.sample(limit, args.seed).questions)
     with progress.task("eval", total) as advance:
         report = evaluate(
             data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
             preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
             limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
-                    "query_timeout": args.timeout or None},
+                    "query_timeout": args.timeout or None, **_routing(args)},
             judge=llm if args.judge else None, cache=None if args.no_cache else cache, replay=args.replay,
             shared_replies=args.shared_replies, concurrency=args.concurrency,
-            limit=args.limit, seed=args.seed, output=out, embed=args.embedder,
+            limit=limit, seed=args.seed, output=out, embed=args.embedder,
             progress=lambda done, n, question: advance(1, question[:60]),
-            settings={"llm": args.llm, **_generation_options(args)},
+            settings={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
         )  # fmt: skip
     print(report.table())
     if report.cache is not None:
@@ -701,6 +721,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     html = out / "report.html"
     extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
     print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
+    if args.fit_router:
+        _fit_router(args, report, out)
     if args.baseline is None:
         return 0
     from selfrag_core.evaluation.gate import compare_runs, gate_report, regressions
@@ -708,6 +730,42 @@ def cmd_eval(args: argparse.Namespace) -> int:
     comparisons = compare_runs(report, args.baseline, seed=args.seed)
     print(f"\n{gate_report(comparisons)}")
     return 1 if regressions(comparisons) else 0
+
+
+def _dry_run(args: argparse.Namespace, data: Any, names: list[str], rag: Any, index: str | None) -> int:
+    """``selfrag eval --dry-run``: the expected LLM calls and input tokens, before any call."""
+    from selfrag_core.evaluation.router import dry_run
+
+    expected = dry_run(
+        data, names, rag, corpus=args.corpus, index=index, embed=args.embedder, top_k=args.top_k,
+        preset=preset_for(args.llm), **_routing(args),
+    )  # fmt: skip
+    n = len(data.questions)
+    print(f"{data.name}: {n} question(s); expected before any LLM call (estimates: no model was called)")
+    print(f"{'contender':<12} {'calls/q':>8} {'at most':>8} {'input tokens/q':>15} {'calls in all':>13}")
+    for name, e in expected.items():
+        print(
+            f"{name:<12} {e['calls']:>8.2f} {e['calls_max']:>8.2f} {e['input_tokens']:>15,.0f} "
+            f"{e['calls'] * n:>13,.0f}"
+        )
+    print(f"in all: about {sum(e['calls'] for e in expected.values()) * n:,.0f} LLM calls")
+    return 0
+
+
+def _fit_router(args: argparse.Namespace, report: Any, out: Path) -> None:
+    """``--fit-router FILE``: the router fitted on this run, its held-out row, in FILE and summary.json."""
+    from selfrag_core.evaluation.router import fit_router
+
+    fit = fit_router(
+        report, metric=args.fit_metric, holdout=args.holdout, seed=args.seed, call_budget=args.call_budget
+    )
+    path = fit.write(args.fit_router)
+    print(f"\n{fit.table()}\nrouter: {path} (use it with --strategy adaptive --router {path})")
+    summary = out / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text(encoding="utf-8"))
+        data["router"] = {"path": str(path), **fit.figures()}
+        summary.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -737,6 +795,10 @@ def serve_app(args: argparse.Namespace) -> Any:
         )
         for name in STRATEGIES
     }
+    strategies[ADAPTIVE] = build_strategy(
+        ADAPTIVE, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm),
+        **_routing(args),
+    )  # fmt: skip
     settings = settings_from_args(args, index_dir=None if directory is None else str(directory))
     return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
 
@@ -767,7 +829,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
     llm = _llm(args)
-    strategies = {name: _strategy(args, name, rag, llm) for name in (BASELINE, *STRATEGIES)}
+    strategies = {name: _strategy(args, name, rag, llm) for name in (BASELINE, *STRATEGIES, ADAPTIVE)}
     # the token matters over HTTP only: stdio is the client's own child process
     settings = ServeSettings.from_env() if args.http else ServeSettings()
     tools = SelfragTools(
@@ -836,6 +898,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=DEFAULT_QUERY_TIMEOUT, metavar="SECONDS",
         help=f"seconds one question may take (default {DEFAULT_QUERY_TIMEOUT:g}; 0 for no limit)",
     )  # fmt: skip
+    routing = argparse.ArgumentParser(add_help=False)
+    routing.add_argument(
+        "--router", metavar="FILE",
+        help=f"for {ADAPTIVE}: the router `selfrag eval --fit-router FILE` fitted on your questions "
+             "(default: the rules: decompose a multi-part question, escalate an unsupported or "
+             "incomplete answer)",
+    )  # fmt: skip
+    routing.add_argument(
+        "--call-budget", type=float, metavar="CALLS",
+        help=f"for {ADAPTIVE}: the most LLM calls a question is expected to cost (>= 1); it escalates only "
+             "within it, and --max-llm-calls is capped at its ceiling",
+    )  # fmt: skip
     new_index = argparse.ArgumentParser(add_help=False)
     new_index.add_argument(
         "--embedder", choices=EMBEDDERS, default="auto",
@@ -868,13 +942,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SOURCE")
     p.set_defaults(func=cmd_delete)
     p = sub.add_parser(
-        "ask", parents=[common, backend_opt, llm_opts, timing], help="answer a question from the index"
+        "ask",
+        parents=[common, backend_opt, llm_opts, timing, routing],
+        help="answer a question from the index",
     )
     p.add_argument("question")
     p.add_argument(
         "--strategy", default="self", metavar="NAME",
-        help="self (default), hyde, recursive, healing, plain (one retrieval, one answer), "
-             "or your own: package.module:Name or file.py:Name",
+        help="self (default), hyde, recursive, healing, plain (one retrieval, one answer), adaptive (plain, "
+             "or the strategy expected to gain most for its cost; see --router), or your own: "
+             "package.module:Name or file.py:Name",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument(
@@ -899,7 +976,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser(
-        "eval", parents=[common, backend_opt, llm_opts, timing],
+        "eval", parents=[common, backend_opt, llm_opts, timing, routing],
         help="compare the strategies with a plain retrieve-and-answer on your questions",
     )  # fmt: skip
     p.add_argument("questions", help="questions: a .jsonl file, a BEIR folder or a SQuAD .json file")
@@ -914,7 +991,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated contenders; plain is the baseline (default: plain,self,hyde,recursive,healing)",
     )
     p.add_argument("--k", type=int, default=10, help="documents counted by recall@k and MRR (default 10)")
-    p.add_argument("--limit", type=int, help="evaluate a seeded random sample of N questions")
+    p.add_argument(
+        "--limit", type=int, help="evaluate a seeded random sample of N questions (with --offset: the next N)"
+    )
+    p.add_argument(
+        "--offset", type=int, metavar="N",
+        help="take the questions in file order from the N-th on (0-based; with --limit L: N .. N+L-1) "
+             "instead of a random sample: e.g. fit a router on some questions, report on others",
+    )  # fmt: skip
+    p.add_argument(
+        "--fit-router", metavar="FILE",
+        help=f"after the run, fit {ADAPTIVE}'s router on the contenders' per-question results (a held-out "
+             "share reports its own row against plain and the best single strategy) and write it to FILE",
+    )  # fmt: skip
+    p.add_argument(
+        "--holdout", type=float, default=0.3, metavar="SHARE",
+        help="with --fit-router: the share of the questions held out from the fit (default 0.3)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fit-metric", metavar="NAME", help="with --fit-router: the metric to route for (default f1)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true",
+        help="print each contender's expected LLM calls and input tokens for the questions, then stop: "
+             "no LLM call is made (retrievals run)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the bootstrap (default 0)")
     p.add_argument("--concurrency", type=int, default=2, help="questions answered at once (default 2)")
     p.add_argument(
@@ -960,13 +1061,13 @@ def build_parser() -> argparse.ArgumentParser:
     from selfrag_core.serve.server import add_arguments as add_serve_arguments  # imports no FastAPI
 
     p = sub.add_parser(
-        "serve", parents=[common, backend_opt, llm_opts, new_index],
+        "serve", parents=[common, backend_opt, llm_opts, routing, new_index],
         help="serve the strategies over HTTP (pip install 'selfrag[serve]')",
     )  # fmt: skip
     add_serve_arguments(p, shared=False)
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser(
-        "mcp", parents=[common, backend_opt, llm_opts, timing, new_index],
+        "mcp", parents=[common, backend_opt, llm_opts, timing, routing, new_index],
         help="serve ask, search and add_documents as MCP tools over stdio (pip install 'selfrag[mcp]')",
         description="A Model Context Protocol server: the tools ask, search and add_documents, and "
         "each indexed source as a resource. Over stdio by default (an MCP client starts it); --http "

@@ -31,7 +31,15 @@ from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConf
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import Prompts
-from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
+from selfrag_core.strategies import (
+    AdaptiveRAG,
+    HyDERAG,
+    PlainRAG,
+    RecursiveRAG,
+    SelfHealingRAG,
+    SelfIRAG,
+    Strategy,
+)
 
 logger = logging.getLogger("selfrag")
 
@@ -39,6 +47,8 @@ logger = logging.getLogger("selfrag")
 STRATEGIES = ("self", "hyde", "recursive", "healing")
 #: one retrieval, one answer (``PlainRAG``): the baseline of ``selfrag eval``, and a strategy too
 BASELINE = "plain"
+#: per question, plain or the strategy of ``STRATEGIES`` expected to gain most for its cost (``AdaptiveRAG``)
+ADAPTIVE = "adaptive"
 #: how the strategies are sized, by name: "small" for a small local model
 #: (``SMALL_LOCAL``: two-step Self-RAG with at most two iterations, one hypothetical
 #: document, no decomposition, one healing retry: the CLI's and ``selfrag serve``'s),
@@ -90,9 +100,11 @@ def build_strategy(
     llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
     query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
     preset: str | ModelProfile = "small",
+    router: Any = None,
+    call_budget: float | None = None,
 ) -> Strategy[Any]:
-    """The strategy ``name`` (``BASELINE`` or one of ``STRATEGIES``, or a strategy of your own named
-    ``"package.module:Name"`` or ``"path/to/file.py:Name"``: see :func:`load_strategy`)
+    """The strategy ``name`` (``BASELINE``, one of ``STRATEGIES``, ``ADAPTIVE``, or one of your
+    own named ``"package.module:Name"`` or ``"path/to/file.py:Name"``: see :func:`load_strategy`)
     over ``rag`` and ``llm``, bounded in time.
 
     ``preset`` sizes it: a :class:`~selfrag_core.profiles.ModelProfile`, or one named in
@@ -107,6 +119,10 @@ def build_strategy(
     for ``CAPABLE`` is every strategy's own default, 5); in a small context window HyDE's
     fused passages are capped at ``top_k`` too. The query runs under
     ``ExecutionConfig(max_llm_calls, llm_timeout, query_timeout)`` (None: no limit).
+    ``ADAPTIVE`` routes each question between plain and the ``STRATEGIES``, sized the same,
+    with ``router`` (a router file, see ``AdaptiveRAG``; None: the default rules) within
+    ``call_budget`` (the most LLM calls a question is expected to cost); other strategies
+    ignore both.
     Raises ConfigurationError for an unknown name or preset.
     """
     profile = profile_for(preset)
@@ -121,6 +137,19 @@ def build_strategy(
         return load_strategy(name, rag, llm, execution=execution)
     if name == BASELINE:
         return PlainRAG(rag, llm, top_k=k, execution=execution, prompts=prompts)
+    if name == ADAPTIVE:
+        limits: dict[str, Any] = {
+            "max_llm_calls": max_llm_calls,
+            "llm_timeout": llm_timeout,
+            "query_timeout": query_timeout,
+        }
+        candidates = {
+            n: build_strategy(n, rag, llm, top_k=top_k, preset=profile, **limits) for n in STRATEGIES
+        }
+        return AdaptiveRAG(
+            rag, llm, strategies=candidates, router=router, call_budget=call_budget, top_k=k,
+            execution=execution, prompts=prompts,
+        )  # fmt: skip
     if name == "self":
         config = SelfRAGConfig(
             max_refinement_iterations=profile.refinement_iterations,
@@ -150,7 +179,8 @@ def build_strategy(
             llm, [rag, hyde], max_retries=profile.healing_retries, retrieval_top_k=k,
             execution=execution, prompts=prompts,
         )  # fmt: skip
-    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join((BASELINE, *STRATEGIES))}")
+    known = ", ".join((BASELINE, *STRATEGIES, ADAPTIVE))
+    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {known}")
 
 
 def _import_attribute(spec: str, what: str, name: str, others: str) -> Any:

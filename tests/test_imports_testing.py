@@ -29,7 +29,7 @@ def test_public_api_is_exactly_the_documented_one() -> None:
     import selfrag_core
 
     assert sorted(selfrag_core.__all__) == sorted(
-        ["CAPABLE", "SMALL_LOCAL", "ModelProfile", "profile_of", "BackendLike", "LLMLike",
+        ["AdaptiveRAG", "CAPABLE", "SMALL_LOCAL", "ModelProfile", "profile_of", "BackendLike", "LLMLike",
          "Answer", "BudgetExceededError", "CacheMissError", "CachedLLM", "ConfigurationError",
          "ConversationMemory", "EvaluationResult",
          "ExecutionConfig", "FaithfulnessMetric", "FaithfulnessScore", "Generate", "Grounding",

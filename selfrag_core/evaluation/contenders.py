@@ -35,7 +35,9 @@ from typing import Any
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.retrieval import normalize_results
+from selfrag_core.strategies.adaptive import route_signals
 from selfrag_core.strategies.base import run_query
+from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import Answer, RetrievedDoc, Trace
 
 _ANSWER_KEYS = ("answer", "result", "output", "response")
@@ -65,6 +67,8 @@ class Outcome:
     input_tokens: int | None = None
     output_tokens: int | None = None
     error: str | None = None  # the contender raised: the answer is empty, the question still counts
+    #: the routing signals of the baseline's answer (``route_signals``): what ``--fit-router`` fits on
+    signals: dict[str, float] | None = None
 
 
 @dataclass
@@ -109,7 +113,11 @@ def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
 
     def answer(question: str) -> Outcome:
         try:
-            return _from_result(run_query(strategy, question))
+            result = run_query(strategy, question)
+            outcome = _from_result(result)
+            if isinstance(strategy, PlainRAG):  # what a router fitted on this run reads
+                outcome.signals = route_signals(question, outcome.sources, outcome.answer)
+            return outcome
         except StrategyError as e:  # SelfHealingRAG: every attempt failed; its report says how
             if e.report is None:
                 raise

@@ -361,6 +361,7 @@ def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float 
         "latency_s": round(outcome.latency_s, 6),
         "fallbacks": None if trace is None else [e.name for e in trace.fallbacks],
         "timeline": timeline,
+        **({} if outcome.signals is None else {"signals": outcome.signals}),  # for --fit-router
     }
 
 

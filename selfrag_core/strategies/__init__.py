@@ -1,5 +1,6 @@
 """The strategies, each one plan run by the shared engine."""
 
+from selfrag_core.strategies.adaptive import AdaptiveRAG
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import PlainRAG
@@ -7,4 +8,4 @@ from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
 
-__all__ = ["HyDERAG", "PlainRAG", "RecursiveRAG", "SelfHealingRAG", "SelfIRAG", "Strategy"]
+__all__ = ["AdaptiveRAG", "HyDERAG", "PlainRAG", "RecursiveRAG", "SelfHealingRAG", "SelfIRAG", "Strategy"]
