@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from selfrag_core.errors import MissingDependencyError
+from selfrag_core.evaluation.report import metric_spread, reading_notes, under_load
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -31,20 +32,26 @@ _VERDICT_CLASS = {"better": "v-better", "worse": "v-worse"}
 _COSTS = (("llm_calls", "LLM calls per question"), ("latency_p50", "latency p50 (s)"))
 _COLUMNS = (  # summary table: header, key, digits
     ("LLM calls", "llm_calls", 2),
-    ("input tokens", "input_tokens", 1),
-    ("output tokens", "output_tokens", 1),
-    ("latency p50 (s)", "latency_p50", 2),
-    ("latency p95 (s)", "latency_p95", 2),
+    ("tokens in", "input_tokens", 0),
+    ("tokens out", "output_tokens", 0),
+    ("latency p50 s", "latency_p50", 2),
+    ("p95 s", "latency_p95", 2),
+    ("measured", "latency_measured", 0),
     ("fallbacks", "fallbacks", 0),
     ("errors", "errors", 0),
+    ("no answer", "no_answers", 0),
     ("questions", "questions", 0),
 )
 _ID_REF = re.compile(r'(\bid="|href="#|url\(#)([^")]+)')
 _CSS = """
+*{box-sizing:border-box}
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.25em .5em;
-vertical-align:top;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.v-better{color:#1a7f37}.v-worse{color:#b42318}.v-none{color:#666}.diff{display:block;font-size:.85em}
+vertical-align:top;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.summary th,table.differences th{font-weight:600;font-size:.92em}.ci{color:#555;font-size:.9em}
+.v-better{color:#1a7f37}.v-worse{color:#b42318}.v-none{color:#666}
+.notes{background:#fff7e0;border:1px solid #e8c46a;padding:.4em .9em;margin:.8em 0}.notes ul{margin:.3em 0}
+.settings code{overflow-wrap:anywhere}.flat{color:#444}
 svg{max-width:100%;height:auto}.scroll{overflow-x:auto}.note{color:#666;font-style:italic}
 details.q{border:1px solid #ddd;margin:.3em 0;padding:.3em .6em}details.q>summary{cursor:pointer}
 .answer{white-space:pre-wrap;min-width:14em;max-width:40em}.rel{font-weight:bold}.error{color:#b42318}
@@ -72,9 +79,12 @@ def pareto_front(points: Sequence[tuple[str, float, float]], higher_is_better: b
 
 def render_html(report: Mapping[str, Any], *, max_timelines: int = 200) -> str:
     """The HTML page of an evaluation report (the JSON summary of ``selfrag eval``): the
-    header, the summary table (each mean with its paired difference to the baseline), per
-    metric a quality-versus-cost figure (Pareto front marked), the per-question values, and
-    one ``<details>`` per question (answers side by side, metrics, sources, errors, timeline).
+    header with the notes a reader needs (latency under load or replayed, metrics that
+    measure nothing, answers that are none), the paired differences to the baseline with
+    their intervals (a figure and a table), the summary table, per metric a
+    quality-versus-cost figure (interval bars, axes from zero, the Pareto front), the
+    per-question values, and one ``<details>`` per question (answers side by side, metrics,
+    sources, errors, timeline). Metrics that cannot tell the contenders apart get one line.
 
     Only the first ``max_timelines`` questions with timeline events get a timeline figure
     (the others a note). Missing values show as "n/a". Raises
@@ -87,7 +97,8 @@ def render_html(report: Mapping[str, Any], *, max_timelines: int = 200) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
-        f"{page.header()}\n{page.summary_table()}\n{page.quality_cost()}\n{page.distributions()}\n"
+        f"{page.header()}\n{page.differences()}\n{page.summary_table()}\n{page.quality_cost()}\n"
+        f"{page.distributions()}\n"
         f"{page.questions_section(max_timelines)}\n</body></html>\n"
     )
 
@@ -132,6 +143,11 @@ def _label(metric: Mapping[str, Any]) -> str:
     return str(metric.get("label") or metric["name"])
 
 
+def _up(metric: Mapping[str, Any]) -> bool:
+    """Whether higher is better on ``metric``."""
+    return bool(metric.get("higher_is_better", True))
+
+
 class _Plots:
     """Draws matplotlib figures (no pyplot: no window, no global figure) as inline SVG."""
 
@@ -169,31 +185,72 @@ class _Plots:
 # --------------------------------------------------------------------------------------- sections
 
 
-def _difference(comparison: Mapping[str, Any]) -> str:
+def _cell(comparison: Mapping[str, Any] | None, loaded: bool) -> str:
+    """A paired difference in one line: the mean, its interval, the verdict (coloured)."""
+    if not isinstance(comparison, Mapping):
+        return "<td class='num v-none'>n/a</td>"
     verdict = str(comparison.get("verdict") or "unknown")
-    confidence = _num(comparison.get("confidence"))
-    ci = f"{confidence * 100:.0f}% CI" if confidence is not None else "CI"
     low, high = _fmt(comparison.get("low"), signed=True), _fmt(comparison.get("high"), signed=True)
     mean, css = _fmt(comparison.get("mean"), signed=True), _VERDICT_CLASS.get(verdict, "v-none")
-    n = _e(comparison.get("n"))
-    return f"<span class='diff {css}'>Δ {mean} ({ci} {low} … {high}, n={n}): {_e(verdict)}</span>"
+    word = verdict if verdict in _VERDICT_CLASS else "–"
+    mark = "<sup>*</sup>" if loaded and verdict in _VERDICT_CLASS else ""
+    title = f"{mean} (95% CI {low} … {high}, n={comparison.get('n')}): {verdict}"
+    return (
+        f"<td class='num {css}' title='{_e(title)}'><b>{mean}</b> <span class='ci'>[{low}, {high}]</span>"
+        f" {_e(word)}{mark}</td>"
+    )
 
 
 class _Page:
-    """The sections of the page of one report (the metrics shown: those with a mean)."""
+    """The sections of the page of one report. The metrics shown: those with a mean that
+    tell the contenders apart; the others (constant, or the same for every contender on
+    every question) get one line."""
 
     def __init__(self, report: Mapping[str, Any]) -> None:
         self.plots = _Plots()
         self.report, self.summary = report, report.get("summary")
         self.contenders = [str(c) for c in report.get("contenders") or list(self.summary or {})]
-        listed = [m for m in report.get("metrics") or [] if isinstance(m, Mapping) and m.get("name")]
-        self.metrics = [
-            m for m in listed if any(self.mean(c, m["name"]) is not None for c in self.contenders)
-        ]
+        self.baseline = str(report.get("baseline"))
+        # compared with the baseline: none without one
+        self.others = (
+            [c for c in self.contenders if c != self.baseline] if self.baseline in self.contenders else []
+        )
         self.questions = [q for q in report.get("questions") or [] if isinstance(q, Mapping)]
+        listed = [m for m in report.get("metrics") or [] if isinstance(m, Mapping) and m.get("name")]
+        scored = [m for m in listed if any(self.mean(c, m["name"]) is not None for c in self.contenders)]
+        self.spread = {
+            m["name"]: metric_spread(
+                {
+                    c: [_num(_get(q, "results", c, "metrics", m["name"])) for q in self.questions]
+                    for c in self.contenders
+                }
+            )
+            for m in scored
+        }
+        self.metrics = [m for m in scored if not self.spread[m["name"]]]
+        self.flat = [m for m in scored if self.spread[m["name"]]]
+        self.loaded = under_load(report.get("settings") or {}, report.get("machine"))
 
     def mean(self, contender: str, metric: str) -> float | None:
         return _num(_get(self.summary, contender, "metrics", metric, "mean"))
+
+    def notes(self) -> list[str]:
+        counts = {
+            c: (
+                _get(self.summary, c, "latency_measured"),
+                _get(self.summary, c, "questions"),
+                _get(self.summary, c, "no_answers"),
+            )
+            for c in self.contenders
+        }
+        spreads = {
+            _label(m): (str(self.spread[m["name"]]), self.mean(self.baseline, m["name"]), _up(m))
+            for m in self.flat
+        }
+        report = self.report
+        return reading_notes(
+            report.get("settings") or {}, report.get("machine"), report.get("cache"), counts, spreads
+        )
 
     def header(self) -> str:
         report, contenders = self.report, self.contenders
@@ -205,8 +262,23 @@ class _Page:
             f"<p>created {_e(report.get('created') or 'unknown')} · baseline"
             f" <b>{_e(report.get('baseline'))}</b> · {len(self.questions)} questions"
             f" · contenders: {_e(', '.join(contenders))}</p>",
-            f"<p>settings: {settings or 'unknown'}</p>",
+            f"<p class='settings'>settings: {settings or 'unknown'}</p>",
         ]
+        cache = report.get("cache")
+        if isinstance(cache, Mapping):
+            shared = (
+                " (shared replies: one reply a prompt for every contender)"
+                if cache.get("shared_replies")
+                else ""
+            )
+            parts.append(
+                f"<p>LLM calls: {_e(cache.get('hits'))} answered from the cache{shared},"
+                f" {_e(cache.get('misses'))} by the model.</p>"
+            )
+        notes = self.notes()
+        if notes:
+            items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+            parts.append(f"<div class='notes' role='note'><b>Read this first</b><ul>{items}</ul></div>")
         problems = [
             f"<li><code>{_e(p.get('where'))}</code>: {_e(p.get('message'))}</li>"
             for p in report.get("problems") or []
@@ -226,28 +298,90 @@ class _Page:
             parts.append(f"<p>Contender errors ({len(errors)}):</p><ul>{''.join(errors[:50] + more)}</ul>")
         return "<header>" + "\n".join(parts) + "</header>"
 
+    def _kinds(self) -> list[tuple[str, str, bool]]:
+        """(key, label, higher is better) of what the differences compare: the metrics, then the costs."""
+        kinds = [(str(m["name"]), _label(m), _up(m)) for m in self.metrics]
+        return [*kinds, ("llm_calls", "LLM calls", False), ("latency_s", "latency (s)", False)]
+
+    def differences(self) -> str:
+        """The main picture: each contender's paired difference to the baseline, per metric and cost."""
+        parts = [f"<h2>Differences from {_e(self.baseline)}</h2>"]
+        if not self.others:
+            return parts[0] + "<p class='note'>Only the baseline ran: nothing to compare.</p>"
+        rows = []
+        for key, label, better in self._kinds():
+            found = [
+                (c, d)
+                for c in self.others
+                if isinstance(d := _get(self.report, "comparisons", c, key), Mapping)
+                and _num(d.get("low")) is not None
+                and _num(d.get("high")) is not None
+            ]
+            rows.append((key, f"{label} {'↑' if better else '↓'}", found))
+        panels = [(label, found) for _, label, found in rows]
+        rows_of_panels = -(-len(panels) // (2 if len(panels) > 3 else 1))
+        height = rows_of_panels * (0.55 + 0.24 * len(self.others)) + 0.3
+        title = f"paired differences from {self.baseline} with 95% intervals"
+        parts.append(
+            "<p>Each bar: the mean of (contender − baseline) over the questions both answered, with its"
+            " 95% bootstrap interval; <span class='v-better'>green</span> when the whole interval is on the"
+            " better side of zero, <span class='v-worse'>red</span> on the worse side, grey when zero is"
+            " inside it (no detectable difference). The arrow says which way is better.</p>"
+        )
+        size = (11.0 if len(panels) > 3 else 8.0, height)
+        parts.append(self.plots.svg(size, title, _draw_differences, panels, self.others))
+        head = "".join(f"<th>{_e(c)}</th>" for c in self.others)
+        body = "".join(
+            f"<tr><th>{_e(label)}</th>"
+            + "".join(
+                _cell(_get(self.report, "comparisons", c, key), key == "latency_s" and bool(self.loaded))
+                for c in self.others
+            )
+            + "</tr>"
+            for key, label, _ in rows
+        )
+        parts.append(
+            f"<table class='differences'><tr><th>vs {_e(self.baseline)}</th>{head}</tr>{body}</table>"
+        )
+        if self.loaded:
+            parts.append("<p class='note'>* measured under load (see the notes above).</p>")
+        if self.flat:
+            same = ", ".join(_label(m) for m in self.flat)
+            parts.append(f"<p class='flat'>Left out, the same for every contender: {_e(same)}.</p>")
+        return "\n".join(parts)
+
     def summary_table(self) -> str:
-        baseline, metrics = self.report.get("baseline"), self.metrics
+        baseline, metrics = self.baseline, self.metrics
         arrows = ["↑" if m.get("higher_is_better", True) else "↓" for m in metrics]
         head = "".join(f"<th>{_e(_label(m))} {a}</th>" for m, a in zip(metrics, arrows, strict=True))
         rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _, _ in _COLUMNS)}</tr>"]
         for c in self.contenders:
-            cells = []
-            for m in metrics:
-                comparison = _get(self.report, "comparisons", c, m["name"])
-                diff = _difference(comparison) if c != baseline and isinstance(comparison, Mapping) else ""
-                cells.append(f"<td class='num'>{_fmt(self.mean(c, m['name']))}{diff}</td>")
+            cells = [f"<td class='num'>{_fmt(self.mean(c, m['name']))}</td>" for m in metrics]
             cells += [
                 f"<td class='num'>{_fmt(_get(self.summary, c, key), digits)}</td>"
                 for _, key, digits in _COLUMNS
             ]
             rows.append(f"<tr><th>{_e(c)}{' (baseline)' if c == baseline else ''}</th>{''.join(cells)}</tr>")
-        return f"<h2>Summary</h2><div class='scroll'><table class='summary'>{''.join(rows)}</table></div>"
+        flat = [
+            f"{_e(_label(m))} {_fmt(self.mean(baseline, m['name']))}"
+            + (" (every answer)" if self.spread[m["name"]] == "constant" else "")
+            for m in self.flat
+        ]
+        line = f"<p class='flat'>The same for every contender: {', '.join(flat)}.</p>" if flat else ""
+        latency = (
+            "<p class='note'>Latency: of the questions where the contender made every LLM call itself"
+            " (measured: the number of them).</p>"
+        )
+        return f"<h2>Summary</h2><table class='summary'>{''.join(rows)}</table>{line}{latency}"
 
     def quality_cost(self) -> str:
-        parts = ["<h2>Quality versus cost</h2>"]
+        parts = [
+            "<h2>Quality versus cost</h2><p>Each point: a contender's mean, its bar the 95% bootstrap"
+            " interval of that mean; both axes start at zero. The dashed line joins the Pareto front"
+            " (no other contender is cheaper and at least as good).</p>"
+        ]
         for m in self.metrics:
-            better = bool(m.get("higher_is_better", True))
+            better = _up(m)
             panels = []
             for key, cost_label in _COSTS:
                 points = [
@@ -256,12 +390,21 @@ class _Page:
                     if (cost := _num(_get(self.summary, c, key))) is not None
                     and (quality := self.mean(c, m["name"])) is not None
                 ]
-                panels.append((cost_label, points, pareto_front(points, better)))
+                bars = {
+                    c: (
+                        _num(_get(self.summary, c, "intervals", m["name"], "low")),
+                        _num(_get(self.summary, c, "intervals", m["name"], "high")),
+                    )
+                    for c, _, _ in points
+                }
+                panels.append((cost_label, points, pareto_front(points, better), bars))
             ylabel = _label(m) + ("" if better else " (lower is better)")
             title = f"{_label(m)} versus cost"
-            parts.append(self.plots.svg((8.0, 3.2), title, _draw_tradeoff, panels, ylabel, self.contenders))
-            fronts = "; ".join(f"by {label}: {', '.join(front) or 'n/a'}" for label, _, front in panels)
-            parts.append(f"<p>Pareto front (not dominated) {_e(fronts)}.</p>")
+            parts.append(self.plots.svg((8.0, 3.0), title, _draw_tradeoff, panels, ylabel, self.contenders))
+            fronts = "; ".join(f"by {label}: {', '.join(front) or 'n/a'}" for label, _, front, _ in panels)
+            missing = [c for c in self.contenders if _num(_get(self.summary, c, "latency_p50")) is None]
+            gone = f" No latency for {', '.join(missing)} (not measured)." if missing else ""
+            parts.append(f"<p>Pareto front (not dominated) {_e(fronts)}.{_e(gone)}</p>")
         return "\n".join(parts)
 
     def distributions(self) -> str:
@@ -269,12 +412,22 @@ class _Page:
             (_label(m), ("metrics", m["name"])) for m in self.metrics
         ]
         series += [("latency (s)", ("latency_s",)), ("LLM calls", ("llm_calls",))]
+        shares = len(self.metrics)  # the metrics are shares (0 to 1), the costs are not
         parts = ["<h2>Per-question distributions</h2>"]
-        for label, keys in series:
-            values = [[_num(_get(q, "results", c, *keys)) for q in self.questions] for c in self.contenders]
+        for i, (label, keys) in enumerate(series):
+            values = [
+                [
+                    _num(_get(q, "results", c, *keys))
+                    if keys != ("latency_s",) or not _get(q, "results", c, "replayed_calls")
+                    else None
+                    for q in self.questions
+                ]
+                for c in self.contenders
+            ]
             data = [[v for v in row if v is not None] for row in values]
             title = f"{label} per question"
-            parts.append(self.plots.svg((6.0, 2.8), title, _draw_strip, data, label, self.contenders))
+            share = i < shares
+            parts.append(self.plots.svg((6.0, 2.6), title, _draw_strip, data, label, self.contenders, share))
         return "\n".join(parts)
 
     def questions_section(self, max_timelines: int) -> str:
@@ -348,27 +501,82 @@ def _answers_table(results: Mapping[str, Any], contenders: list[str], relevant: 
 # ---------------------------------------------------------------------------------------- figures
 
 
+_VERDICT_COLOURS = {"better": "#1a7f37", "worse": "#b42318"}
+
+
+def _draw_differences(fig: Figure, panels: list[Any], contenders: list[str]) -> None:
+    """A panel per metric or cost, a row per contender: the mean difference as a point, its
+    interval as a bar, coloured by the verdict; zero marked, the axis symmetric around it."""
+    columns = 2 if len(panels) > 3 else 1
+    grid = fig.subplots(-(-len(panels) // columns), columns, squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    for ax, (label, found) in zip(axes, panels, strict=False):
+        where = dict(found)
+        reach = max(
+            (abs(_num(d.get(k)) or 0.0) for _, d in found for k in ("low", "high", "mean")), default=0.0
+        )
+        reach = reach * 1.15 or 1.0
+        ax.axvline(0.0, color="0.15", linewidth=1.0, zorder=1)
+        for row, c in enumerate(contenders):
+            d = where.get(c)
+            if d is None:
+                ax.text(0.0, row, "  not measured", va="center", ha="left", color="0.4")
+                continue
+            mean, low, high = _num(d.get("mean")) or 0.0, _num(d["low"]) or 0.0, _num(d["high"]) or 0.0
+            colour = _VERDICT_COLOURS.get(str(d.get("verdict")), "0.45")
+            ax.plot([low, high], [row, row], color=colour, linewidth=2.5, solid_capstyle="butt", zorder=2)
+            ax.plot([mean], [row], "o", color=colour, markersize=5, zorder=3)
+        ax.set_yticks(range(len(contenders)), labels=contenders)
+        ax.set_ylim(len(contenders) - 0.5, -0.5)
+        ax.set_xlim(-reach, reach)
+        ax.set_title(label, loc="left", fontsize=8.5)
+        ax.grid(axis="x", alpha=0.3)
+
+
 def _draw_tradeoff(fig: Figure, panels: list[Any], ylabel: str, contenders: list[str]) -> None:
-    """One panel per cost: a labelled point per contender, the Pareto front as a dashed line."""
+    """One panel per cost: a point per contender with its interval bar, the Pareto front
+    dashed; the cost axis from zero, the quality axis 0 to 1 for a share."""
     colours = {c: f"C{i % 10}" for i, c in enumerate(contenders)}
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    for ax, (cost_label, points, front) in zip(axes, panels, strict=True):
+    ends = [
+        v
+        for _, points, _, bars in panels
+        for c, _, q in points
+        for v in (q, *bars.get(c, ()))
+        if v is not None
+    ]
+    for ax, (cost_label, points, front, bars) in zip(axes, panels, strict=True):
         where = {name: (cost, quality) for name, cost, quality in points}
+        placed: list[tuple[float, float]] = []
         for name, cost, quality in points:
-            ax.scatter([cost], [quality], color=colours[name], zorder=3)
-            ax.annotate(name, (cost, quality), xytext=(4, 4), textcoords="offset points")
+            low, high = bars.get(name, (None, None))
+            near = sum(1 for x, y in placed if abs(x - cost) < 1e-9 and abs(y - quality) < 1e-9)
+            placed.append((cost, quality))
+            if low is not None and high is not None:
+                below, above = max(quality - low, 0.0), max(high - quality, 0.0)
+                ax.errorbar(
+                    [cost], [quality], yerr=[[below], [above]], color=colours[name], capsize=3, zorder=3
+                )
+            ax.scatter([cost], [quality], color=colours[name], zorder=4)
+            ax.annotate(name, (cost, quality), xytext=(5, 3 + 9 * near), textcoords="offset points")
         if front:
             xs, ys = [where[n][0] for n in front], [where[n][1] for n in front]
             style = {"color": "0.4", "marker": "o", "markersize": 11, "markerfacecolor": "none"}
             ax.plot(xs, ys, "--", zorder=2, label="Pareto front", **style)
             ax.legend(loc="best")
+        ax.set_xlim(0.0, max((cost for _, cost, _ in points), default=0.0) * 1.25 or 1.0)
         ax.set_xlabel(cost_label)
-        ax.margins(0.15)  # room for the labels
         ax.grid(alpha=0.3)
+    if ends and min(ends) >= 0.0 and max(ends) <= 1.0:  # a share: the whole scale
+        axes[0].set_ylim(0.0, 1.05)
+    elif ends:
+        axes[0].set_ylim(min(0.0, min(ends)), max(ends) * 1.1 or 1.0)
     axes[0].set_ylabel(ylabel)
 
 
-def _draw_strip(fig: Figure, data: list[list[float]], label: str, contenders: list[str]) -> None:
+def _draw_strip(fig: Figure, data: list[list[float]], label: str, contenders: list[str], share: bool) -> None:
     """A box plot per contender with its per-question values on top (deterministic jitter)."""
     ax = fig.subplots()
     filled = [i for i, values in enumerate(data) if values]
@@ -379,6 +587,9 @@ def _draw_strip(fig: Figure, data: list[list[float]], label: str, contenders: li
         ax.scatter(xs, values, s=9, alpha=0.6, color=f"C{i % 10}", zorder=3)
     ax.set_xticks(range(1, len(contenders) + 1), labels=contenders)
     ax.set_xlim(0.5, len(contenders) + 0.5)
+    every = [v for values in data for v in values]
+    if share and every and min(every) >= 0.0 and max(every) <= 1.0:
+        ax.set_ylim(-0.03, 1.03)
     ax.set_ylabel(label)
     ax.grid(axis="y", alpha=0.3)
 

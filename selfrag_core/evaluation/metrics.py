@@ -212,17 +212,34 @@ def paired_difference(
     )
     if diffs.size == 0:
         return None
-    mean = float(diffs.mean())
-    low = high = mean
-    if np.ptp(diffs) > 0:
-        rng = np.random.default_rng(seed)
-        block = max(1, _BOOTSTRAP_BLOCK // diffs.size)
-        sizes = [min(block, resamples - start) for start in range(0, resamples, block)]
-        draws = (rng.integers(0, diffs.size, size=(size, diffs.size)) for size in sizes)
-        means = np.concatenate([diffs[draw].mean(axis=1) for draw in draws])
-        tail = (1 - confidence) / 2
-        low, high = (float(x) for x in np.quantile(means, [tail, 1 - tail]))
-    return PairedDifference(mean, low, high, int(diffs.size), confidence, higher_is_better)
+    low, high = _bootstrap(diffs, resamples, confidence, seed)
+    return PairedDifference(float(diffs.mean()), low, high, int(diffs.size), confidence, higher_is_better)
+
+
+def mean_interval(
+    values: Sequence[float | None], *, resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
+    """The percentile bootstrap interval of the mean of ``values`` (None and non-finite
+    values dropped; None when none is left), deterministic for a ``seed``: how far one
+    system's mean could move with other questions of the same kind."""
+    kept = np.array([v for v in values if v is not None and math.isfinite(v)], float)
+    return None if kept.size == 0 else _bootstrap(kept, resamples, confidence, seed)
+
+
+def _bootstrap(values: np.ndarray, resamples: int, confidence: float, seed: int) -> tuple[float, float]:
+    """[low, high] of the means of ``resamples`` resamples of ``values`` (a point when they
+    are all equal)."""
+    mean = float(values.mean())
+    if not np.ptp(values) > 0:
+        return mean, mean
+    rng = np.random.default_rng(seed)
+    block = max(1, _BOOTSTRAP_BLOCK // values.size)
+    sizes = [min(block, resamples - start) for start in range(0, resamples, block)]
+    draws = (rng.integers(0, values.size, size=(size, values.size)) for size in sizes)
+    means = np.concatenate([values[draw].mean(axis=1) for draw in draws])
+    tail = (1 - confidence) / 2
+    low, high = (float(x) for x in np.quantile(means, [tail, 1 - tail]))
+    return low, high
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

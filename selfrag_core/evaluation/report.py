@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,12 +14,14 @@ from typing import Any
 
 from selfrag_core.errors import MissingDependencyError
 from selfrag_core.evaluation.data import EvalQuestion, InputProblem
-from selfrag_core.evaluation.metrics import auroc, paired_difference, percentile
+from selfrag_core.evaluation.metrics import auroc, mean_interval, paired_difference, percentile
 
 #: the version of the JSON shape of a report (``EvalReport.to_dict``)
 EVAL_SCHEMA = "selfrag.eval/1"
 #: what a question costs, compared with the baseline like the quality metrics (lower is better)
 COSTS = ("llm_calls", "input_tokens", "output_tokens", "latency_s")
+#: a load average from this share of the CPUs up, before the run, is a busy machine
+BUSY_LOAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class EvalReport:
     problems: list[InputProblem] = field(default_factory=list)
     interrupted: bool = False
     cache: dict[str, Any] | None = None
+    #: the conditions latency was measured under: CPUs, load average before and after, concurrency
+    machine: dict[str, Any] = field(default_factory=dict)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     def __post_init__(self) -> None:
@@ -74,8 +78,39 @@ class EvalReport:
             for rec in records
         ]
 
+    def latencies(self, contender: str) -> list[float | None]:
+        """Per question, the latency of a contender that made every LLM call itself (None
+        where a reply was replayed or borrowed from the cache: that time is not the model's)."""
+        records = ((results or {}).get(contender) for results in self.results)
+        return [
+            None if rec is None or rec.get("replayed_calls") else _finite(rec["latency_s"]) for rec in records
+        ]
+
     def _records(self, contender: str) -> list[dict[str, Any]]:
         return [r[contender] for r in self.results if r is not None and contender in r]
+
+    def spreads(self) -> dict[str, str]:
+        """The metrics that cannot tell the contenders apart (:func:`metric_spread`)."""
+        spread = {
+            m.name: metric_spread({c: self.values(c, m.name) for c in self.contenders}) for m in self.metrics
+        }
+        return {name: kind for name, kind in spread.items() if kind}
+
+    def notes(self) -> list[str]:
+        """What a reader must know to trust the figures: latency measured under load or
+        replayed, metrics that cannot tell the contenders apart, answers that are none."""
+        summary, spreads = self.summary(), self.spreads()
+        return reading_notes(
+            self.settings,
+            self.machine,
+            self.cache,
+            {name: (s["latency_measured"], s["questions"], s["no_answers"]) for name, s in summary.items()},
+            {
+                m.label: (spreads[m.name], summary_mean(summary, m.name), m.higher_is_better)
+                for m in self.metrics
+                if m.name in spreads
+            },
+        )
 
     def summary(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -83,15 +118,26 @@ class EvalReport:
             records = self._records(name)
             known = {m.name: _known(self.values(name, m.name)) for m in self.metrics}
             metrics = {m: {"mean": _rounded(_mean(v)), "n": len(v)} for m, v in known.items() if v}
-            latency = _known([r["latency_s"] for r in records])
+            latency = _known(self.latencies(name))
+            intervals = {
+                m: mean_interval(self.values(name, m), seed=int(self.settings.get("seed") or 0))
+                for m in metrics
+            }
             out[name] = {
                 "metrics": metrics,
+                # the 95% bootstrap interval of each mean
+                "intervals": {
+                    m: {"low": _rounded(i[0]), "high": _rounded(i[1])} for m, i in intervals.items() if i
+                },
                 **{
                     cost: _rounded(_mean(_known([r[cost] for r in records])))
                     for cost in ("llm_calls", "input_tokens", "output_tokens")
                 },
+                # of the questions where the contender made every LLM call itself
                 "latency_p50": _rounded(percentile(latency, 50)),
                 "latency_p95": _rounded(percentile(latency, 95)),
+                "latency_measured": len(latency),
+                "no_answers": sum(1 for r in records if r.get("no_answer") or r["error"]),
                 "fallbacks": sum(len(r["fallbacks"] or []) for r in records),
                 "errors": sum(1 for r in records if r["error"]),
                 "questions": len(records),
@@ -132,12 +178,17 @@ class EvalReport:
         difference (contender - baseline) with its bootstrap 95% interval and verdict."""
         seed = int(self.settings.get("seed") or 0)
         kinds = [(m.name, m.higher_is_better) for m in self.metrics] + [(c, False) for c in COSTS]
-        baseline = {metric: self.values(self.baseline, metric) for metric, _ in kinds}
+
+        def series(contender: str, metric: str) -> list[float | None]:
+            # latency: only where the contender made every LLM call itself
+            return self.latencies(contender) if metric == "latency_s" else self.values(contender, metric)
+
+        baseline = {metric: series(self.baseline, metric) for metric, _ in kinds}
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for name in (c for c in self.contenders if c != self.baseline):
             diffs = {
                 metric: paired_difference(
-                    self.values(name, metric), baseline[metric], higher_is_better=higher, seed=seed
+                    series(name, metric), baseline[metric], higher_is_better=higher, seed=seed
                 )
                 for metric, higher in kinds
             }
@@ -168,6 +219,8 @@ class EvalReport:
             "problems": [{"where": p.where, "message": p.message} for p in self.problems],
             "interrupted": self.interrupted,
             "cache": self.cache,
+            "machine": dict(self.machine),
+            "notes": self.notes(),
         }
 
     # ------------------------------------------------------------------ output
@@ -188,7 +241,9 @@ class EvalReport:
             ])  # fmt: skip
         lines = [f"{self.name}: {len(self.questions)} question(s), baseline {self.baseline}", *_grid(rows)]
         compared = [["vs " + self.baseline, "metric", "difference", "95% interval", "n", "verdict"]]
-        shown = {*metric_names, "llm_calls", "latency_s"}  # the token counts are in the JSON
+        # the token counts are in the JSON; a metric that cannot tell the contenders apart is in the notes
+        shown = {*metric_names, "llm_calls", "latency_s"} - set(self.spreads())
+        loaded = " (under load)" if under_load(self.settings, self.machine) else ""
         compared += [
             [
                 name,
@@ -196,7 +251,7 @@ class EvalReport:
                 f"{d['mean']:+.3f}",
                 f"[{d['low']:+.3f}, {d['high']:+.3f}]",
                 str(d["n"]),
-                d["verdict"],
+                d["verdict"] + (loaded if metric == "latency_s" else ""),
             ]
             for name, diffs in comparisons.items()
             for metric, d in diffs.items()
@@ -237,6 +292,9 @@ class EvalReport:
             ]
         if self.interrupted:
             lines += ["", "interrupted: the figures cover the questions that finished"]
+        notes = self.notes()
+        if notes:
+            lines += ["", "notes:", *(f"  - {note}" for note in notes)]
         return "\n".join(lines)
 
     def write(self, directory: Path) -> dict[str, Path]:
@@ -254,6 +312,90 @@ class EvalReport:
         except MissingDependencyError as e:
             self.problems.append(InputProblem("report.html", str(e)))
         return written
+
+
+def metric_spread(values: Mapping[str, Sequence[float | None]]) -> str | None:
+    """Whether a metric can tell the contenders apart, from each contender's per-question
+    values: ``"constant"`` when every answer of every contender scored the same (a metric
+    that measures nothing here), ``"identical"`` when every contender scored the same on
+    every question (two or more contenders), else None (also when nothing was scored)."""
+    rows = [list(v) for v in values.values()]
+    known = [x for row in rows for x in row if x is not None]
+    if not known:
+        return None
+    if max(known) == min(known):
+        return "constant"
+    if len(rows) > 1 and all(len(set(column)) == 1 for column in zip(*rows, strict=True)):
+        return "identical"
+    return None
+
+
+def summary_mean(summary: Mapping[str, Any], metric: str) -> float | None:
+    """The first mean of ``metric`` among the contenders' summaries (the one they share)."""
+    means = (_finite(((s or {}).get("metrics") or {}).get(metric, {}).get("mean")) for s in summary.values())
+    return next((m for m in means if m is not None), None)
+
+
+def under_load(settings: Mapping[str, Any], machine: Mapping[str, Any] | None) -> list[str]:
+    """Why the latencies of a run include more than each contender's own work (none: they
+    do not): questions run concurrently, or a machine busy before the run started."""
+    machine = machine or {}
+    reasons = []
+    concurrency = machine.get("concurrency", settings.get("concurrency"))
+    if isinstance(concurrency, int) and concurrency > 1:
+        reasons.append(f"{concurrency} questions ran at a time, so a latency includes waiting for the others")
+    load, cpus = _finite(machine.get("load_before")), machine.get("cpus")
+    if load is not None and isinstance(cpus, int) and cpus > 0 and load >= BUSY_LOAD * cpus:
+        reasons.append(f"the machine was busy before the run (load average {load:.2f} on {cpus} CPUs)")
+    return reasons
+
+
+def reading_notes(
+    settings: Mapping[str, Any],
+    machine: Mapping[str, Any] | None,
+    cache: Mapping[str, Any] | None,
+    counts: Mapping[str, tuple[Any, Any, Any]],
+    spreads: Mapping[str, tuple[str, float | None, bool]],
+) -> list[str]:
+    """The notes of a report (:meth:`EvalReport.notes`; the HTML page shows the same):
+    ``counts`` per contender (questions whose latency was measured, questions, no answers),
+    ``spreads`` per metric label (:func:`metric_spread`'s kind, the mean, higher is better)."""
+    notes = []
+    loaded = under_load(settings, machine)
+    if loaded:
+        notes.append(f"latency measured under load: {'; '.join(loaded)}. Read latency differences as hints")
+    partial = {name: c for name, c in counts.items() if isinstance(c[0], int) and c[0] < (c[1] or 0)}
+    if partial:
+        shown = ", ".join(f"{name} {c[0]} of {c[1]}" for name, c in partial.items())
+        where = "the cache" if cache is None or not cache.get("shared_replies") else "the shared replies"
+        notes.append(
+            f"latency counts only the questions where a contender made every LLM call itself, none "
+            f"replayed or borrowed from {where} (that time is not the model's): {shown} question(s); "
+            "a latency difference uses the questions both measured, and none is given without one"
+        )
+    constant = {label: mean for label, (kind, mean, _) in spreads.items() if kind == "constant"}
+    if constant:  # 0 on a higher-is-better metric: the worst score for every answer
+        zero = [
+            label for label, (kind, mean, up) in spreads.items() if kind == "constant" and up and mean == 0
+        ]
+        notes.append(
+            "the same score for every answer of every contender, so it cannot tell them apart (check that "
+            f"it suits the data): {', '.join(f'{label} {_fmt(mean)}' for label, mean in constant.items())}"
+            + (
+                f"; 0 for every answer ({', '.join(zero)}) usually means the metric does not fit the "
+                "data (a long gold passage, say, never occurs whole in an answer)"
+                if zero
+                else ""
+            )
+        )
+    same = [f"{label} {_fmt(mean)}" for label, (kind, mean, _) in spreads.items() if kind == "identical"]
+    if same:
+        notes.append(f"the same for every contender on every question: {', '.join(same)}")
+    empty = {name: c for name, c in counts.items() if c[2]}
+    if empty:
+        shown = ", ".join(f"{name} {c[2]} of {c[1]}" for name, c in empty.items())
+        notes.append(f"no answer (an error or the failure placeholder, scored 0): {shown}")
+    return notes
 
 
 def _rounded(value: float | None) -> float | None:

@@ -8,7 +8,9 @@ a second run replays it for free). See :mod:`selfrag_core.evaluation` for the wh
 
 from __future__ import annotations
 
+import contextvars
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +58,41 @@ JUDGE_NAMESPACE = "judge"
 CORPUS_CHUNK_SIZE = 2000
 
 Progress = Callable[[int, int, str], None]
+
+#: what runs in this context: (question id, question, contender name, its replayed-calls tally)
+_ASKING: contextvars.ContextVar[tuple[str, str, str, list[int]] | None] = contextvars.ContextVar(
+    "selfrag_eval_asking", default=None
+)
+
+
+class _Replies(CachedLLM):
+    """A contender's recorded replies that also count, per question, the calls answered
+    from the file (replayed or borrowed): that question's latency is not the model's."""
+
+    def _hit(self, key: str, prompt: str, schema: Mapping[str, Any] | None) -> Any:
+        found = super()._hit(key, prompt, schema)
+        asking = _ASKING.get()
+        if found is not None and asking is not None:
+            asking[3][0] += 1
+        return found
+
+
+class _NameTheQuestion(logging.Filter):
+    """Puts the question and the contender into the engine's fallback warnings logged
+    while an evaluation runs one ("selfrag fallback in self on q3 ('What is...'): ...")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        asking = _ASKING.get()
+        if asking is not None and isinstance(record.msg, str) and record.msg.startswith("selfrag fallback:"):
+            qid, text, name, _ = asking
+            short = text if len(text) <= 60 else text[:59] + "…"
+            record.msg = (
+                f"selfrag fallback in {name} on {qid} ({short!r}):" + record.msg[len("selfrag fallback:") :]
+            )
+        return True
+
+
+_FALLBACK_NAMES = _NameTheQuestion()
 
 
 def evaluate(
@@ -132,9 +169,7 @@ def evaluate(
         or when ``model`` is None or records already."""
         if store is None or model is None or isinstance(model, CachedLLM):
             return None
-        return CachedLLM(
-            model, Path(store), replay=replay, namespace=namespace, fallback_namespaces=fallbacks
-        )
+        return _Replies(model, Path(store), replay=replay, namespace=namespace, fallback_namespaces=fallbacks)
 
     def contender_llm(name: str) -> Any:  # shared: one reply a prompt, for every contender
         wrapped = recorded(llm, SHARED_NAMESPACE, (baseline, name)) if shared_replies else recorded(llm, name)
@@ -172,12 +207,15 @@ def evaluate(
     report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
     report.problems = problems
     sink = _Sink(Path(output) if output is not None else None)
+    logging.getLogger("selfrag").addFilter(_FALLBACK_NAMES)  # once; it acts only inside an evaluation
+    report.machine = {"cpus": os.cpu_count(), "load_before": _load(), "concurrency": concurrency}
     try:
         _run(data.questions, built, ranking, k, scorer, report, sink, concurrency, progress)
     except KeyboardInterrupt:
         report.interrupted = True  # what finished is kept: in results.jsonl and the report
         raise
     finally:
+        report.machine["load_after"] = _load()
         sink.close()
         every = [c for c in (*cached.values(), judged) if c is not None]
         if every:
@@ -201,6 +239,14 @@ def evaluate(
 
 
 # ----------------------------------------------------------------------------- setup
+
+
+def _load() -> float | None:
+    """The load average over the last minute (None where the system has none: Windows)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _counts(cached: CachedLLM) -> dict[str, int]:
@@ -308,7 +354,7 @@ class _Scorer:
     def score(self, question: EvalQuestion, outcome: Outcome, answered: bool) -> dict[str, float | None]:
         scores: dict[str, float | None] = {}
         ranked = _matched(doc_ids([doc_key(d) for d in outcome.sources]), question.relevant)
-        failed = outcome.error is not None
+        failed = no_answer(outcome) is not None  # an error or the failure placeholder: scored as no answer
         if question.answers and answered:
             text = without_markers(outcome.answer)  # the citation markers are not the answer
             scores["f1"] = 0.0 if failed else token_f1(text, question.answers)
@@ -330,8 +376,7 @@ class _Scorer:
             # predicts a right answer
             scores["support_score"] = 0.0 if grounding.degenerate else grounding.support_score
             # the share of the answer's sentences a source supports (unknown for a refusal)
-            refused = is_refusal(outcome.answer) or outcome.answer.strip() == GENERATION_FAILED_ANSWER
-            citations = [] if refused else cite(outcome.answer, outcome.sources)
+            citations = [] if is_refusal(outcome.answer) else cite(outcome.answer, outcome.sources)
             scores["sentence_support"] = supported_share(citations)
             if self.faithfulness is not None:
                 texts = [d.text for d in outcome.sources]
@@ -339,8 +384,22 @@ class _Scorer:
         return scores
 
 
-def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float | None]) -> dict[str, Any]:
-    """One contender's result on one question, as ``results.jsonl`` and the report hold it."""
+def no_answer(outcome: Outcome) -> str | None:
+    """Why an outcome holds no answer (the contender failed, or its strategy returned the
+    failure placeholder ``GENERATION_FAILED_ANSWER``), None when it holds one. Such an
+    outcome scores 0 on the answer metrics and is counted in the summary's ``no_answers``."""
+    if outcome.error is not None:
+        return "error"
+    if outcome.answer.strip() == GENERATION_FAILED_ANSWER:
+        return "generation failed"
+    return None
+
+
+def record(
+    question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float | None], replayed: int = 0
+) -> dict[str, Any]:
+    """One contender's result on one question, as ``results.jsonl`` and the report hold it
+    (``replayed``: the LLM calls answered from the cache, replayed or borrowed)."""
     trace = outcome.trace
     timeline = [
         {"kind": e.kind, "name": e.name, "start_s": round(e.start_s, 4), "latency_s": round(e.latency_s, 4)}
@@ -359,6 +418,8 @@ def record(question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float 
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
         "latency_s": round(outcome.latency_s, 6),
+        "replayed_calls": replayed,
+        "no_answer": no_answer(outcome),
         "fallbacks": None if trace is None else [e.name for e in trace.fallbacks],
         "timeline": timeline,
         **({} if outcome.signals is None else {"signals": outcome.signals}),  # for --fit-router
@@ -410,8 +471,15 @@ def _run(
         for contender in contenders:
             if ranking and contender.rank is None:
                 continue  # cannot rank on its own: left out of a retrieval-only run
-            outcome = timed(contender.name, _work(contender, question.question, ranking, k))
-            results[contender.name] = record(question, outcome, scorer.score(question, outcome, not ranking))
+            tally = [0]  # the calls answered from the cache while it runs
+            asking = _ASKING.set((question.id, question.question, contender.name, tally))
+            try:
+                outcome = timed(contender.name, _work(contender, question.question, ranking, k))
+                replayed = tally[0]  # before the judge's calls
+                scores = scorer.score(question, outcome, not ranking)
+            finally:
+                _ASKING.reset(asking)
+            results[contender.name] = record(question, outcome, scores, replayed)
         return results
 
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="selfrag-eval")

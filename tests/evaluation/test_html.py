@@ -192,19 +192,25 @@ def page(report: dict[str, Any]) -> tuple[str, Page]:
     return text, Page(text)
 
 
-def _expected_svgs(quality_metrics: int, timelines: int) -> int:
-    # a quality-versus-cost figure and a distribution figure per metric with a mean,
-    # a distribution figure for latency and one for LLM calls, a timeline per question
-    return 2 * quality_metrics + 2 + timelines
+def _expected_svgs(quality_metrics: int, timelines: int, differences: int = 1) -> int:
+    # the differences figure (with a contender besides the baseline), a quality-versus-cost
+    # figure and a distribution figure per metric that tells the contenders apart, a
+    # distribution figure for latency and one for LLM calls, a timeline per question
+    return differences + 2 * quality_metrics + 2 + timelines
 
 
 def test_page_structure_and_figure_count(page: tuple[str, Page], report: dict[str, Any]) -> None:
     text, parsed = page
     assert text.startswith("<!DOCTYPE html>")
     assert parsed.tags.count("html") == 1
-    # f1, em, recall@10, unsupported have means; mrr has none and gets no figure
-    assert parsed.tags.count("svg") == _expected_svgs(4, len(report["questions"]))
+    # f1, em, unsupported have means; recall@10 is 1 for every answer (one line); mrr has none
+    assert parsed.tags.count("svg") == _expected_svgs(3, len(report["questions"]))
     assert "mrr" not in "".join(parsed.table_text.values())
+    assert (
+        "recall@10" not in parsed.table_text["summary"]
+        and "recall@10" not in parsed.table_text["differences"]
+    )
+    assert "The same for every contender: recall@10 1.000 (every answer)." in "".join(parsed.text)
     assert all(d["svgs"] == 1 for d in parsed.details)
 
 
@@ -250,20 +256,19 @@ def test_svg_ids_are_unique_in_the_page(page: tuple[str, Page]) -> None:
     assert ids and len(ids) == len(set(ids))
 
 
-def test_summary_table_shows_differences_and_verdicts(page: tuple[str, Page]) -> None:
-    _, parsed = page
-    table = parsed.table_text["summary"]
-    for words in ("better", "worse", "no detectable difference"):
-        assert words in table
-    assert "Δ +0.150 (95% CI +0.040 … +0.260, n=6): better" in table  # self's f1
-    assert "Δ -0.100 (95% CI -0.200 … -0.013, n=6): worse" in table  # recursive's f1
-    assert "plain (baseline)" in table
-    assert "n/a" in table  # recursive's null em mean, hyde's unknown output tokens
-    assert "0.550" in table  # plain's f1 mean
-    text, _ = page
-    assert (
-        "class='diff v-better'" in text and "class='diff v-worse'" in text and "class='diff v-none'" in text
-    )
+def test_the_differences_table_shows_each_difference_on_one_line(page: tuple[str, Page]) -> None:
+    text, parsed = page
+    table = parsed.table_text["differences"]
+    assert "+0.150 [+0.040, +0.260] better" in table  # self's f1
+    assert "-0.100 [-0.200, -0.013] worse" in table  # recursive's f1
+    assert "+0.050 [-0.020, +0.120] –" in table  # no detectable difference: no word, grey
+    assert "title='+0.050 (95% CI -0.020 … +0.120, n=6): no detectable difference'" in text
+    assert "class='num v-better'" in text and "class='num v-worse'" in text and "class='num v-none'" in text
+    assert 'aria-label="paired differences from plain with 95% intervals"' in text
+    summary = parsed.table_text["summary"]
+    assert "plain (baseline)" in summary
+    assert "n/a" in summary  # recursive's null em mean, hyde's unknown output tokens
+    assert "0.550" in summary  # plain's f1 mean
 
 
 def test_quality_versus_cost_names_the_pareto_front(page: tuple[str, Page]) -> None:
@@ -289,7 +294,7 @@ def two_timelines(report: dict[str, Any], tmp_path_factory: pytest.TempPathFacto
 def test_max_timelines_leaves_the_rest_out(two_timelines: Path) -> None:
     parsed = Page(two_timelines.read_text(encoding="utf-8"))
     assert [d["svgs"] for d in parsed.details] == [1, 1, 0, 0, 0, 0]
-    assert parsed.tags.count("svg") == _expected_svgs(4, 2)
+    assert parsed.tags.count("svg") == _expected_svgs(3, 2)
     notes = [d for d in parsed.details if "Timeline left out" in d["text"]]
     assert len(notes) == 4
 
@@ -305,7 +310,7 @@ def test_missing_metrics_comparisons_and_values_render(report: dict[str, Any]) -
     parsed = Page(render_html(bare))
     assert parsed.tags.count("svg") == _expected_svgs(0, 0)  # latency and LLM calls, empty
     assert len(parsed.details) == len(bare["questions"])
-    assert "Δ" not in "".join(parsed.text)
+    assert "differences" not in parsed.table_text or "[" not in parsed.table_text["differences"]
 
 
 def test_a_nearly_empty_report_renders() -> None:
