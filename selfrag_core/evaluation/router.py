@@ -45,6 +45,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.data import EvalData
+from selfrag_core.evaluation.gate import _results_file
 from selfrag_core.evaluation.metrics import paired_difference
 from selfrag_core.evaluation.report import EvalReport, _grid, load_results
 from selfrag_core.presets import ADAPTIVE, BASELINE, build_strategy
@@ -88,15 +89,12 @@ def _rows(
     if isinstance(run, EvalReport):
         pairs = [(q.id, dict(r)) for q, r in zip(run.questions, run.results, strict=True) if r]
         return run.name, pairs
-    path = Path(run)
-    path = path / "results.jsonl" if path.is_dir() else path
-    if path.name == "summary.json":
-        path = path.with_name("results.jsonl")
+    path = _results_file(run)  # the run's folder, its summary.json or its results.jsonl
     try:
         lines = load_results(path)
     except (OSError, ValueError) as e:
         raise ConfigurationError(
-            f"cannot read {path}: {e}; give the folder (or results.jsonl) of a selfrag eval run"
+            f"cannot read {path}: {e}; give a results.jsonl that selfrag eval wrote"
         ) from e
     pairs = [
         (str(line["id"]), dict(line["results"]))
