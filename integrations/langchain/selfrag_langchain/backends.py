@@ -7,10 +7,12 @@ from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
+from langchain_core.indexing import InMemoryRecordManager, RecordManager
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field
 
+from selfrag_core.ingest import chunk_id, content_source, document_parts
 from selfrag_core.retrieval import astore_search, store_search
 from selfrag_core.types import RetrievedDoc, ScoreKind
 from selfrag_langchain._convert import from_document, to_document
@@ -89,10 +91,34 @@ class LangChainBackend:
     them; a plain retriever's documents have none (``ScoreKind.UNKNOWN``: the
     strategies then fuse by rank). Errors propagate; the strategies turn them into a
     recorded fallback.
+
+    Over a vector store (:func:`as_backend`) it keeps selfrag's write contract
+    (:class:`~selfrag_core.ingest.WritableBackend`, and passes the conformance suite):
+    ``add_documents`` splits each document with ``text_splitter`` (a LangChain
+    ``TextSplitter``; None: one chunk per document), stores the chunks under
+    :func:`~selfrag_core.ingest.chunk_id` ids and records them per source in
+    ``record_manager`` (LangChain's indexing ledger; default an in-memory one, so pass a
+    ``SQLRecordManager`` for a store other processes write to), so that adding a source
+    again replaces its chunks and ``delete(source)`` / ``count()`` need no store support
+    beyond ``add_documents(ids=)`` and ``delete(ids)``.
     """
 
-    def __init__(self, retriever: BaseRetriever) -> None:
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        *,
+        record_manager: RecordManager | None = None,
+        text_splitter: Any = None,
+    ) -> None:
         self.retriever = retriever
+        self.vectorstore = retriever.vectorstore if isinstance(retriever, VectorStoreSearch) else None
+        if self.vectorstore is None and (record_manager is not None or text_splitter is not None):
+            raise ValueError("record_manager and text_splitter apply to vector stores, not retrievers")
+        self.text_splitter = text_splitter
+        self.record_manager: RecordManager | None = None
+        if self.vectorstore is not None:
+            self.record_manager = record_manager or InMemoryRecordManager(f"selfrag/{id(self.vectorstore)}")
+            self.record_manager.create_schema()
 
     def __repr__(self) -> str:
         return f"LangChainBackend({self.retriever.get_name()})"
@@ -119,23 +145,83 @@ class LangChainBackend:
         retriever, kwargs = self._call(top_k)
         return [from_document(d) for d in (await retriever.ainvoke(query, **kwargs))[:top_k]]
 
+    # ------------------------------------------------------------------ writing
 
-def as_backend(obj: Any, *, scores: ScoreMode = "relevance", **search_kwargs: Any) -> LangChainBackend:
+    def _ledger(self) -> tuple[VectorStore, RecordManager]:
+        if self.vectorstore is None or self.record_manager is None:
+            raise TypeError("writing needs a vector store: build the backend with as_backend(vectorstore)")
+        return self.vectorstore, self.record_manager
+
+    def _pieces(self, text: str) -> list[str]:
+        pieces = list(self.text_splitter.split_text(text)) if self.text_splitter is not None else [text]
+        return [p for p in dict.fromkeys(pieces) if p.strip()] or [text]
+
+    def add_documents(self, documents: Any) -> int:
+        """Store the documents' chunks (all checked first); the chunks newly stored."""
+        store, ledger = self._ledger()
+        parts = [document_parts(doc) for doc in documents]
+        added = 0
+        for text, source, metadata in parts:
+            source = source if source is not None else content_source(text, metadata)
+            pieces = self._pieces(text)
+            ids = [chunk_id(source, piece) for piece in pieces]
+            old = set(ledger.list_keys(group_ids=[source]))
+            meta = {**metadata, "source": source}
+            new = [
+                Document(page_content=piece, id=key, metadata={**meta, "chunk_index": n})
+                for n, (piece, key) in enumerate(zip(pieces, ids, strict=True))
+                if key not in old
+            ]
+            if new:
+                store.add_documents(new, ids=[str(d.id) for d in new])
+                ledger.update([str(d.id) for d in new], group_ids=[source] * len(new))
+            stale = sorted(old - set(ids))
+            if stale:
+                store.delete(ids=stale)
+                ledger.delete_keys(stale)
+            added += len(new)
+        return added
+
+    def delete(self, source: str) -> int:
+        """Remove every chunk of ``source``; how many went."""
+        store, ledger = self._ledger()
+        keys = ledger.list_keys(group_ids=[source])
+        if keys:
+            store.delete(ids=keys)
+            ledger.delete_keys(keys)
+        return len(keys)
+
+    def count(self) -> int:
+        """The chunks written through this backend's ledger."""
+        return len(self._ledger()[1].list_keys())
+
+
+def as_backend(
+    obj: Any,
+    *,
+    scores: ScoreMode = "relevance",
+    record_manager: RecordManager | None = None,
+    text_splitter: Any = None,
+    **search_kwargs: Any,
+) -> LangChainBackend:
     """A selfrag backend from a LangChain ``BaseRetriever`` or ``VectorStore``.
 
-    ``scores`` and ``search_kwargs`` (e.g. ``filter=...``) apply to vector stores.
-    Raises ``TypeError`` for anything else (selfrag's own backends need no adapter).
+    ``scores`` and ``search_kwargs`` (e.g. ``filter=...``) apply to vector stores, and so
+    do ``record_manager`` and ``text_splitter``, which writing uses (see
+    :class:`LangChainBackend`). Raises ``TypeError`` for anything else (selfrag's own
+    backends need no adapter).
     """
     if isinstance(obj, LangChainBackend):
         return obj
     if isinstance(obj, VectorStore):
         return LangChainBackend(
-            VectorStoreSearch(vectorstore=obj, scores=scores, search_kwargs=search_kwargs)
-        )
+            VectorStoreSearch(vectorstore=obj, scores=scores, search_kwargs=search_kwargs),
+            record_manager=record_manager, text_splitter=text_splitter,
+        )  # fmt: skip
     if isinstance(obj, BaseRetriever):
         if search_kwargs:
             raise ValueError("search_kwargs apply to vector stores; configure the retriever itself")
-        return LangChainBackend(obj)
+        return LangChainBackend(obj, record_manager=record_manager, text_splitter=text_splitter)
     raise TypeError(
         f"as_backend expects a LangChain BaseRetriever or VectorStore, got {type(obj).__name__}; "
         "objects with retrieve(query, top_k) are backends already"

@@ -11,6 +11,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.schema import Document
 
+from selfrag_core.ingest import content_source, document_parts
 from selfrag_core.types import RetrievedDoc
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import docs_from_nodes, note
@@ -27,6 +28,13 @@ class LlamaIndexBackend:
     (never the caller's object), or the retriever itself with its results sliced. Nodes
     without text (image nodes) are skipped and reported in
     ``response.metadata["adapter_notes"]``. Errors propagate (the core falls back).
+
+    Made from an index, it keeps selfrag's write contract
+    (:class:`~selfrag_core.ingest.WritableBackend`, and passes the conformance suite):
+    ``add_documents`` inserts each document as a LlamaIndex ``Document`` whose id is its
+    source (the index's own transformations chunk it), skipping one stored with the same
+    hash and replacing one changed; ``delete(source)`` is ``delete_ref_doc``; ``count()``
+    the index's nodes; ``sources()`` its documents.
     """
 
     score_kind = "similarity"
@@ -90,6 +98,51 @@ class LlamaIndexBackend:
                 note("nodes_without_text_skipped", f"{len(skipped)} node(s) had no text", {"ids": skipped})
             )
         return docs[:top_k]
+
+    def _writable(self) -> Any:
+        if self.index is None:
+            raise TypeError("writing needs an index: build the backend with as_backend(index)")
+        return self.index
+
+    def _nodes_of(self, source: str) -> list[str]:
+        info = self._writable().docstore.get_ref_doc_info(source)
+        return [] if info is None else list(info.node_ids)
+
+    def add_documents(self, documents: Any) -> int:
+        """Insert the documents (all checked first); the nodes newly stored."""
+        index = self._writable()
+        parts = [document_parts(doc) for doc in documents]
+        added = 0
+        for text, source, metadata in parts:
+            source = source if source is not None else content_source(text, metadata)
+            document = Document(text=text, metadata={**metadata, "source": source}, id_=source)
+            stored = self._nodes_of(source)
+            if stored and index.docstore.get_document_hash(source) == document.hash:
+                continue
+            if stored:
+                index.delete_ref_doc(source, delete_from_docstore=True)
+            index.insert(document)
+            added += len(self._nodes_of(source))
+        return added
+
+    def delete(self, source: str) -> int:
+        """Remove the document ``source`` and its nodes; how many nodes went."""
+        nodes = self._nodes_of(source)
+        if nodes:
+            self._writable().delete_ref_doc(source, delete_from_docstore=True)
+        return len(nodes)
+
+    def count(self) -> int:
+        """The index's nodes."""
+        struct = self._writable().index_struct
+        nodes = getattr(struct, "nodes_dict", None)
+        if isinstance(nodes, dict):
+            return len(nodes)
+        return sum(len(self._nodes_of(s)) for s in self.sources())
+
+    def sources(self) -> set[str]:
+        """The documents inserted (their ids: the sources)."""
+        return set(self._writable().docstore.get_all_ref_doc_info() or {})
 
     def add_document(self, text: str, metadata: dict[str, Any]) -> str:
         """Insert into the index (only when the backend was made from an index); returns
