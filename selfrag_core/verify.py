@@ -42,6 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from selfrag_core.comparison import chosen, comparison, resolve
 from selfrag_core.grounding import STOPWORDS, question_coverage, repetition, strip_ar_prefix
 
 #: the score at which a sentence counts as supported
@@ -565,9 +566,38 @@ def verify_answer(
             _on_topic(v, s, question, texts, checker.threshold)
             for s, v in zip(sentences, verdicts, strict=True)
         ]
+        verdicts = _compared(verdicts, sentences, question, texts)
     scores = [v.score for v in verdicts]
     score = 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
     return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold)
+
+
+#: a comparison answer the passages' dates contradict scores at most this; one they agree with at least
+CONTRADICTED, AGREED = 0.1, 0.8
+
+
+def _compared(
+    verdicts: list[Verdict], sentences: list[str], question: str, passages: list[str]
+) -> list[Verdict]:
+    """``verdicts`` with the sentence that picks an alternative of a comparison by date
+    ("Who was born first, A or B?") checked against both passages' dates
+    (:mod:`selfrag_core.comparison`): capped when they favour the other alternative,
+    lifted when they favour it."""
+    resolution = resolve(comparison(question), passages)
+    if resolution is None:
+        return verdicts
+    for i, sentence in enumerate(sentences):
+        pick = chosen(resolution.comparison, sentence)
+        if pick is None:
+            continue
+        home = resolution.passages[resolution.winner]
+        if pick == resolution.winner:
+            lifted = Verdict(max(verdicts[i].score, AGREED), True, home, None)
+            return [*verdicts[:i], lifted, *verdicts[i + 1 :]]
+        why = f"comparison_contradicted:{resolution.winner_name}"
+        capped = Verdict(min(verdicts[i].score, CONTRADICTED), False, home, why)
+        return [*verdicts[:i], capped, *verdicts[i + 1 :]]
+    return verdicts
 
 
 #: how much of a sentence's score rests on its passage speaking to the question

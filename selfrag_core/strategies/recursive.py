@@ -23,14 +23,16 @@ Differences from the reference implementation, on purpose:
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.citations import renumber
+from selfrag_core.comparison import Comparison, chosen, comparison, derived_answer, resolve
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
-from selfrag_core.engine import Generate, Note, Parallel, Plan, without_streaming
+from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, without_streaming
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.grounding import content_stems
 from selfrag_core.llm import LLMReply
@@ -44,6 +46,8 @@ from selfrag_core.strategies.base import (
     NOT_ENOUGH_ANSWER,
     Strategy,
     checked_answer,
+    grounded_answer,
+    retrieval_options,
     retrieve_and_answer,
 )
 from selfrag_core.types import RecursiveRAGResult, RetrievedDoc, SubAnswer
@@ -239,6 +243,9 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         if depth >= cfg.max_depth:
             why = "decomposition is off" if cfg.max_depth == 0 else f"max_depth {cfg.max_depth} reached"
             return (yield from self._direct(query, context, depth, why))
+        compared = comparison(query) if cfg.decomposition != "llm" else None
+        if compared is not None:
+            return (yield from self._compare(query, compared, context, depth))
         parts = split_question(query) if cfg.decomposition != "llm" else [query]
         if len(parts) >= 2:
             subs, reason = parts[: cfg.max_sub_questions], f"split by rule into {len(parts)} questions"
@@ -265,6 +272,42 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         if answer != GENERATION_FAILED_ANSWER:
             answer = yield from checked_answer(answer, query, sources)
         return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources, reason=reason)
+
+    def _compare(
+        self, query: str, compared: Comparison, context: dict[str, Any], depth: int
+    ) -> Plan[RecursiveRAGResult]:
+        """A comparison by date ("Who was born first, A or B?"): the question and each
+        alternative searched in one round, one answer over their documents, and that
+        answer replaced by the one the documents' dates give when they contradict it
+        (:mod:`selfrag_core.comparison`)."""
+        cfg = self.config
+        searches = (query, *(f"{a} {compared.event}".strip() for a in compared.alternatives))
+        found = yield RetrieveMany(self.rag_system, searches, cfg.top_k, retrieval_options(context))
+        for search, outcome in zip(searches, found, strict=True):
+            if isinstance(outcome, Exception):
+                yield Note("retrieval_failed", _failure(outcome), {"query": search[:200]})
+        ranked = [docs for docs in found if not isinstance(docs, Exception)]
+        docs = _deduplicate(d for rank in itertools.zip_longest(*ranked) for d in rank if d is not None)
+        reason = "a comparison: each alternative searched"
+        if not docs:
+            return RecursiveRAGResult(
+                NOT_ENOUGH_ANSWER, depth, False, [], [], reason=f"{reason}: no documents"
+            )
+        docs = docs[: cfg.top_k + len(compared.alternatives)]
+        resolution = resolve(compared, [d.text for d in docs])
+        try:
+            answer = yield from grounded_answer(self, query, docs, cfg.llm_retries)
+        except RAGSystemError as e:
+            if resolution is None:
+                raise
+            yield Note("generation_failed", _failure(e), {"then": "the documents' dates"})
+            answer = ""
+        if resolution is not None and chosen(compared, answer) != resolution.winner:
+            derived = derived_answer(resolution)
+            detail = {"answer": answer[:200], "then": derived, "years": list(resolution.years)}
+            yield Note("comparison_corrected", "the documents' dates give another answer", detail)
+            answer = derived
+        return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], docs, reason=reason)
 
     def _sub(self, question: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
         """One sub-question, with ``sub_question`` progress notes in the trace as it starts

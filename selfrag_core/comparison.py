@@ -1,0 +1,193 @@
+"""Comparisons of two things by date, answered from the documents without an LLM.
+
+"Who was born first, Erika Jayne or Marco Da Silva?" is stated by no single passage: the
+answer follows from two ("Erika Jayne (born 1971)", "Marco Da Silva (born 1977)"). A small
+model picks one of the two names about as often right as wrong, and a support check that
+reads one passage at a time certifies either. Here the two dates are read, one passage
+each, and compared:
+
+* :func:`comparison` reads the question's shape: two alternatives ("A or B", "A أم B"), a
+  direction ("first", "older", "earlier" against "more recently", "younger", "later") and
+  the event compared ("born", "formed", "released", ...);
+* :func:`resolve` finds each alternative's passage (the one titled by it, else the one
+  whose opening names it) and the year of the event in it (a year just after the event's
+  word, "formed in 2005", "born 20 August 1938", else the passage's first year), and
+  returns the earlier or later one, or None when a year is missing or both are equal;
+* :func:`chosen` tells which alternative an answer picks (the one it names first).
+
+The verifier caps an answer that picks the other alternative and lifts one that agrees
+(:func:`selfrag_core.verify.verify_answer`); RecursiveRAG retrieves each alternative's
+passage and corrects an answer the dates contradict (:func:`derived_answer`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_EARLIER = (
+    r"first|earlier|earliest|older|oldest|sooner|longer ago|before the other"
+    r"|أولا|أولاً|أقدم|أسبق|الأقدم|الأسبق"
+)
+_LATER = (
+    r"more recently|most recently|more recent|later|latest|last|younger|youngest|newer|newest"
+    r"|أحدث|الأحدث|أصغر|الأصغر"
+)
+_DIRECTION = re.compile(rf"(?<!\w)(?:(?P<earlier>{_EARLIER})|(?P<later>{_LATER}))(?!\w)", re.IGNORECASE)
+#: the alternatives: "A or B" between a comma or colon (or the question's start) and a comma,
+#: a question mark or the end
+_ALTERNATIVES = re.compile(
+    r"(?:^|[,:،]\s*)(?P<a>[^,:،?؟]{2,80}?)\s+(?:or|أم|أو)\s+(?P<b>[^,:،?؟]{2,80}?)\s*(?:[,?؟]|$)",
+    re.IGNORECASE,
+)
+#: the events a date is read for, with the words a passage states them in
+_EVENTS = {
+    "born": r"born|b\.|ولد|ولدت",
+    "formed": r"formed|founded|established|created|started|began|organized|تأسست|أسست",
+    "released": r"released|published|premiered|aired|launched|debuted|issued|opened|first published|صدر|نشر",
+}
+_EVENT_OF_QUESTION = {
+    "born": r"born|ولد|ولدت",
+    "formed": r"formed|founded|established|created|started|began|تأسس|تأسست|أسس",
+    "released": r"released|published|premiered|aired|launched|came out|came to market|debuted|opened|صدر|نشر",
+}
+#: a direction word followed by a noun ("the first Russian composer") describes, not compares
+_DESCRIBES = re.compile(r"\s+(?!of\b|or\b|in\b|to\b|than\b|and\b)[a-z]{3,}", re.IGNORECASE)
+_PERSON = re.compile(
+    r"^(?:who|whom|which(?: \w+)? (?:person|man|woman|actor|actress|singer|musician|player|writer|author))\b"
+    r"|^من\s",
+    re.I,
+)
+_AGE = re.compile(r"(?<!\w)(?:older|oldest|younger|youngest|أكبر|أصغر)(?!\w)", re.IGNORECASE)
+_YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?![\d.,]\d)")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_LEADING = re.compile(r"^(?:the|a|an|between)\s+", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A question comparing two alternatives by the date of an event."""
+
+    alternatives: tuple[str, str]
+    earlier: bool  # the earlier date wins ("first", "older"); else the later ("more recently")
+    event: str  # "born", "formed", "released" or "" (unnamed: the passages' first years)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What the documents say: the alternative that wins, and each one's year and passage."""
+
+    comparison: Comparison
+    winner: int  # 0 or 1: the index in ``comparison.alternatives``
+    years: tuple[int, int]
+    passages: tuple[int, int]  # indices into the passages given to :func:`resolve`
+
+    @property
+    def winner_name(self) -> str:
+        return self.comparison.alternatives[self.winner]
+
+
+def comparison(question: str) -> Comparison | None:
+    """The comparison ``question`` asks, or None when it asks none ("Who was born first,
+    Erika Jayne or Marco Da Silva?" -> ``("Erika Jayne", "Marco Da Silva")``, earlier, "born")."""
+    text = " ".join(question.split())
+    found = _ALTERNATIVES.search(text)
+    if found is None:
+        return None
+    rest = text[: found.start("a")] + " " + text[found.end("b") :]
+    direction = next(
+        (d for d in _DIRECTION.finditer(rest) if not _DESCRIBES.search(rest, d.end())), None
+    )  # "the first Russian composer to ..." describes; "born first," compares
+    if direction is None:
+        return None
+    a, b = (_LEADING.sub("", found.group(g).strip(" \"'“”‘’")).strip() for g in ("a", "b"))
+    if not a or not b or a.casefold() == b.casefold():
+        return None
+    event = next(
+        (e for e, words in _EVENT_OF_QUESTION.items() if re.search(rf"(?<!\w)(?:{words})(?!\w)", rest, re.I)),
+        "born" if _PERSON.match(text) and _AGE.search(rest) else "",
+    )
+    return Comparison((a, b), direction.group("earlier") is not None, event)
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def _names(passage: str, alternative: str) -> float:
+    """How far ``passage``'s opening (its title line, else its first 200 characters)
+    names ``alternative``: the share of the alternative's words it holds."""
+    words = _words(alternative)
+    if not words:
+        return 0.0
+    opening = set(_words(passage.split("\n", 1)[0] if "\n" in passage[:200] else passage[:200]))
+    return sum(w in opening for w in words) / len(words)
+
+
+def _year(passage: str, event: str) -> int | None:
+    """The year of ``event`` in ``passage``: the first year within 60 characters after a
+    word stating the event, else (for an unnamed event or none stated) the first year."""
+    body = passage.split("\n", 1)[1] if "\n" in passage[:200] else passage
+    words = _EVENTS[event] if event else f"{_EVENTS['formed']}|{_EVENTS['released']}"
+    for stated in re.finditer(rf"(?<!\w)(?:{words})(?!\w)", body, re.IGNORECASE):
+        year = _YEAR.search(body, stated.end(), stated.end() + 60)
+        if year is not None:
+            return int(year.group(1))
+    if event == "born":  # "Erika Jayne (1971 - )": the opening parenthesis's year
+        paren = re.search(r"\(([^()]{0,80})\)", body[:400])
+        year = _YEAR.search(paren.group(1)) if paren else None
+        return int(year.group(1)) if year else None
+    first = _YEAR.search(body)
+    return int(first.group(1)) if first else None
+
+
+def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolution | None:
+    """Which alternative the passages' dates favour, or None when an alternative has no
+    passage of its own (at least all its words in the opening), a year is missing, or
+    both years are equal."""
+    if comparison is None:
+        return None
+    homes: list[int] = []
+    for alternative in comparison.alternatives:
+        ranked = sorted(range(len(passages)), key=lambda i: -_names(passages[i], alternative))
+        if not ranked or _names(passages[ranked[0]], alternative) < 1.0:
+            return None
+        homes.append(ranked[0])
+    if homes[0] == homes[1]:
+        return None
+    years = [_year(passages[i], comparison.event) for i in homes]
+    if years[0] is None or years[1] is None or years[0] == years[1]:
+        return None
+    first = 0 if years[0] < years[1] else 1
+    winner = first if comparison.earlier else 1 - first
+    return Resolution(comparison, winner, (years[0], years[1]), (homes[0], homes[1]))
+
+
+def chosen(comparison: Comparison, answer: str) -> int | None:
+    """The alternative ``answer`` picks: the one it names first (all its words, else its
+    last word, "Chrétien"), None when it names neither."""
+    lowered = " ".join(_words(answer))
+    at: list[int] = []
+    for alternative in comparison.alternatives:
+        words = _words(alternative)
+        whole = f" {lowered} ".find(f" {' '.join(words)} ") if words else -1
+        if whole < 0 and words:
+            whole = f" {lowered} ".find(f" {words[-1]} ")
+        at.append(whole)
+    if at[0] < 0 and at[1] < 0:
+        return None
+    if at[0] < 0 or at[1] < 0:
+        return 0 if at[0] >= 0 else 1
+    return 0 if at[0] < at[1] else 1
+
+
+def derived_answer(resolution: Resolution) -> str:
+    """The answer the dates give, citing both passages (1-based markers): "Erika Jayne:
+    1971 [1], against 1977 for Marco Da Silva [2]."."""
+    win, lose = resolution.winner, 1 - resolution.winner
+    names, years, homes = resolution.comparison.alternatives, resolution.years, resolution.passages
+    return (
+        f"{names[win]}: {years[win]} [{homes[win] + 1}], "
+        f"against {years[lose]} for {names[lose]} [{homes[lose] + 1}]."
+    )
