@@ -17,12 +17,14 @@ source, count, optional sources and save, their async twins) and that what was w
 is what ``retrieve(query, top_k)`` finds. The documents are short (one chunk each in any
 chunker of 200 characters or more) and share no words, so any embedder that matches
 words (hashing, BM25) ranks the right one first. The suite needs pytest only to run it;
-the async tests run their own event loop, so pytest-asyncio is not needed.
+the async tests run their own event loop, so pytest-asyncio is not needed, and
+:meth:`BackendConformance.check` runs them all without pytest.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from selfrag_core.ingest import aingest, chunk_id, content_source, ingest, writer
@@ -71,6 +73,19 @@ class BackendConformance:
     top_k = 10
     stable_ids = True
     saves = True
+
+    @classmethod
+    def check(cls, make_backend: Callable[[], Any]) -> list[str]:
+        """Run every test without pytest, each on a new backend from ``make_backend()``;
+        returns the tests' names. Raises AssertionError naming the first that fails."""
+        suite = cls()
+        names = sorted(name for name in dir(cls) if name.startswith("test_"))
+        for name in names:
+            try:
+                getattr(suite, name)(make_backend())
+            except AssertionError as e:
+                raise AssertionError(f"{cls.__name__}.{name}: {e}") from e
+        return names
 
     # ---------------------------------------------------------------- helpers
 
