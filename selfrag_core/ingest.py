@@ -48,6 +48,7 @@ __all__ = [
     "aingest",
     "chunk_id",
     "content_source",
+    "digest",
     "document_parts",
     "ingest",
     "writer",
@@ -71,7 +72,9 @@ class WritableBackend(Protocol):
 # ----------------------------------------------------------------------------- helpers
 
 
-def _digest(*parts: str) -> str:
+def digest(*parts: str) -> str:
+    """The SHA-256 (hex) of the parts, each ended by a NUL: the content-addressed ids,
+    sources and checksums of the embedded index and the helpers below."""
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode("utf-8"))
@@ -84,13 +87,13 @@ def chunk_id(source: str, text: str) -> str:
     text of a source gets the same id in every process and a retried write upserts it."""
     if not isinstance(source, str) or not isinstance(text, str):
         raise TypeError("chunk_id takes the source and the text, both str")
-    return _digest(source, text)
+    return digest(source, text)
 
 
 def content_source(text: str, metadata: Mapping[str, Any] | None = None) -> str:
     """The source of a document given none: ``doc-`` and 16 hex digits of its text and
     metadata, so sending it again names the same document (as the embedded index does)."""
-    return "doc-" + _digest(text, json.dumps(dict(metadata or {}), sort_keys=True))[:16]
+    return "doc-" + digest(text, json.dumps(dict(metadata or {}), sort_keys=True))[:16]
 
 
 def document_parts(document: Mapping[str, Any]) -> tuple[str, str | None, dict[str, Any]]:

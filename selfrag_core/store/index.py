@@ -13,7 +13,6 @@ nothing is tokenised or rebuilt, and a chunk is decoded only when it is read
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import re
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from selfrag_core.ingest import digest as _digest  # content-addressed sources and checksums
 from selfrag_core.store import ann
 from selfrag_core.store.chunking import Chunker
 from selfrag_core.store.dense import as_matrix, embedder_name
@@ -128,15 +128,6 @@ def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
                 f"(got {type(value).__name__}); it is stored as JSON"
             )
     return dict(metadata)
-
-
-def _digest(*parts: str) -> str:
-    """SHA-256 of the parts (each ended by a NUL): content-addressed ids and checksums."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()
 
 
 def _declared_dim(embedder: Any) -> int | None:
