@@ -30,6 +30,7 @@ from selfrag_core.errors import (
     RetrievalTimeoutError,
     StrategyError,
 )
+from selfrag_core.ingest import WritableBackend, aingest, chunk_id, ingest
 from selfrag_core.llm import _acall_llm as _acall_llm  # importable; not in __all__ (no spec name)
 from selfrag_core.llm import _call_llm
 from selfrag_core.memory import ConversationMemory
@@ -138,12 +139,16 @@ __all__ = [
     "SubAnswer",
     "Trace",
     "TraceEvent",
+    "WritableBackend",
     "_call_llm",
     "_deduplicate",
     "_retrieve_safe",
+    "aingest",
     "arun_query",
     "astream_query",
     "check_strategy",
+    "chunk_id",
+    "ingest",
     "observe_trace",
     "profile_of",
     "retrieve_or_empty",

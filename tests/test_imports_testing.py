@@ -41,8 +41,9 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "RetrieveMany",
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",
          "SelfRAGConfig", "SelfRAGResult", "Step", "Strategy", "StrategyError", "StreamEvent", "SubAnswer",
-         "Trace", "TraceEvent", "_call_llm", "_deduplicate", "_retrieve_safe", "arun_query", "astream_query",
-         "check_strategy",
+         "Trace", "TraceEvent", "WritableBackend", "_call_llm", "_deduplicate", "_retrieve_safe",
+         "aingest", "arun_query", "astream_query",
+         "check_strategy", "chunk_id", "ingest",
          "observe_trace", "retrieve_or_empty", "run_query", "step_of", "stream_query"]
     )  # fmt: skip
     namespace: dict[str, object] = {}
