@@ -54,6 +54,20 @@ def _room(array: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
+_VECDOT = getattr(np, "vecdot", None)  # numpy 2
+
+
+def dot_scores(matrix: np.ndarray, qvecs: np.ndarray) -> np.ndarray:
+    """The (rows, queries) dot products of ``matrix``'s rows with ``qvecs``'s, read where
+    the matrix lies (memory-mapped: never copied) on one core: BLAS spread over busy cores
+    was slower, and ``vecdot``'s one dot product a row about twice as fast as ``einsum``."""
+    if _VECDOT is not None:
+        scores: np.ndarray = _VECDOT(matrix[:, None, :], qvecs)
+        return scores
+    scores = np.einsum("ij,kj->ik", matrix, qvecs)
+    return scores
+
+
 def as_matrix(raw: Any, rows: int) -> np.ndarray:
     """An embedder's output as a float32 (rows, dim) matrix of unit-length rows."""
     matrix = np.asarray(raw, dtype=np.float32)

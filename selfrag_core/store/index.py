@@ -27,7 +27,7 @@ import numpy as np
 from selfrag_core.ingest import digest as _digest  # content-addressed sources and checksums
 from selfrag_core.store import ann
 from selfrag_core.store.chunking import Chunker
-from selfrag_core.store.dense import as_matrix, embedder_name
+from selfrag_core.store.dense import as_matrix, dot_scores, embedder_name
 from selfrag_core.store.lexical import LexicalIndex, Postings, Tokenizer
 from selfrag_core.store.persist import (
     VECTORS_FILE,
@@ -548,9 +548,7 @@ class Index:
         matrix: np.ndarray, index: ann.ApproximateIndex | None, qvecs: np.ndarray, kept: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         if index is None:
-            # einsum: single-threaded (BLAS spread over busy cores was slower), and it reads
-            # a memory-mapped matrix where it lies
-            exact: np.ndarray = np.einsum("ij,kj->ik", matrix, qvecs)
+            exact = dot_scores(matrix, qvecs)
             return (exact if kept is None else exact[kept]), None
         # the queries and their negations in one pass over the codes: the best candidates,
         # and the lowest score (the best of the negated query, negated)

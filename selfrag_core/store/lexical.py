@@ -179,6 +179,10 @@ class Postings:
         return self.indices[start:end], self.tf[start:end]
 
 
+def _joined(parts: list[np.ndarray], dtype: type[np.generic] = np.float32) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
 def merged_postings(segments: Sequence[tuple[Postings, np.ndarray]], k1: float, b: float) -> Postings:
     """One segment of the documents the ``(postings, position)`` pairs keep: ``position[d]``
     is document ``d``'s position in the merged segment, or -1 when it is dropped. Term
@@ -250,7 +254,7 @@ class LexicalIndex:
         self.counted: np.ndarray | None = None  # None: every document numbered so far
         self._norm: np.ndarray | None = None  # k1 * (1 - b + b * length / average), per document
         self._counted = 0
-        self._cache: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._cached = 0
 
     @property
@@ -365,8 +369,9 @@ class LexicalIndex:
         pairs = [(p, numbers[base : base + len(p)]) for base, p in self.segments]
         return merged_postings(pairs, self.k1, self.b)
 
-    def _term(self, term: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """``term``'s scores in each segment: (first document number, documents, scores)."""
+    def _term(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """``term``'s scores: the numbers of the documents holding it (each once) and
+        their scores, across segments."""
         cached = self._cache.get(term)
         if cached is not None:
             return cached
@@ -382,19 +387,17 @@ class LexicalIndex:
                 if not counted.all():
                     docs, tf = docs[counted], tf[counted]
             df += len(docs)
-            found.append((base, docs, tf))
+            found.append((docs if base == 0 else docs + base, tf))
         idf = np.float32(math.log(1 + (self._counted - df + 0.5) / (df + 0.5)))
         norm = self._norm
         assert norm is not None
-        out = []
-        for base, docs, tf in found:
-            k = norm[docs] if base == 0 else norm[base + docs]
-            out.append((base, docs, idf * (tf / (k + tf))))
-        size = sum(len(d) for _, d, _ in out)
+        numbers = [docs for docs, _ in found]
+        scores = [idf * (tf / (norm[docs] + tf)) for docs, tf in found]
+        out = (numbers[0], scores[0]) if len(found) == 1 else (_joined(numbers, np.int64), _joined(scores))
+        size = len(out[0])
         if size <= self.CACHE_ENTRIES:
             while self._cache and self._cached + size > self.CACHE_ENTRIES:
-                evicted = self._cache.pop(next(iter(self._cache)))
-                self._cached -= sum(len(d) for _, d, _ in evicted)
+                self._cached -= len(self._cache.pop(next(iter(self._cache)))[0])
             self._cache[term] = out
             self._cached += size
         return out
@@ -406,9 +409,9 @@ class LexicalIndex:
         if self._norm is None:
             self.refresh()
         raw = np.zeros(self.documents, dtype=np.float32)
-        for term in query_tokens:
-            for base, docs, scores in self._term(term):
-                np.add.at(raw, docs if base == 0 else docs + base, scores)
+        for term in query_tokens:  # a term's documents are distinct: += adds each score once
+            docs, scores = self._term(term)
+            raw[docs] += scores
         if self.documents == chunks and self.counted is None:
             return raw
         out = np.zeros(chunks, dtype=np.float32)

@@ -156,9 +156,10 @@ class LazySequence(Sequence[T]):
     def __getitem__(self, i: int | slice) -> T | list[T]:
         if isinstance(i, slice):
             return [self._at(j) for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(f"position {i} of {len(self)}")
-        return self._at(i % len(self))
+        size = len(self)
+        if not -size <= i < size:
+            raise IndexError(f"position {i} of {size}")
+        return self._at(i % size)
 
     def __iter__(self) -> Iterator[T]:
         for i in range(len(self)):
@@ -652,6 +653,9 @@ def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
     lengths = _map_array(files[BM25_LENGTHS], np.int32, lambda s: s == (chunks,), f"({chunks},)")
     if chunks and int(lengths.min()) < 0:
         raise IndexFormatError(f"{files[BM25_LENGTHS]} holds negative document lengths; {_FIX}")
+    # plain views of the mappings: np.memmap's slicing and arithmetic run Python code at each
+    # call, and a term's postings are sliced at every query
+    tf, indices, indptr, lengths = (a.view(np.ndarray) for a in (tf, indices, indptr, lengths))
     return Postings(vocab, tf, indices, indptr, lengths, params["k1"], params["b"])
 
 

@@ -230,18 +230,23 @@ def _rank(
     every valid chunk."""
     first = lex if dense is None else dense
     assert first is not None
-    if lex is not None and dense is None:
-        valid = lex > 0 if valid is None else valid & (lex > 0)
-    if among is None:
-        candidates = np.arange(len(first)) if valid is None else np.flatnonzero(valid)
-    else:
-        candidates = among if valid is None else among[valid[among]]
-    if lex is not None and dense is not None:
-        score = alpha * _minmax(dense, valid, candidates) + (1 - alpha) * _minmax(lex, valid, candidates)
-    else:
+    if (lex is None or dense is None) and valid is None and among is None:  # one score, every chunk
+        candidates = _top(first, pool)
+        if dense is None:  # lexical: chunks sharing no term with the query are not returned
+            candidates = candidates[first[candidates] > 0]
         score = first[candidates]
-    if candidates.size > pool:
-        part = np.argpartition(-score, pool - 1)[:pool]
+    else:
+        if lex is not None and dense is None:
+            valid = lex > 0 if valid is None else valid & (lex > 0)
+        if among is None:
+            candidates = np.arange(len(first)) if valid is None else np.flatnonzero(valid)
+        else:
+            candidates = among if valid is None else among[valid[among]]
+        if lex is not None and dense is not None:
+            score = alpha * _minmax(dense, valid, candidates) + (1 - alpha) * _minmax(lex, valid, candidates)
+        else:
+            score = first[candidates]
+        part = _top(score, pool)
         candidates, score = candidates[part], score[part]
     order = np.argsort(-score, kind="stable")
     return [
@@ -253,6 +258,32 @@ def _rank(
         )
         for i in order
     ]
+
+
+#: the shortest blocks of scores _top bounds the ranking ones by
+_BLOCK = 64
+
+
+def _top(score: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` best scores (all when fewer), ascending; of equal scores
+    at the cut, the first. A long array is cut in ``4 k`` blocks first: at least ``k``
+    scores reach the ``k``-th best of the blocks' maxima, so only the ones at or above it
+    compete (a few times ``k`` of them, unless many are equal)."""
+    if len(score) <= k:
+        return np.arange(len(score))
+    among = None
+    block = len(score) // (4 * k)
+    if block >= _BLOCK:
+        blocks = len(score) // block
+        maxima = score[: blocks * block].reshape(blocks, block).max(axis=1)
+        among = (score >= np.partition(maxima, blocks - k)[blocks - k]).nonzero()[0]
+        score = score[among]
+    kth = np.partition(score, len(score) - k)[len(score) - k]
+    picked: np.ndarray = (score >= kth).nonzero()[0]
+    if len(picked) > k:  # scores equal to the k-th: the first of them
+        ties = (score[picked] == kth).nonzero()[0]
+        picked = np.delete(picked, ties[k - (len(picked) - len(ties)) :])
+    return picked if among is None else among[picked]
 
 
 def _fuse(rankings: list[list[Ranked]], pool: int) -> list[Ranked]:
