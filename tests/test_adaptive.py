@@ -247,3 +247,18 @@ def test_through_the_llamaindex_adapter(rag: FakeRetriever) -> None:
     selfrag_llamaindex = pytest.importorskip("selfrag_llamaindex")
     engine = selfrag_llamaindex.SelfRAGQueryEngine(strategy=AdaptiveRAG(rag, FakeLLM(scripted), top_k=2))
     assert str(engine.query(SUPPORTED)) == "Paris is the capital of France."
+
+
+def test_a_comparison_by_date_goes_to_recursive_before_any_answer() -> None:
+    passages = [
+        "Samantha Cristoforetti\nSamantha Cristoforetti (born 26 April 1977) is an Italian astronaut.",
+        "Jean-Loup Chrétien\nJean-Loup Chrétien (born 20 August 1938) is a French general.",
+    ]
+    llm = FakeLLM("Samantha Cristoforetti was born first.")
+    strategy = AdaptiveRAG(FakeRetriever(passages), llm, top_k=1, execution=INSTANT)
+    result = strategy.query("Who was born first, Samantha Cristoforetti or Jean-Loup Chrétien?")
+    first = notes(result)[0]
+    assert (first["stage"], first["choice"]) == (BEFORE_ANSWER, "recursive")
+    assert first["signals"]["dated_comparison"] == 1.0
+    assert result.answer.startswith("Jean-Loup Chrétien: 1938 [")
+    assert result.trace.llm_calls == 1

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from selfrag_core.comparison import comparison
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
 from selfrag_core.engine import Note, Plan, without_streaming
 from selfrag_core.errors import ConfigurationError, RAGSystemError
@@ -74,7 +75,7 @@ BEFORE_ANSWER, AFTER_ANSWER = "before_answer", "after_answer"
 STAGES = (BEFORE_ANSWER, AFTER_ANSWER)
 #: the signals known before any answer: the question's shape and the retrieval
 QUESTION_SIGNALS = (
-    "question_words", "clauses", "parts", "multi_part", "comparison", "entities",
+    "question_words", "clauses", "parts", "multi_part", "comparison", "dated_comparison", "entities",
     "retrieved", "top_score", "score_margin", "context_coverage",
 )  # fmt: skip
 #: the signals of the first answer, known after it
@@ -143,6 +144,8 @@ def route_signals(question: str, docs: Sequence[RetrievedDoc], answer: str | Non
         "parts": float(len(parts)),
         "multi_part": float(len(parts) > 1),
         "comparison": float(bool(_COMPARISON.search(question) or _WHICH_OR.search(question))),
+        # "Who was born first, A or B?": RecursiveRAG reads both alternatives' dates
+        "dated_comparison": float(comparison(question) is not None),
         "entities": float(_entities(question)),
         "retrieved": float(len(docs)),
         "top_score": scores[0] if scores else 0.0,
@@ -259,7 +262,8 @@ REPAIR_ORDER = ("SelfHealingRAG", "SelfIRAG", "HyDERAG")
 
 
 class RuleRouter:
-    """The default rules (no fitting): before the answer, a question of several parts goes
+    """The default rules (no fitting): before the answer, a question of several parts, or
+    one comparing two things by date (:func:`~selfrag_core.comparison.comparison`), goes
     to a ``RecursiveRAG`` candidate; after it, an answer that is unsupported by the
     documents, degenerate, a refusal, or that covers less than half of the question (or
     leaves out one of its parts) goes to the first affordable candidate in
@@ -271,6 +275,8 @@ class RuleRouter:
         if stage == BEFORE_ANSWER:
             if signals.get("multi_part") and decompose:
                 return self._to(decompose[0], f"the question has {int(signals['parts'])} parts: decompose it")
+            if signals.get("dated_comparison") and decompose:
+                return self._to(decompose[0], "the question compares two things by date: search each")
             return Decision(None, "answer plainly first")
         if not signals.get("retrieved"):
             return Decision(None, "nothing was retrieved: no strategy over this backend finds more")
