@@ -183,7 +183,8 @@ async def record(name: str, mode: str) -> dict[str, Any]:
         except StrategyError as e:
             result = e.report
         out = {"to_dict": result.to_dict()}
-        out["stream"] = [e.kind if e.kind != "step" else f"step:{e.step.kind}" for e in events[:-1]]
+        steps = sorted(e.step.kind for e in events if e.step is not None)  # parallel steps interleave
+        out["stream"] = {"steps": steps, "others": [e.kind for e in events if e.kind != "step"]}
     out["prompts"] = sorted(llm.prompts)
     return normalised(out)
 
