@@ -31,13 +31,14 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.display import describe, one_line, score_label, snippet  # describe re-exported
 from selfrag_core.engine import observe_trace
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError, misconfiguration_hint
 from selfrag_core.ingest import Writer, ingest, writer
@@ -54,6 +55,7 @@ from selfrag_core.presets import (  # build_strategy and open_index re-exported:
     open_index,
     preset_for,
 )
+from selfrag_core.progress import Progress  # re-exported: it lived here
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
@@ -141,7 +143,11 @@ def _open_external(args: argparse.Namespace, spec: str) -> Any:
 @dataclass
 class Gathered:
     files: list[tuple[Path, bool]] = field(default_factory=list)  # (path, named explicitly)
-    ignored: int = 0  # files with binary suffixes met inside folders
+    ignored_files: list[Path] = field(default_factory=list)  # files with binary suffixes met inside folders
+
+    @property
+    def ignored(self) -> int:
+        return len(self.ignored_files)
 
 
 def gather(paths: Sequence[str]) -> Gathered:
@@ -165,7 +171,7 @@ def gather(paths: Sequence[str]) -> Gathered:
                 if name.startswith(".") or not file.is_file():
                     continue
                 if file.suffix.lower() in BINARY_SUFFIXES:
-                    out.ignored += 1
+                    out.ignored_files.append(file)
                 else:
                     out.files.append((file, False))
     return out
@@ -202,54 +208,6 @@ def read_text(path: Path, encoding: str | None = None) -> str:
     return text
 
 
-# ----------------------------------------------------------------------------- progress
-
-
-class Progress:
-    """Rich progress bars on stderr when it is a terminal and rich is installed; plain
-    lines otherwise."""
-
-    def __init__(self, plain: bool = False) -> None:
-        self._console: Any = None
-        if not plain and sys.stderr.isatty():
-            try:
-                from rich.console import Console
-            except ImportError:
-                pass
-            else:
-                self._console = Console(stderr=True)
-
-    @contextmanager
-    def task(self, description: str, total: int) -> Iterator[Callable[..., None]]:
-        """Yields ``advance(n=1, description=None)``."""
-        if self._console is None:
-            done = [0]
-
-            def plain(n: int = 1, description: str | None = None) -> None:
-                done[0] += n
-                if description:
-                    print(f"[{done[0]}/{total}] {description}", file=sys.stderr, flush=True)
-
-            yield plain
-            return
-        from rich.progress import Progress as RichProgress
-
-        with RichProgress(console=self._console) as bar:
-            task_id = bar.add_task(description, total=total)
-
-            def advance(n: int = 1, description: str | None = None) -> None:
-                bar.update(task_id, advance=n, description=description)
-
-            yield advance
-
-    def say(self, text: str) -> None:
-        """A line on stderr (above a running bar)."""
-        if self._console is not None:
-            self._console.print(text, markup=False, highlight=False)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-
 # ----------------------------------------------------------------------------- the index
 
 
@@ -261,19 +219,24 @@ def index_paths(
     encoding: str | None = None,
     verbose: bool = False,
     changed: bool = False,
+    source: Callable[[Path], str] = lambda path: str(path.resolve()),
 ) -> tuple[int, int, int, list[str]]:
-    """Index the gathered files into ``rag`` (through :func:`~selfrag_core.ingest.ingest`)
-    and save it when anything changed (``changed``: something was deleted before). Returns
-    (files read, chunks added, files skipped, problems of explicitly named files)."""
+    """Index the gathered files into ``rag`` (through :func:`~selfrag_core.ingest.ingest`),
+    each under ``source(path)`` (its absolute path by default), and save it when anything
+    changed (``changed``: something was deleted before). Returns (files read, chunks added,
+    files skipped, problems of explicitly named files)."""
     docs: list[dict[str, Any]] = []
     explicit_problems: list[str] = []
     skipped = gathered.ignored
-    with progress.task("reading files", len(gathered.files)) as advance:
+    if verbose:
+        for path in gathered.ignored_files:
+            progress.say(
+                f"skipped: {path} ({path.suffix.lower()}: not read inside a folder; name the file to try it)"
+            )
+    with progress.task("reading files", len(gathered.files), "files") as advance:
         for path, explicit in gathered.files:
             try:
-                docs.append(
-                    {"text": read_text(path, encoding), "source": str(path.resolve()), "title": path.name}
-                )
+                docs.append({"text": read_text(path, encoding), "source": source(path), "title": path.name})
             except SkipFile as e:
                 skipped += 1
                 if explicit:
@@ -282,7 +245,7 @@ def index_paths(
                     progress.say(f"skipped: {path} {e}")
             advance()
     # the save is atomic, under the index's lock, over whatever another writer saved meanwhile
-    with progress.task("indexing", len(docs)) as advance:
+    with progress.task("indexing", len(docs), "files") as advance:
         report = ingest(rag, docs, batch_size=_BATCH, save=True, progress=advance)
     if changed and not report.saved:
         writer(rag).save()
@@ -347,37 +310,16 @@ def step_lines(progress: Progress) -> Callable[[Any], None]:
     return say
 
 
-def describe(result: Any) -> str:
-    """The strategy-specific quality line: confidence, scores or what was done."""
-    if hasattr(result, "confidence"):
-        known = getattr(result, "known_confidence", result.confidence)
-        if known is None:  # the judge's reply was unreadable, carried no information or was not asked for
-            best = result.history[result.best_iteration - 1] if result.history else None
-            why = (best.evaluation.ignored if best else None) or "the judge's reply could not be read"
-            return f"confidence unknown ({why}) after {result.iterations} iteration(s)"
-        return f"confidence {known:.2f} after {result.iterations} iteration(s)"
-    if hasattr(result, "scores"):
-        scores = ", ".join(f"{s:.2f}" for s in result.scores) or "-"
-        verdict = "passed" if result.success else "below"
-        return f"faithfulness {scores} ({verdict} threshold {result.threshold:.2f}; used {result.strategy})"
-    if hasattr(result, "sub_questions"):
-        if result.decomposed:
-            return f"decomposed into {len(result.sub_questions)} sub-question(s)"
-        return f"answered directly ({result.reason or 'not decomposed'})"
-    if hasattr(result, "hypothetical_docs"):
-        n_docs = len(result.hypothetical_docs)
-        return f"{n_docs} hypothetical document(s), {result.num_retrieved} passage(s) retrieved"
-    return ""
-
-
-def _sources(result: Any, limit: int = 10) -> list[str]:
+def _sources(result: Any, limit: int = 10, question: str = "") -> list[str]:
     """The result's sources as numbered in its prompt (what ``[n]`` markers point to):
-    each with its file, score and the start of its text."""
+    each with its file, its score and the score's kind, and the part of its text that
+    matched ``question`` (the start when none did)."""
     lines = []
     for doc in list(getattr(result, "sources", []))[:limit]:
         source = getattr(doc, "source", "") or doc.metadata.get("source") or doc.id or "?"
-        score = "" if doc.score is None else f" (score {doc.score:.3f})"
-        lines.append(f"{source}{score}: {_one_line(doc.text, 100)}")
+        label = score_label(doc)
+        score = f" ({label})" if label else ""
+        lines.append(f"{source}{score}: {snippet(doc.text, question, 100)}")
     return lines
 
 
@@ -392,7 +334,7 @@ def _citations(result: Any) -> list[str]:
         f"Citations: {supported} of {len(citations)} sentence(s) supported by a source "
         f"({cited} cited by the model, {len(citations) - cited} attributed)"
     ]
-    lines += [f"  unsupported: {_one_line(c.sentence, 100)}" for c in citations if not c.supported]
+    lines += [f"  unsupported: {one_line(c.sentence, 100)}" for c in citations if not c.supported]
     return lines
 
 
@@ -402,13 +344,13 @@ def _usage(result: Any) -> str:
     return f"LLM calls: {t.llm_calls}; tokens: {tokens}; time: {t.wall_s:.1f} s"
 
 
-def print_result(result: Any) -> None:
+def print_result(result: Any, question: str = "") -> None:
     print(result.answer.strip() or "(no answer)")
     print()
     quality = describe(result)
     if quality:
         print(quality[0].upper() + quality[1:])
-    sources = _sources(result)
+    sources = _sources(result, question=question)
     if sources:
         print("Sources:")
         for i, line in enumerate(sources, 1):
@@ -589,7 +531,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
     elif why is None:
-        print_result(result)
+        print_result(result, args.question)
     if why is not None:
         raise CLIError(
             f"no answer could be generated: {why} (see --json for the trace; --llm-timeout and --timeout "
@@ -625,6 +567,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the sources of the demo's sample documents: this prefix and the file's name
+DEMO_SOURCE = "selfrag-demo/"
+
+
 def demo_index_dir() -> Path:
     return _data_home() / "selfrag" / "demo-index"
 
@@ -642,19 +588,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
     with resources.as_file(corpus) as corpus_dir:
-        files, _, _, _ = index_paths(rag, gather([str(corpus_dir)]), progress)
+        gathered = gather([str(corpus_dir)])
+        names = {path: path.relative_to(corpus_dir).as_posix() for path, _ in gathered.files}
+        # keyed by name, not by where the package is installed: a second install replaces the
+        # sample documents instead of adding a copy; copies an older selfrag keyed by path go
+        w = writer(rag)
+        copies = [s for s in w.sources() if any(s.endswith(f"/data/demo/{n}") for n in names.values())]
+        dropped = delete_sources(w, copies)
+        files, _, _, _ = index_paths(
+            rag, gathered, progress, changed=any(dropped.values()), source=lambda p: DEMO_SOURCE + names[p]
+        )
     progress.say(f"indexed {files} sample documents ({rag.count()} chunks) into {directory}")
     llm = _llm(args)
     questions = demo_questions()[: args.questions]
     strategies = args.strategies or list(STRATEGIES)
     rows = []
-    with progress.task("demo", len(questions) * len(strategies)) as advance:
+    with progress.task("demo", len(questions) * len(strategies), "answers") as advance:
         for question in questions:
             for name in strategies:
-                advance(0, f"{name}: {question[:50]}")
+                advance(0, f"{name}: {one_line(question, 60)}")
                 result = run_strategy(_strategy(args, name, rag, llm), question)
                 rows.append((name, question, result))
-                progress.say(f"\n[{name}] {question}\n  -> {_one_line(result.answer)}")
+                progress.say(f"\n[{name}] {question}\n  -> {one_line(result.answer)}")
                 progress.say(f"  {describe(result)}; {_usage(result)}")
                 advance(1)
     calls = sum(r.trace.llm_calls for _, _, r in rows)
@@ -701,7 +656,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     progress = Progress(args.plain)
     llm = _llm(args)
     total = len(data.sample(limit, args.seed).questions)
-    with progress.task("eval", total) as advance:
+    with progress.task("eval", total, "questions") as advance:
         report = evaluate(
             data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
             preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
@@ -710,7 +665,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             judge=llm if args.judge else None, cache=None if args.no_cache else cache, replay=args.replay,
             shared_replies=args.shared_replies, concurrency=args.concurrency,
             limit=limit, seed=args.seed, output=out, embed=args.embedder,
-            progress=lambda done, n, question: advance(1, question[:60]),
+            progress=lambda done, n, question: advance(1, one_line(question, 60)),
             settings={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
         )  # fmt: skip
     print(report.table())
@@ -768,11 +723,6 @@ def _fit_router(args: argparse.Namespace, report: Any, out: Path) -> None:
         summary.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def _one_line(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 # ----------------------------------------------------------------------------- parser
 
 
@@ -793,7 +743,7 @@ def serve_app(args: argparse.Namespace) -> Any:
         name: build_strategy(
             name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm)
         )
-        for name in STRATEGIES
+        for name in (BASELINE, *STRATEGIES)  # /query/plain too, as ask and eval have it
     }
     strategies[ADAPTIVE] = build_strategy(
         ADAPTIVE, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm),
@@ -842,6 +792,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         run_stdio(server)
     return 0
+
+
+def _version() -> str:
+    from selfrag_core import __version__
+
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -920,6 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="selfrag", description="Self-improving RAG over your documents, offline."
     )
+    parser.add_argument("--version", action="version", version=f"selfrag {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser(
         "index", parents=[common, backend_opt, new_index],

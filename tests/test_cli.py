@@ -125,7 +125,8 @@ def test_ask_prints_the_strategy_quality_line(capsys, docs, index_dir) -> None: 
     result = SelfRAGResult("An answer.", 0.8, 1, [step], best_iteration=1)
     assert describe(result) == "confidence 0.80 after 1 iteration(s)"
     healing = run(capsys, "ask", "Why do volcanoes erupt?", "--llm", "fake", "--strategy", "healing")[1]
-    assert "Faithfulness 1.00 (passed" in healing
+    # each attempt's score by the strategy that made it, and whose answer is shown
+    assert "Faithfulness per attempt: plain retrieval 1.00; plain retrieval reached the threshold" in healing
 
 
 def test_ask_prints_numbered_sources_and_the_citations(capsys, docs, index_dir) -> None:  # type: ignore[no-untyped-def]

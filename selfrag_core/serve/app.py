@@ -162,10 +162,11 @@ def create_app(
 ) -> FastAPI:
     """The service over ``rag`` (the backend) and ``llm``.
 
-    ``strategies`` maps URL names to strategy instances (default: ``default_strategies(rag,
-    llm)``). ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``
-    (``SELFRAG_API_TOKEN`` guards every endpoint but /healthz and /readyz); settings passed
-    explicitly are used as given. Without a token the app is open, and logs so.
+    ``strategies`` maps URL names to strategy instances (default: ``plain``, a ``PlainRAG``,
+    and ``default_strategies(rag, llm)``). ``settings`` defaults to
+    ``ServeSettings.from_env()``, as for ``selfrag serve`` (``SELFRAG_API_TOKEN`` guards
+    every endpoint but /healthz and /readyz); settings passed explicitly are used as given.
+    Without a token the app is open, and logs so.
     """
     if settings is None:
         settings = ServeSettings.from_env()
@@ -176,9 +177,11 @@ def create_app(
             TOKEN_ENV,
         )
     if strategies is None:
-        from selfrag_core.presets import default_strategies
+        from selfrag_core.presets import BASELINE, default_strategies
+        from selfrag_core.strategies import PlainRAG
 
-        strategies = default_strategies(rag, llm)
+        # plain (one retrieval, one answer) beside the four, as `selfrag ask` and `eval` have it
+        strategies = {BASELINE: PlainRAG(rag, llm), **default_strategies(rag, llm)}
     if not strategies:
         raise ConfigurationError("no strategies to serve: pass strategies={'self': SelfIRAG(rag, llm)}")
     state = ServiceState(rag, llm, dict(strategies), settings, DocumentStore(rag, settings.index_dir))

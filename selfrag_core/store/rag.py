@@ -559,9 +559,52 @@ class RAG:
         settings.update(overrides)
         identity = stored.manifest["embedder"]
         if embed is None and identity is not None:
-            embed = embedder_from_identity(identity)
+            embed = _recorded_embedder(identity)
         rag = cls(embed, **settings)
         rag._index.restore(stored)
         rag.path = Path(path)
         rag._synced(stored)
         return rag
+
+
+#: the entry point group of embedders an index may record, each a class (or factory) whose
+#: ``name`` is the name it records and that takes no arguments (the local MiniLM registers)
+EMBEDDER_GROUP = "selfrag.embedders"
+
+
+def _recorded_embedder(identity: Mapping[str, Any]) -> Any:
+    """The embedder an index records, opened: the built-in hashing one, or one registered
+    in the ``selfrag.embedders`` entry point group under the name it records (the local
+    MiniLM that ``selfrag index`` builds with); else EmbedderMismatchError saying what
+    to pass."""
+    from importlib import metadata
+
+    from selfrag_core.errors import MissingDependencyError
+
+    name = str(identity.get("name", ""))
+    registered = {}
+    for entry in metadata.entry_points(group=EMBEDDER_GROUP):
+        try:
+            factory = entry.load()  # an embedder's module, which loads no model
+        except ImportError:
+            continue
+        registered[str(getattr(factory, "name", entry.name))] = (entry, factory)
+    if name in registered:
+        entry, factory = registered[name]
+        try:
+            return factory()
+        except MissingDependencyError as e:
+            raise EmbedderMismatchError(
+                f"this index was built with the embedder {name!r} ({entry.value}), which cannot be "
+                f"opened: {e}; then RAG.load opens it, or pass it: RAG.load(path, embed=...)"
+            ) from e
+    try:
+        return embedder_from_identity(identity)
+    except EmbedderMismatchError as e:
+        known = ", ".join(f"{n} ({entry.value})" for n, (entry, _) in registered.items()) or "none"
+        raise EmbedderMismatchError(
+            f"this index was built with the embedder {name!r} (dim {identity.get('dim')}), which selfrag "
+            "cannot open by itself; pass that embedder: RAG.load(path, embed=YourEmbeddings()), an "
+            "object with embed_documents and embed_query giving the same vectors (same name and "
+            f"dimension); embedders selfrag opens by name: the built-in hashing one, {known}"
+        ) from e
