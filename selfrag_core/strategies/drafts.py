@@ -1,0 +1,92 @@
+"""Drafts from different documents in one round, the best kept by the verifier.
+
+A small model answers worse from several passages than from the one that holds the
+answer: the other passages distract it. So, beside the answer over all the retrieved
+documents, one draft is written over each of the first few documents alone, all in the
+same parallel round (no dependent round is added), and the verifier
+(:func:`~selfrag_core.verify.verify_answer`, against every retrieved document, weighed by
+how far the passage it is read from speaks to the question) scores each. The answer over
+all documents is kept unless a draft beats it by :data:`DRAFT_MARGIN`; an unusable draft
+(``grounding.degenerate_reason``) is never kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from selfrag_core.engine import Generate, Note, Parallel, Plan
+from selfrag_core.grounding import degenerate_reason
+from selfrag_core.prompts import detect_language
+from selfrag_core.strategies.base import answer_text, context_text, format_context
+from selfrag_core.types import RetrievedDoc
+from selfrag_core.verify import verify_answer
+
+if TYPE_CHECKING:
+    from selfrag_core.strategies.base import Strategy
+
+#: how far (verifier score) a draft over one document must beat the answer over all of them
+DRAFT_MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One candidate answer: over ``documents`` (all retrieved, or one), its verifier
+    ``score`` (None: nothing to check, as "Yes.") and why it is unusable, if it is."""
+
+    answer: str
+    documents: tuple[int, ...]  # positions in the retrieved documents
+    score: float | None
+    unusable: str | None
+
+    def rank(self) -> float:
+        return -1.0 if self.unusable else (self.score or 0.0)
+
+
+def drafted_answer(
+    strategy: Strategy[Any], query: str, docs: list[RetrievedDoc], drafts: int, retries: int
+) -> Plan[str]:
+    """The answer over all ``docs`` (the ``grounded_answer`` prompt) and, in the same
+    parallel round, a draft over each of the first ``drafts`` documents alone; the best
+    by the verifier, the one over all unless a draft beats it by :data:`DRAFT_MARGIN`.
+    A ``draft_chosen`` note records every draft's score when a draft wins. Raises the
+    first call's error when every call failed."""
+    subsets = [tuple(range(len(docs)))]
+    if len(docs) > 1:
+        subsets += [(i,) for i in range(min(drafts, len(docs)))]
+    lang = detect_language(query)
+    prompts = [
+        strategy.prompts.render(
+            "grounded_answer", lang, context=format_context([docs[i] for i in s]), question=query
+        )
+        for s in subsets
+    ]
+    replies = yield Parallel(tuple(Generate(strategy.llm, p, "answer", retries) for p in prompts))
+    texts = [d.text for d in docs]
+    context = context_text(docs)
+    candidates: list[Draft] = []
+    for subset, reply in zip(subsets, replies, strict=True):
+        if isinstance(reply, BaseException):
+            continue
+        answer = answer_text(reply.text)
+        unusable = degenerate_reason(answer, query, context)
+        score = None if unusable else verify_answer(answer, texts, question=query).score
+        candidates.append(Draft(answer, subset, score, unusable))
+    if not candidates:
+        first = next(r for r in replies if isinstance(r, BaseException))
+        raise first
+    best = candidates[0]
+    for draft in candidates[1:]:
+        margin = DRAFT_MARGIN if best.documents == subsets[0] else 0.0
+        if draft.rank() > best.rank() + margin:
+            best = draft
+    if best.documents != subsets[0]:
+        detail = {
+            "documents": [i + 1 for i in best.documents],
+            "drafts": [
+                {"documents": [i + 1 for i in d.documents], "score": d.score, "unusable": d.unusable}
+                for d in candidates
+            ],
+        }
+        yield Note("draft_chosen", None, detail, kind="progress")
+    return best.answer

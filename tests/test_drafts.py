@@ -1,0 +1,72 @@
+"""Drafts over single documents, in the answer's round, kept only when the verifier prefers them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selfrag_core.engine import Run, run_sync
+from selfrag_core.strategies.drafts import drafted_answer
+from selfrag_core.strategies.plain import PlainRAG
+from selfrag_core.testing import FakeLLM, FakeRetriever
+from selfrag_core.types import RetrievedDoc
+
+QUESTION = "What was the Apollo program's budget?"
+DOCS = [
+    RetrievedDoc("The Apollo program cost $25.4 billion.", 0.9),
+    RetrievedDoc("Apollo 11 landed on the Moon in 1969.", 0.8),
+    RetrievedDoc("The Saturn V was a rocket.", 0.7),
+]
+
+
+def script(everything: str, first: str, second: str) -> Any:
+    """Replies by the documents a prompt holds: all three, the first alone, the second alone."""
+
+    def reply(prompt: str) -> str:
+        if "Saturn" in prompt:
+            return everything
+        return first if "25.4" in prompt else second
+
+    return reply
+
+
+def drafted(llm: FakeLLM, drafts: int = 2) -> tuple[str, Run]:
+    strategy = PlainRAG(FakeRetriever([]), llm)
+    run = Run(strategy.execution)
+    return run_sync(drafted_answer(strategy, QUESTION, DOCS, drafts, 0), run), run
+
+
+def test_a_draft_over_one_document_wins_when_the_verifier_prefers_it() -> None:
+    llm = FakeLLM(
+        script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", "In 1969.")
+    )
+    answer, run = drafted(llm)
+    assert answer == "The Apollo program cost $25.4 billion."
+    assert len(llm.calls) == 3 and run.trace.llm_calls == 3
+    chosen = [e for e in run.trace.events if e.name == "draft_chosen"]
+    assert len(chosen) == 1 and chosen[0].detail["documents"] == [1]
+
+
+def test_the_answer_over_all_documents_stays_unless_a_draft_beats_it_by_the_margin() -> None:
+    same = "The Apollo program cost $25.4 billion."
+    llm = FakeLLM(script(same, "The Apollo program cost $25.4 billion in all.", "In 1969."))
+    answer, run = drafted(llm)
+    assert answer == same
+    assert not [e for e in run.trace.events if e.name == "draft_chosen"]
+
+
+def test_an_unusable_draft_is_never_kept_and_one_document_means_no_draft() -> None:
+    llm = FakeLLM(script("The program cost $40 billion.", "What was the Apollo program's budget?", ""))
+    answer, _ = drafted(llm)
+    assert answer == "The program cost $40 billion."
+    single = FakeLLM("The Apollo program cost $25.4 billion.")
+    strategy = PlainRAG(FakeRetriever([]), single)
+    assert run_sync(drafted_answer(strategy, QUESTION, DOCS[:1], 2, 0), Run(strategy.execution))
+    assert len(single.calls) == 1
+
+
+def test_the_drafts_go_out_in_the_answers_round() -> None:
+    llm = FakeLLM(script("a", "b", "c"), latency=0.05)
+    _, run = drafted(llm)
+    calls = sorted((e.start_s, e.start_s + e.latency_s) for e in run.trace.events if e.kind == "llm")
+    assert len(calls) == 3
+    assert calls[-1][0] < calls[0][1]  # the last starts before the first ends: one round
