@@ -1,13 +1,29 @@
-"""Configuration: frozen dataclasses validated at construction."""
+"""Configuration: frozen dataclasses validated at construction.
+
+Every strategy takes one config (:class:`StrategyConfig`: ``PlainRAGConfig``,
+``SelfRAGConfig``, ``HyDERAGConfig``, ``RecursiveRAGConfig``, ``SelfHealingRAGConfig``,
+``AdaptiveRAGConfig``) with one name per setting: ``top_k`` is the documents retrieved
+per search, ``confidence_threshold`` the score at which an answer is accepted,
+``llm_retries`` the retries of one LLM call. A query's ``context`` overrides any of them
+for that call under the same names (``strategy.query(q, {"top_k": 3})``), and
+``Config.for_profile(profile)`` sizes them for a model (:mod:`selfrag_core.profiles`).
+How a query runs (concurrency, budget, timeouts) is :class:`ExecutionConfig`, shared by
+every strategy.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import dataclasses
+import warnings
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.profiles import ModelProfile
 from selfrag_core.validation import check_int, check_positive_or_none, check_unit
+
+C = TypeVar("C", bound="StrategyConfig")
 
 DEFAULT_COMPLEXITY_KEYWORDS: tuple[str, ...] = (
     # Arabic
@@ -24,7 +40,8 @@ class ExecutionConfig:
     """How a query runs, shared by every strategy (and down a composed tree).
 
     max_concurrency: independent LLM calls and retrievals of one query that may run
-        at once (hypothetical documents, sub-questions, their retrievals).
+        at once (hypothetical documents, sub-questions, their retrievals); the default, 8,
+        sends HyDE's passages out in one round up to 8 of them.
     max_llm_calls: cap on LLM calls (attempts included) per query; None for no cap.
         Calls past the cap fail with BudgetExceededError and the strategy's fallback
         applies.
@@ -61,7 +78,7 @@ class ExecutionConfig:
         and ``ExecutionConfig.<field>`` for a limit it does not name.
     """
 
-    max_concurrency: int = 4
+    max_concurrency: int = 8
     max_llm_calls: int | None = None
     llm_timeout: float | None = 60.0
     query_timeout: float | None = None
@@ -122,8 +139,188 @@ class GroundingConfig:
             )
 
 
+#: the specification's default of the documents retrieved per search
+DEFAULT_TOP_K = 5
+#: passages per search in a small context window (five passages and the instructions would
+#: crowd out the answer, or lose the prompt's middle)
+SMALL_TOP_K = 3
+#: SelfHealingRAG's instruction for answering from a backend attempt (the specification's)
+DEFAULT_SYSTEM_PROMPT = (
+    "Answer using only the provided context. If the context does not contain the answer, say so."
+)
+
+
 @dataclass(frozen=True)
-class SelfRAGConfig:
+class StrategyConfig:
+    """What every strategy's config can do (the subclasses hold the fields).
+
+    ``replace(**changes)``: a copy with those fields changed, validated (an unknown name
+    raises ConfigurationError listing the known ones). ``with_overrides(context)``: the
+    copy a query's ``context`` makes: its entries that name a field (None entries
+    ignored). ``for_profile(profile, **changes)``: the sizes that fit a model
+    (:class:`~selfrag_core.profiles.ModelProfile`), then ``changes``.
+    """
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The settings' names (the fields)."""
+        return frozenset(f.name for f in fields(cls))
+
+    def replace(self: C, **changes: Any) -> C:
+        unknown = sorted(set(changes) - self.names())
+        if unknown:
+            raise ConfigurationError(
+                f"{type(self).__name__} has no setting {', '.join(unknown)}; "
+                f"its settings are {', '.join(sorted(self.names()))}"
+            )
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def with_overrides(self: C, context: Mapping[str, Any] | None) -> C:
+        """This config as one query sees it: ``context``'s entries that name a setting
+        replace it (validated; None entries are ignored)."""
+        if not context:
+            return self
+        return self.replace(**{k: v for k, v in context.items() if k in self.names() and v is not None})
+
+    @classmethod
+    def for_profile(cls: type[C], profile: ModelProfile, **changes: Any) -> C:
+        """The config sized for ``profile`` (see each config's ``_sizes``), then ``changes``;
+        the sizes that follow ``top_k`` follow a ``top_k`` given in ``changes``."""
+        if not isinstance(profile, ModelProfile):
+            raise TypeError(f"profile must be a ModelProfile, got {type(profile).__name__}")
+        top_k = changes.get("top_k")
+        sizes = cls._sizes(profile, profile_top_k(profile) if top_k is None else top_k)
+        return cls().replace(**{**sizes, **{k: v for k, v in changes.items() if v is not None}})
+
+    @classmethod
+    def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
+        return {"top_k": top_k}
+
+
+def profile_top_k(profile: ModelProfile) -> int:
+    """Passages retrieved per search for ``profile``: :data:`SMALL_TOP_K` in a small context
+    window, else :data:`DEFAULT_TOP_K` (the specification's)."""
+    return SMALL_TOP_K if profile.small_context else DEFAULT_TOP_K
+
+
+def config_from(
+    kind: type[C],
+    config: C | None,
+    owner: str,
+    given: Mapping[str, Any],
+    *,
+    renamed: Mapping[str, str] | None = None,
+    deprecated: Collection[str] = (),
+) -> C:
+    """A strategy's config: ``config`` (default ``kind()``) with the keyword arguments
+    ``given`` to ``owner``'s constructor (None: not given) applied on top, each under its
+    canonical name (``renamed``: the specification's name -> the field). The names in
+    ``deprecated`` warn (DeprecationWarning): pass ``config=`` instead."""
+    if config is not None and not isinstance(config, kind):
+        raise TypeError(f"config must be a {kind.__name__}, got {type(config).__name__}")
+    renamed = renamed or {}
+    changes: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        canonical = renamed.get(name, name)
+        if name in deprecated:
+            warnings.warn(
+                f"{owner}({name}=...) is deprecated; pass config={kind.__name__}({canonical}=...)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        changes[canonical] = value
+    return (config or kind()).replace(**changes)
+
+
+@dataclass(frozen=True)
+class PlainRAGConfig(StrategyConfig):
+    """PlainRAG's settings: ``top_k`` documents retrieved, ``llm_retries`` per LLM call."""
+
+    top_k: int = DEFAULT_TOP_K
+    llm_retries: int = 2
+
+    def __post_init__(self) -> None:
+        check_int("top_k", self.top_k, 1)
+        check_int("llm_retries", self.llm_retries, 0)
+
+
+@dataclass(frozen=True)
+class AdaptiveRAGConfig(PlainRAGConfig):
+    """AdaptiveRAG's settings for its plain first answer (its candidates have their own)."""
+
+
+@dataclass(frozen=True)
+class HyDERAGConfig(StrategyConfig):
+    """HyDERAG's settings (the specification's names and defaults).
+
+    num_hypothetical_docs: passages the LLM writes, all in one round (up to
+        ``ExecutionConfig.max_concurrency``). use_original_query: the question searches
+        too, and leads each passage's search. top_k: documents retrieved per search.
+    max_final_docs: documents of the fused ranking kept (the answer prompt shows at most
+        five of them). llm_retries: retries of one LLM call.
+    """
+
+    num_hypothetical_docs: int = 3
+    use_original_query: bool = True
+    top_k: int = DEFAULT_TOP_K
+    max_final_docs: int = 10
+    llm_retries: int = 2
+
+    def __post_init__(self) -> None:
+        check_int("num_hypothetical_docs", self.num_hypothetical_docs, 1)
+        object.__setattr__(self, "use_original_query", bool(self.use_original_query))
+        check_int("top_k", self.top_k, 1)
+        check_int("max_final_docs", self.max_final_docs, 1)
+        check_int("llm_retries", self.llm_retries, 0)
+
+    @classmethod
+    def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
+        """One passage when decoding is deterministic (greedy decoding gives identical
+        passages for identical prompts: a second costs a call and adds nothing), else 3; in
+        a small context window no more fused passages than one search returns."""
+        sizes: dict[str, Any] = {"top_k": top_k, "num_hypothetical_docs": 1 if profile.deterministic else 3}
+        if profile.small_context:
+            sizes["max_final_docs"] = top_k
+        return sizes
+
+
+@dataclass(frozen=True)
+class SelfHealingRAGConfig(StrategyConfig):
+    """SelfHealingRAG's settings.
+
+    confidence_threshold: the score (the metric's, blended with the evidence) at which an
+        attempt's answer is accepted (the specification's ``quality_threshold``).
+    max_retries: strategies tried after the first. system_prompt: the instruction of a
+        backend attempt's answer. top_k: documents a backend attempt retrieves (the
+        specification's ``retrieval_top_k``). evidence_weight: the weight of the LLM-free
+        evidence in the score (0: the metric alone, as the specification scores).
+    """
+
+    confidence_threshold: float = 0.75
+    max_retries: int = 2
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    top_k: int = DEFAULT_TOP_K
+    evidence_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_unit("confidence_threshold", self.confidence_threshold)
+        check_int("max_retries", self.max_retries, 0)
+        if not isinstance(self.system_prompt, str):
+            raise TypeError("system_prompt must be a str")
+        check_int("top_k", self.top_k, 1)
+        check_unit("evidence_weight", self.evidence_weight)
+
+    @classmethod
+    def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
+        """One retry for a model that does not follow JSON (its faithfulness judgements are
+        rough, so more retries mostly cost time), else 2."""
+        return {"top_k": top_k, "max_retries": 2 if profile.follows_json else 1}
+
+
+@dataclass(frozen=True)
+class SelfRAGConfig(StrategyConfig):
     """SelfIRAG's settings (the specification's, plus ``grounding`` and
     ``stop_when_supported``).
 
@@ -153,9 +350,23 @@ class SelfRAGConfig:
         check_int("llm_retries", self.llm_retries, 0)
         check_int("top_k", self.top_k, 1)
 
+    @classmethod
+    def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
+        """For a model that does not follow JSON: two-step (it answers worse inside a JSON
+        object), two refinement rounds (its critiques are rough), and a mostly supported
+        first answer ends the loop without the judge (it walks the judge's schema instead
+        of judging)."""
+        json = profile.follows_json
+        return {
+            "top_k": top_k,
+            "fast_mode": json,
+            "max_refinement_iterations": 3 if json else 2,
+            "stop_when_supported": not json,
+        }
+
 
 @dataclass(frozen=True)
-class RecursiveRAGConfig:
+class RecursiveRAGConfig(StrategyConfig):
     max_depth: int = 3
     max_sub_questions: int = 4
     min_query_length: int = 40
@@ -185,3 +396,11 @@ class RecursiveRAGConfig:
         if isinstance(self.complexity_keywords, str):
             raise ConfigurationError("complexity_keywords must be a list of words, not a string")
         object.__setattr__(self, "complexity_keywords", tuple(self.complexity_keywords))
+
+    @classmethod
+    def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
+        """A model that does not follow JSON writes junk sub-question lists and its merge
+        loses parts: it splits by rule only, one level deep, and joins the sub-answers."""
+        if profile.follows_json:
+            return {"top_k": top_k}
+        return {"top_k": top_k, "max_depth": 1, "decomposition": "rules", "merge": False}

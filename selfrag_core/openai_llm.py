@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -167,6 +168,11 @@ class OpenAICompatibleLLM:
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleLLM({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def where(self) -> str:
+        """The model and its server, for a reader: ``model 'qwen' at http://localhost:8080/v1``."""
+        return f"model {self.model!r} at {self.base_url or 'api.openai.com'}"
 
     @property
     def structured_method(self) -> str | None:
@@ -317,7 +323,7 @@ class OpenAICompatibleLLM:
                 self._stream_usage = False
                 logger.warning(
                     "%s: the server refused stream_options (%s); streaming without token counts",
-                    self,
+                    self.where,
                     _brief(e),
                 )
             return await create(**self._stream_request(prompt))
@@ -356,7 +362,7 @@ class OpenAICompatibleLLM:
                 f"structured output by {failed} failed ({fallback.error}); "
                 f"using {method} for this server from now on"
             )
-            logger.warning("%s: %s", self, message)
+            logger.warning("%s: %s", self.where, message)
             notes.append(("structured_output_refused", message))
         self._method = method
         return dataclasses.replace(output, fallbacks=output.fallbacks + tuple(notes))
@@ -381,10 +387,35 @@ def _refused(exc: Exception) -> bool:
 
 
 def _brief(exc: BaseException) -> str:
+    """``exc`` on one line for a reader: ``HTTP 500: <the server's own message>``."""
     status = _status(exc)
-    text = " ".join(str(getattr(exc, "message", None) or exc).split())  # one line, for the log
+    text = " ".join((_server_message(exc) or str(getattr(exc, "message", None) or exc)).split())
     text = text if len(text) <= 200 else text[:197] + "..."
     return f"HTTP {status}: {text}" if status is not None else f"{type(exc).__name__}: {text}"
+
+
+def _server_message(exc: BaseException) -> str | None:
+    """The message of an error reply's body (``{"error": {"message": ...}}``, ``{"detail":
+    ...}``, FastAPI's list of ``msg``), unwrapped when it is JSON text itself; None when the
+    body holds none. The client's own text is the body's Python repr, escapes and all."""
+    body: Any = getattr(exc, "body", None)
+    for _ in range(4):  # a proxy may wrap the server's JSON reply in its own message
+        if isinstance(body, str):
+            try:
+                body = json.loads(body)
+            except ValueError:
+                return body.strip() or None
+            continue
+        if isinstance(body, list):
+            parts = [str(item.get("msg")) for item in body if isinstance(item, dict) and item.get("msg")]
+            return "; ".join(parts) or None
+        if not isinstance(body, dict):
+            return None
+        inner = body.get("error") or body  # {"error": {...}}, {"error": "text"} or the body itself
+        if isinstance(inner, dict):
+            inner = next((inner[k] for k in ("message", "detail", "msg") if inner.get(k)), None)
+        body = inner
+    return None
 
 
 def _translated(exc: Exception, llm: OpenAICompatibleLLM) -> Exception:
@@ -393,7 +424,7 @@ def _translated(exc: Exception, llm: OpenAICompatibleLLM) -> Exception:
     if isinstance(exc, _Unusable):
         return ValueError(str(exc))  # an empty reply: retried like one
     status = _status(exc)
-    where = f"model {llm.model!r} at {llm.base_url or 'api.openai.com'}"
+    where = llm.where
     if status in (401, 403):
         fix = "check the API key (api_key= or OPENAI_API_KEY) and its permissions"
     elif status == 404:

@@ -22,12 +22,22 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from selfrag_core.backends.registry import EMBEDDER_CHOICES, backend_embedder, open_url, url_scheme
-from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
+from selfrag_core.config import (
+    AdaptiveRAGConfig,
+    ExecutionConfig,
+    HyDERAGConfig,
+    PlainRAGConfig,
+    RecursiveRAGConfig,
+    SelfHealingRAGConfig,
+    SelfRAGConfig,
+    StrategyConfig,
+)
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import Prompts
@@ -90,6 +100,17 @@ def profile_for(preset: str | ModelProfile) -> ModelProfile:
     )
 
 
+#: the strategies of one backend, by name: each built as ``Class(rag, llm, config=...)`` with
+#: its config sized by the profile (``Config.for_profile``); ``healing`` and ``ADAPTIVE``
+#: compose these
+SIMPLE: dict[str, tuple[Callable[..., Strategy[Any]], type[StrategyConfig]]] = {
+    BASELINE: (PlainRAG, PlainRAGConfig),
+    "self": (SelfIRAG, SelfRAGConfig),
+    "hyde": (HyDERAG, HyDERAGConfig),
+    "recursive": (RecursiveRAG, RecursiveRAGConfig),
+}
+
+
 def build_strategy(
     name: str,
     rag: Any,
@@ -109,76 +130,51 @@ def build_strategy(
 
     ``preset`` sizes it: a :class:`~selfrag_core.profiles.ModelProfile`, or one named in
     ``PRESETS`` (default "small", ``SMALL_LOCAL``, for a small local model; "standard" is
-    ``CAPABLE``, whose sizes are each strategy's own defaults). From the profile follow
-    Self-RAG's ``fast_mode`` and refinement rounds, HyDE's hypothetical documents, the
-    healing retries, whether the instruction to cite is given, and whether RecursiveRAG
-    decomposes: a profile that does not decompose (``SMALL_LOCAL``) splits only a question
-    of several parts, by rule, one level deep, and joins the sub-answers (no merge call);
-    any other question gets one retrieval and one answer.
-    ``top_k`` passages are retrieved per search (None: the profile's ``top_k``, which
-    for ``CAPABLE`` is every strategy's own default, 5); in a small context window HyDE's
-    fused passages are capped at ``top_k`` too. The query runs under
-    ``ExecutionConfig(max_llm_calls, llm_timeout, query_timeout)`` (None: no limit).
-    ``ADAPTIVE`` routes each question between plain and the ``STRATEGIES``, sized the same,
-    with ``router`` (a router file, see ``AdaptiveRAG``; None: the default rules) within
-    ``call_budget`` (the most LLM calls a question is expected to cost); other strategies
-    ignore both.
+    ``CAPABLE``, whose sizes are each strategy's own defaults). Each strategy's config
+    sizes itself for the profile (``SelfRAGConfig.for_profile(profile)``, ...): Self-RAG's
+    ``fast_mode`` and refinement rounds, HyDE's hypothetical documents, the healing
+    retries, and whether RecursiveRAG decomposes (a profile that does not follow JSON,
+    such as ``SMALL_LOCAL``, splits only a question of several parts, by rule, one level
+    deep, and joins the sub-answers, no merge call); the profile also decides whether the
+    instruction to cite is given. ``top_k`` passages are retrieved per search (None: the
+    profile's, 3 in a small context window, else 5, every strategy's own default); in a
+    small context window HyDE's fused passages are capped at ``top_k`` too. The query
+    runs under ``ExecutionConfig(max_llm_calls, llm_timeout, query_timeout)`` (None: no
+    limit). ``healing`` tries plain retrieval, then HyDE. ``ADAPTIVE`` routes each
+    question between plain and the ``STRATEGIES``, sized the same, with ``router`` (a
+    router file, see ``AdaptiveRAG``; None: the default rules) within ``call_budget``
+    (the most LLM calls a question is expected to cost); other strategies ignore both.
     Raises ConfigurationError for an unknown name or preset.
     """
     profile = profile_for(preset)
     # a small model never writes [n] markers and can end its answer at one: its citations
     # are attributed instead (the instruction stays for models that cite)
     prompts = Prompts(cite=profile.cites)
-    execution = ExecutionConfig(
-        max_llm_calls=max_llm_calls, llm_timeout=llm_timeout, query_timeout=query_timeout
-    )
-    k = profile.top_k if top_k is None else top_k
+    limits: dict[str, Any] = {
+        "max_llm_calls": max_llm_calls,
+        "llm_timeout": llm_timeout,
+        "query_timeout": query_timeout,
+    }
+    execution = ExecutionConfig(**limits)
+    shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
     if ":" in name:
         return load_strategy(name, rag, llm, execution=execution)
-    if name == BASELINE:
-        return PlainRAG(rag, llm, top_k=k, execution=execution, prompts=prompts)
+    if name in SIMPLE:
+        strategy_class, config_class = SIMPLE[name]
+        config = config_class.for_profile(profile, top_k=top_k)
+        return strategy_class(rag, llm, config=config, **shared)
+    if name == "healing":
+        hyde = build_strategy("hyde", rag, llm, top_k=top_k, preset=profile, **limits)
+        healing = SelfHealingRAGConfig.for_profile(profile, top_k=top_k)
+        return SelfHealingRAG(llm, [rag, hyde], config=healing, **shared)
     if name == ADAPTIVE:
-        limits: dict[str, Any] = {
-            "max_llm_calls": max_llm_calls,
-            "llm_timeout": llm_timeout,
-            "query_timeout": query_timeout,
-        }
         candidates = {
             n: build_strategy(n, rag, llm, top_k=top_k, preset=profile, **limits) for n in STRATEGIES
         }
+        adaptive = AdaptiveRAGConfig.for_profile(profile, top_k=top_k)
         return AdaptiveRAG(
-            rag, llm, strategies=candidates, router=router, call_budget=call_budget, top_k=k,
-            execution=execution, prompts=prompts,
-        )  # fmt: skip
-    if name == "self":
-        config = SelfRAGConfig(
-            max_refinement_iterations=profile.refinement_iterations,
-            fast_mode=profile.fast_mode,
-            top_k=k,
-            stop_when_supported=not profile.trusts_judge,
+            rag, llm, adaptive, strategies=candidates, router=router, call_budget=call_budget, **shared
         )
-        return SelfIRAG(rag, llm, config, execution=execution, prompts=prompts)
-    # a small context window holds no more fused passages than one search returns
-    fused: dict[str, Any] = {"max_final_docs": k} if profile.small_context else {}
-    hyde = HyDERAG(
-        rag, llm, num_hypothetical_docs=profile.hypothetical_docs, top_k=k, **fused,
-        execution=execution, prompts=prompts,
-    )  # fmt: skip
-    if name == "hyde":
-        return hyde
-    if name == "recursive":
-        # a model that cannot keep JSON writes junk sub-question lists, and its merge loses
-        # parts: it splits by rule only, one level, and joins the sub-answers
-        small: dict[str, Any] = (
-            {} if profile.decompose else {"max_depth": 1, "decomposition": "rules", "merge": False}
-        )
-        sizes = RecursiveRAGConfig(**small, top_k=k)
-        return RecursiveRAG(rag, llm, sizes, execution=execution, prompts=prompts)
-    if name == "healing":
-        return SelfHealingRAG(
-            llm, [rag, hyde], max_retries=profile.healing_retries, retrieval_top_k=k,
-            execution=execution, prompts=prompts,
-        )  # fmt: skip
     known = ", ".join((BASELINE, *STRATEGIES, ADAPTIVE))
     raise ConfigurationError(f"unknown strategy {name!r}; choose one of {known}")
 

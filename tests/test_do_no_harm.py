@@ -268,7 +268,8 @@ def test_the_small_profile_does_not_trust_the_judge_over_a_supported_answer() ->
     from selfrag_core import CAPABLE, SMALL_LOCAL
     from selfrag_core.presets import build_strategy
 
-    assert CAPABLE.trusts_judge and not SMALL_LOCAL.trusts_judge
+    assert SelfRAGConfig.for_profile(SMALL_LOCAL).stop_when_supported
+    assert not SelfRAGConfig.for_profile(CAPABLE).stop_when_supported
     small = build_strategy("self", FakeRetriever(DOCS), FakeLLM(GOOD), preset=SMALL_LOCAL)
     capable = build_strategy("self", FakeRetriever(DOCS), FakeLLM(GOOD), preset=CAPABLE)
     assert isinstance(small, SelfIRAG) and isinstance(capable, SelfIRAG)

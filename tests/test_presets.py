@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from selfrag_core import cli, presets
-from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig, SelfRAGConfig
+from selfrag_core.config import (
+    ExecutionConfig,
+    HyDERAGConfig,
+    RecursiveRAGConfig,
+    SelfHealingRAGConfig,
+    SelfRAGConfig,
+)
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG, Strategy
 from selfrag_core.testing import FakeLLM, FakeRetriever
@@ -54,7 +60,7 @@ def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, Fak
     )
     hyde = built["hyde"]
     assert isinstance(hyde, HyDERAG)
-    assert (hyde.num_hypothetical_docs, hyde.top_k, hyde.max_final_docs) == (1, 3, 3)
+    assert hyde.config == HyDERAGConfig(num_hypothetical_docs=1, top_k=3, max_final_docs=3)
     assert isinstance(built["recursive"], RecursiveRAG)
     # a model that cannot keep JSON writes junk sub-questions and merges badly: a question
     # of several parts is split by rule, one level, and its answers joined; any other is plain
@@ -62,7 +68,7 @@ def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, Fak
     assert built["recursive"].config == expected
     healing = built["healing"]
     assert isinstance(healing, SelfHealingRAG)
-    assert (healing.max_retries, healing.retrieval_top_k) == (1, 3)
+    assert healing.config == SelfHealingRAGConfig(max_retries=1, top_k=3)
     assert healing.strategies[0] is rag and isinstance(healing.strategies[1], HyDERAG)
     assert all(strategy.execution == execution for strategy in built.values())
 
@@ -86,7 +92,7 @@ def test_top_k_and_limits_apply_to_either_preset(parts: tuple[FakeRetriever, Fak
     rag, llm = parts
     hyde = presets.build_strategy("hyde", rag, llm, preset="standard", top_k=7, max_llm_calls=None)
     assert isinstance(hyde, HyDERAG)
-    assert (hyde.num_hypothetical_docs, hyde.top_k, hyde.max_final_docs) == (3, 7, 10)
+    assert hyde.config == HyDERAGConfig(num_hypothetical_docs=3, top_k=7, max_final_docs=10)
     assert hyde.execution.max_llm_calls is None and hyde.execution.llm_timeout == presets.DEFAULT_LLM_TIMEOUT
 
 

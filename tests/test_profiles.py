@@ -1,4 +1,5 @@
-"""selfrag_core.profiles: model profiles, and the strategy sizes that follow from them."""
+"""selfrag_core.profiles: model profiles, and the strategy sizes their configs take from them
+(``Config.for_profile``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import Any
 import pytest
 
 from selfrag_core import CAPABLE, SMALL_LOCAL, ModelProfile, presets, profile_of
-from selfrag_core.config import RecursiveRAGConfig
+from selfrag_core.config import (
+    AdaptiveRAGConfig,
+    HyDERAGConfig,
+    PlainRAGConfig,
+    RecursiveRAGConfig,
+    SelfHealingRAGConfig,
+    SelfRAGConfig,
+    StrategyConfig,
+)
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.prompts import Prompts
 from selfrag_core.strategies import HyDERAG, PlainRAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
@@ -48,38 +57,63 @@ def test_profiles_are_frozen() -> None:
         CAPABLE.context_window = 1024  # type: ignore[misc]
 
 
-def test_a_capable_model_keeps_the_specifications_defaults() -> None:
+CONFIGS: tuple[type[StrategyConfig], ...] = (
+    PlainRAGConfig,
+    SelfRAGConfig,
+    HyDERAGConfig,
+    RecursiveRAGConfig,
+    SelfHealingRAGConfig,
+    AdaptiveRAGConfig,
+)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_capable_model_keeps_the_specifications_defaults(config: type[StrategyConfig]) -> None:
     assert ModelProfile() == CAPABLE
     assert (CAPABLE.name, CAPABLE.context_window, CAPABLE.cites) == ("capable", 8192, True)
     assert not CAPABLE.small_context
-    assert CAPABLE.top_k == 5
-    assert CAPABLE.fast_mode is True
-    assert CAPABLE.hypothetical_docs == 3
-    assert CAPABLE.decompose is True
-    assert CAPABLE.refinement_iterations == 3
-    assert CAPABLE.healing_retries == 2
+    assert config.for_profile(CAPABLE) == config()
 
 
 def test_a_small_local_model_gets_small_sizes() -> None:
     assert (SMALL_LOCAL.name, SMALL_LOCAL.context_window) == ("small", 2048)
     assert (SMALL_LOCAL.follows_json, SMALL_LOCAL.deterministic, SMALL_LOCAL.cites) == (False, True, False)
     assert SMALL_LOCAL.small_context
-    assert SMALL_LOCAL.top_k == 3
-    assert SMALL_LOCAL.fast_mode is False
-    assert SMALL_LOCAL.hypothetical_docs == 1
-    assert SMALL_LOCAL.decompose is False
-    assert SMALL_LOCAL.refinement_iterations == 2
-    assert SMALL_LOCAL.healing_retries == 1
+    assert PlainRAGConfig.for_profile(SMALL_LOCAL) == PlainRAGConfig(top_k=3)
+    assert SelfRAGConfig.for_profile(SMALL_LOCAL) == SelfRAGConfig(
+        top_k=3, fast_mode=False, max_refinement_iterations=2, stop_when_supported=True
+    )
+    assert HyDERAGConfig.for_profile(SMALL_LOCAL) == HyDERAGConfig(
+        num_hypothetical_docs=1, top_k=3, max_final_docs=3
+    )
+    assert RecursiveRAGConfig.for_profile(SMALL_LOCAL) == RecursiveRAGConfig(
+        top_k=3, max_depth=1, decomposition="rules", merge=False
+    )
+    assert SelfHealingRAGConfig.for_profile(SMALL_LOCAL) == SelfHealingRAGConfig(top_k=3, max_retries=1)
 
 
 @pytest.mark.parametrize(("window", "top_k"), [(512, 3), (4095, 3), (4096, 5), (128_000, 5)])
-def test_top_k_follows_the_context_window(window: int, top_k: int) -> None:
-    assert ModelProfile(context_window=window).top_k == top_k
+@pytest.mark.parametrize("config", CONFIGS)
+def test_top_k_follows_the_context_window(config: type[StrategyConfig], window: int, top_k: int) -> None:
+    assert config.for_profile(ModelProfile(context_window=window)).top_k == top_k  # type: ignore[attr-defined]
+
+
+def test_a_given_size_wins_over_the_profiles_and_what_follows_top_k_follows_it() -> None:
+    assert SelfRAGConfig.for_profile(SMALL_LOCAL, top_k=7, fast_mode=True).fast_mode is True
+    hyde = HyDERAGConfig.for_profile(SMALL_LOCAL, top_k=7)
+    assert (hyde.top_k, hyde.max_final_docs) == (7, 7)  # a small window: no more fused than one search
+    assert HyDERAGConfig.for_profile(CAPABLE, top_k=7).max_final_docs == 10
+    assert HyDERAGConfig.for_profile(SMALL_LOCAL, top_k=None).top_k == 3  # None: the profile's
+    with pytest.raises(ConfigurationError, match="PlainRAGConfig has no setting fast_mode"):
+        PlainRAGConfig.for_profile(CAPABLE, fast_mode=True)
+    with pytest.raises(TypeError, match="profile must be a ModelProfile"):
+        PlainRAGConfig.for_profile("small")  # type: ignore[arg-type]
 
 
 def test_only_deterministic_decoding_writes_one_hypothetical_document() -> None:
-    assert ModelProfile(deterministic=True).hypothetical_docs == 1
-    assert dataclasses.replace(SMALL_LOCAL, deterministic=False).hypothetical_docs == 3
+    assert HyDERAGConfig.for_profile(ModelProfile(deterministic=True)).num_hypothetical_docs == 1
+    other = dataclasses.replace(SMALL_LOCAL, deterministic=False)
+    assert HyDERAGConfig.for_profile(other).num_hypothetical_docs == 3
 
 
 class _WithProfile:
@@ -107,7 +141,7 @@ def test_the_local_llm_declares_the_small_local_profile() -> None:
     assert llm.profile is SMALL_LOCAL and profile_of(llm) is SMALL_LOCAL
     llm._sampling["temperature"] = 0.7
     assert llm.profile == dataclasses.replace(SMALL_LOCAL, deterministic=False)
-    assert llm.profile.hypothetical_docs == 3
+    assert HyDERAGConfig.for_profile(llm.profile).num_hypothetical_docs == 3
 
 
 # ----------------------------------------------------------------------------- the presets
@@ -119,18 +153,15 @@ def sizes(strategy: Any) -> dict[str, Any]:
         c = strategy.config
         return {"fast_mode": c.fast_mode, "iterations": c.max_refinement_iterations, "top_k": c.top_k}
     if isinstance(strategy, HyDERAG):
-        return {
-            "docs": strategy.num_hypothetical_docs,
-            "top_k": strategy.top_k,
-            "final": strategy.max_final_docs,
-        }
+        c = strategy.config
+        return {"docs": c.num_hypothetical_docs, "top_k": c.top_k, "final": c.max_final_docs}
     if isinstance(strategy, RecursiveRAG):
         c = strategy.config
         return {"depth": c.max_depth, "subs": c.max_sub_questions, "top_k": c.top_k}
     if isinstance(strategy, SelfHealingRAG):
-        return {"retries": strategy.max_retries, "top_k": strategy.retrieval_top_k}
+        return {"retries": strategy.config.max_retries, "top_k": strategy.config.top_k}
     assert isinstance(strategy, PlainRAG)
-    return {"top_k": strategy.top_k}
+    return {"top_k": strategy.config.top_k}
 
 
 def build_all(rag: Any, llm: Any, **options: Any) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +34,38 @@ logger = logging.getLogger("selfrag")
 
 #: tokens kept free for the chat template's wrapping of the prompt
 _TEMPLATE_MARGIN = 64
+#: llama.cpp's own messages (model loading, its KV cache, its warnings) go to this logger:
+#: debug, and warning for its errors; never straight to stderr, where they would land in
+#: the middle of a command's output (llama-cpp-python prints its WARN level there even with
+#: verbose=False: its table of ggml's levels is an older one)
+llama_logger = logging.getLogger("selfrag.llama")
+#: ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last one)
+_GGML_ERROR, _GGML_CONT = 4, 5
+_llama_log: dict[str, Any] = {"last": 0, "verbose": False}
+
+
+def route_llama_logs(verbose: bool = False) -> None:
+    """Send llama.cpp's log to :data:`llama_logger` (once per process; ``verbose`` prints
+    it on stderr too, as llama.cpp does)."""
+    _llama_log["verbose"] = _llama_log["verbose"] or verbose
+    if "callback" in _llama_log:
+        return
+    import ctypes
+
+    import llama_cpp  # type: ignore[import-not-found,import-untyped]
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def callback(level: int, text: bytes, user_data: Any) -> None:
+        level = _llama_log["last"] if level == _GGML_CONT else level
+        _llama_log["last"] = level
+        message = text.decode("utf-8", "replace").rstrip("\n")
+        if _llama_log["verbose"]:
+            print(message, file=sys.stderr, flush=True)
+        elif message:
+            llama_logger.log(logging.WARNING if level >= _GGML_ERROR else logging.DEBUG, "%s", message)
+
+    _llama_log["callback"] = callback  # kept: llama.cpp holds only the C pointer
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
 class LocalLLM:
@@ -92,6 +125,7 @@ class LocalLLM:
         path, spec = resolve_model(model)
         from llama_cpp import Llama  # type: ignore[import-not-found,import-untyped]
 
+        route_llama_logs(verbose)
         started = time.perf_counter()
         self._llama = Llama(
             model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=seed, verbose=verbose

@@ -1,8 +1,8 @@
-"""Running one query for the service: a shallow copy of the shared strategy with the
-request's options (the shared instance is never mutated) and its own ``ExecutionConfig``,
-so the LLM-call budget and the timeout hold per request and the partial trace survives a
-cancelled query. A listener sees every trace event (and each step among them), then the
-final answer's text.
+"""Running one query for the service: the request's options are per-call settings in the
+query's context (``{"top_k": 3}``, as any caller passes them; the shared strategy is never
+mutated), and the query gets its own ``ExecutionConfig``, so the LLM-call budget and the
+timeout hold per request and the partial trace survives a cancelled query. A listener
+sees every trace event (and each step among them), then the final answer's text.
 """
 
 from __future__ import annotations
@@ -14,22 +14,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.engine import Run
 from selfrag_core.errors import ConfigurationError, StrategyError
 from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
-from selfrag_core.serve.models import QueryRequest
+from selfrag_core.serve.models import QueryOptions, QueryRequest
 from selfrag_core.serve.settings import ServeSettings
 from selfrag_core.strategies.base import arun_query, closing_events, step_of
 from selfrag_core.types import Trace, TraceEvent
 
-#: where each request option lives, in order: a field of ``strategy.config`` or an attribute
-OPTION_FIELDS: dict[str, tuple[str, ...]] = {
-    "top_k": ("top_k", "retrieval_top_k"),
-    "max_iterations": ("max_refinement_iterations",),
-    "threshold": ("confidence_threshold", "quality_threshold"),
-    "max_depth": ("max_depth",),
+#: the request's options that are strategy settings: the option's name in the HTTP API ->
+#: the setting's name in the strategies' configs (``selfrag_core.config``)
+SETTINGS = {
+    "top_k": "top_k",
+    "max_iterations": "max_refinement_iterations",
+    "threshold": "confidence_threshold",
+    "max_depth": "max_depth",
 }
 
 
@@ -37,28 +38,22 @@ class UnsupportedOptionError(ConfigurationError):
     """A request option that the chosen strategy does not have."""
 
 
-def configured(strategy: Any, options: dict[str, Any]) -> Any:
-    """A shallow per-request copy of ``strategy`` with ``options`` applied (raises
-    UnsupportedOptionError for an option it lacks, ConfigurationError for a bad value)."""
-    clone = copy.copy(strategy)
+def request_settings(request: QueryOptions) -> dict[str, Any]:
+    """The settings the request overrides, by the configs' names (its options not given are left out)."""
+    values = {setting: getattr(request, option) for option, setting in SETTINGS.items()}
+    return {setting: value for setting, value in values.items() if value is not None}
+
+
+def check_settings(strategy: Any, settings: Mapping[str, Any]) -> None:
+    """Raise UnsupportedOptionError for a setting ``strategy``'s config does not have, and
+    ConfigurationError for a bad value, before the query runs."""
     config = getattr(strategy, "config", None)
-    fields = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
-    changes: dict[str, Any] = {}
-    for option, value in options.items():
-        if name := next((n for n in OPTION_FIELDS[option] if n in fields), None):
-            changes[name] = value
-        elif name := next((n for n in OPTION_FIELDS[option] if _is_setting(strategy, n)), None):
-            setattr(clone, name, value)
-        else:
+    names = config.names() if isinstance(config, StrategyConfig) else frozenset()
+    for option, setting in SETTINGS.items():
+        if setting in settings and setting not in names:
             raise UnsupportedOptionError(f"option {option!r} does not apply to {type(strategy).__name__}")
-    if changes:
-        clone.config = dataclasses.replace(config, **changes)  # type: ignore[type-var]
-    return clone
-
-
-def _is_setting(obj: Any, name: str) -> bool:
-    value = getattr(obj, name, None)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(config, StrategyConfig):
+        config.with_overrides(settings)
 
 
 def _min(*values: float | None) -> Any:
@@ -95,12 +90,14 @@ def _exceeded(trace: Trace, run: Run) -> str | None:
 
 
 def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tuple[Any, ExecutionConfig]:
-    """The per-request strategy copy and its execution config: the strategy's, under the
-    server's caps, lowered by the request (raises on a bad option)."""
-    options = {o: getattr(request, o) for o in OPTION_FIELDS if getattr(request, o) is not None}
-    clone = configured(strategy, options)
-    if isinstance(getattr(clone, "memory", None), ConversationMemory):
+    """The strategy the request runs (the shared one, or a shallow copy without its
+    conversation memory) and its execution config: the strategy's, under the server's caps,
+    lowered by the request. Raises on a bad option (:func:`check_settings`)."""
+    check_settings(strategy, request_settings(request))
+    clone = strategy
+    if isinstance(getattr(strategy, "memory", None), ConversationMemory):
         # a stateless service: one client's conversation must never reach another's prompt
+        clone = copy.copy(strategy)
         clone.memory = None
     base = getattr(strategy, "execution", None)
     base = base if isinstance(base, ExecutionConfig) else ExecutionConfig()
@@ -149,8 +146,9 @@ async def execute(
     gets (event name, JSON-safe data). ``on_trace`` is given the query's trace as it starts
     (it outlives a query that raises). A StrategyError (SelfHealingRAG: every attempt
     raised) is re-raised, unless the budget or the timeout caused it. ``context``: more
-    entries of the strategy's context (``memory``: a conversation)."""
-    options = dict(context or {})
+    entries of the strategy's context (``memory``: a conversation); the request's settings
+    (:func:`request_settings`) join it."""
+    options = {**(context or {}), **request_settings(request)}
     if request.metadata_filter:
         options["metadata_filter"] = dict(request.metadata_filter)
     streamed: list[str] = []

@@ -43,7 +43,14 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from selfrag_core.comparison import comparison
-from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
+from selfrag_core.config import (
+    AdaptiveRAGConfig,
+    ExecutionConfig,
+    HyDERAGConfig,
+    RecursiveRAGConfig,
+    SelfHealingRAGConfig,
+    config_from,
+)
 from selfrag_core.engine import Note, Plan, without_streaming
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.grounding import assess, content_stems, is_refusal, question_coverage
@@ -68,7 +75,6 @@ from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
 from selfrag_core.types import Answer, RetrievedDoc
-from selfrag_core.validation import check_int
 
 #: the two moments a question is routed: after retrieval (before any LLM call), after the first answer
 BEFORE_ANSWER, AFTER_ANSWER = "before_answer", "after_answer"
@@ -182,7 +188,7 @@ def estimate_calls(strategy: Any, question: str) -> float:
     if isinstance(strategy, PlainRAG):
         return 1.0
     if isinstance(strategy, HyDERAG):
-        return float(strategy.num_hypothetical_docs + 1)
+        return float(strategy.config.num_hypothetical_docs + 1)
     if isinstance(strategy, RecursiveRAG):
         cfg = strategy.config
         parts = split_question(question) if cfg.decomposition != "llm" else [question]
@@ -194,8 +200,8 @@ def estimate_calls(strategy: Any, question: str) -> float:
     if isinstance(strategy, SelfIRAG):
         return 2.0
     if isinstance(strategy, SelfHealingRAG):
-        tried = strategy.strategies[: strategy.max_retries + 1]
-        metric = 1.0 if strategy.evidence_weight < 1 else 0.0
+        tried = strategy.strategies[: strategy.config.max_retries + 1]
+        metric = 1.0 if strategy.config.evidence_weight < 1 else 0.0
         each = [(estimate_calls(s, question) if isinstance(s, Strategy) else 1.0) + metric for s in tried]
         return each[0] + 0.5 * sum(each[1:])
     if isinstance(strategy, AdaptiveRAG):
@@ -537,19 +543,22 @@ def default_candidates(
     them: ``recursive`` (split by rule, parts joined), ``hyde``, ``self``, ``healing``
     (plain, then HyDE), each otherwise with its own defaults."""
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
-    hyde = HyDERAG(rag_system, llm, top_k=top_k, **shared)
+    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k), **shared)
+    healing = SelfHealingRAGConfig(top_k=top_k)
     split = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=top_k)
     return {
         "recursive": RecursiveRAG(rag_system, llm, split, **shared),
         "hyde": hyde,
         "self": SelfIRAG(rag_system, llm, **shared),
-        "healing": SelfHealingRAG(llm, [rag_system, hyde], retrieval_top_k=top_k, **shared),
+        "healing": SelfHealingRAG(llm, [rag_system, hyde], config=healing, **shared),
     }
 
 
 class AdaptiveRAG(Strategy[Answer]):
-    """``AdaptiveRAG(rag_system, llm, *, strategies=None, router=None, call_budget=None,
-    top_k=5, llm_retries=2, execution=None, prompts=None)``.
+    """``AdaptiveRAG(rag_system, llm, config=None, *, strategies=None, router=None,
+    call_budget=None, execution=None, prompts=None)``; ``config`` (an
+    :class:`~selfrag_core.config.AdaptiveRAGConfig`) sizes the plain answer (``top_k``,
+    ``llm_retries``; as keywords still accepted, deprecated).
 
     Answers plainly (one retrieval, the ``grounded_answer`` prompt) unless the router
     hands the question to one of ``strategies`` (``{name: strategy}``; default
@@ -565,25 +574,28 @@ class AdaptiveRAG(Strategy[Answer]):
     or gives no usable answer keeps the plain answer (a fallback note says so).
     """
 
+    config: AdaptiveRAGConfig
+
     def __init__(
         self,
         rag_system: BackendLike,
         llm: LLMLike,
+        config: AdaptiveRAGConfig | None = None,
         *,
         strategies: Mapping[str, Any] | None = None,
         router: Router | str | os.PathLike[str] | Mapping[str, Any] | None = None,
         call_budget: float | None = None,
-        top_k: int = 5,
-        llm_retries: int = 2,
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | Prompts | None = None,
+        top_k: int | None = None,
+        llm_retries: int | None = None,
     ) -> None:
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
-        self.top_k = check_int("top_k", top_k, 1)
-        self.llm_retries = check_int("llm_retries", llm_retries, 0)
+        given = {"top_k": top_k, "llm_retries": llm_retries}
+        self.config = config_from(AdaptiveRAGConfig, config, "AdaptiveRAG", given, deprecated=given)
         if strategies is None:
             strategies = default_candidates(
-                rag_system, llm, top_k=self.top_k, execution=execution, prompts=prompts
+                rag_system, llm, top_k=self.config.top_k, execution=execution, prompts=prompts
             )
         if not isinstance(strategies, Mapping):
             raise TypeError("strategies must be a dict {name: strategy}")
@@ -659,7 +671,8 @@ class AdaptiveRAG(Strategy[Answer]):
 
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[Answer]:
-        docs = yield from retrieve_or_empty(self.rag_system, query, self.top_k, retrieval_options(context))
+        cfg = self.config
+        docs = yield from retrieve_or_empty(self.rag_system, query, cfg.top_k, retrieval_options(context))
         decision = yield from self.decide(BEFORE_ANSWER, query, route_signals(query, docs))
         if decision.choice is not None:
             chosen = yield from self._escalate(decision.choice, query, context, streamed=True)
@@ -667,7 +680,7 @@ class AdaptiveRAG(Strategy[Answer]):
                 return _answer(chosen, decision.choice, BEFORE_ANSWER)
         if docs:
             try:
-                answer = yield from grounded_answer(self, query, docs, self.llm_retries)
+                answer = yield from grounded_answer(self, query, docs, cfg.llm_retries)
             except RAGSystemError as e:
                 yield Note("generation_failed", f"{type(e).__name__}: {e}", {"then": "route the failure"})
                 answer, docs = GENERATION_FAILED_ANSWER, []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import copy
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from selfrag_core.citations import cite, renumber
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.engine import (
     Deadline,
     Generate,
@@ -45,6 +46,7 @@ from selfrag_core.verify import split_sentences
 
 R = TypeVar("R")
 T = TypeVar("T")
+S = TypeVar("S", bound="Strategy[Any]")
 
 
 #: the answer when no acceptable answer could be generated (as in the reference specification)
@@ -543,6 +545,9 @@ class Strategy(Generic[R]):
     #: the retrieval backend (None for a strategy over several, such as SelfHealingRAG)
     rag_system: BackendLike | None
     llm: LLMLike
+    #: the strategy's settings (a StrategyConfig of the built-in ones; a query's context
+    #: overrides them by name, see for_call); a strategy of yours may have none
+    config: Any
 
     def __init__(
         self,
@@ -575,8 +580,25 @@ class Strategy(Generic[R]):
         raise NotImplementedError
 
     def plan(self, query: str, context: Mapping[str, Any] | None = None) -> Plan[R]:
-        """The validated plan of one query, for composing strategies (``yield from``)."""
-        return self._plan(validate_query(query), validate_context(context))
+        """The validated plan of one query, for composing strategies (``yield from``);
+        the context's per-call overrides apply (:meth:`for_call`)."""
+        query, checked = validate_query(query), validate_context(context)
+        return self.for_call(checked)._plan(query, checked)
+
+    def for_call(self: S, context: Mapping[str, Any] | None) -> S:
+        """The strategy as one call with ``context`` runs it: itself, or, when the context
+        names settings of its ``config`` (a :class:`~selfrag_core.config.StrategyConfig`),
+        a shallow copy whose config has them (``{"top_k": 3}``; validated, so a bad value
+        raises ConfigurationError here, before anything runs)."""
+        config = getattr(self, "config", None)
+        if not isinstance(config, StrategyConfig):
+            return self
+        overridden = config.with_overrides(context)
+        if overridden is config:
+            return self
+        clone = copy.copy(self)
+        clone.config = overridden
+        return clone
 
     def query(self, query: str, context: Mapping[str, Any] | None = None) -> R:
         """Answer ``query``. Safe to call from inside a running event loop."""

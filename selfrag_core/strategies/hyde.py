@@ -1,6 +1,7 @@
 """HyDERAG: retrieve with hypothetical answer documents as well as the question.
 
-One query costs two dependent LLM rounds whatever ``num_hypothetical_docs`` is: the N
+One query costs two dependent LLM rounds while ``num_hypothetical_docs`` is at most the
+query's concurrency limit (``ExecutionConfig.max_concurrency``, 8 by default): the N
 hypothetical documents are generated together, then every retrieval (the original
 query and one per document) runs together, then the final answer is generated.
 
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import ExecutionConfig, HyDERAGConfig, config_from
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Run, run_async, run_sync
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.prompts import Prompts, detect_language
@@ -110,52 +111,64 @@ class _Fused:
 class HyDERAG(Strategy[HyDEResult]):
     """Hypothetical Document Embeddings over any backend and any LLM.
 
-    ``HyDERAG(rag_system, llm, num_hypothetical_docs=3, use_original_query=True,
-    top_k=5, max_final_docs=10, llm_retries=2, max_workers=4, *, execution=None,
-    prompts=None)``; raises ``ValueError`` when ``llm`` is falsy. ``max_workers`` is the
-    per-query concurrency limit when no ``execution`` is given (an ``execution``
-    passed explicitly wins). ``query`` / ``aquery`` never raise for backend or LLM
-    failures: the fallback answer is returned and the failure is in ``result.trace``.
+    ``HyDERAG(rag_system, llm, *, config=None, execution=None, prompts=None)``, the
+    settings in a :class:`~selfrag_core.config.HyDERAGConfig`. The specification's
+    arguments, positional or keyword (``num_hypothetical_docs=3, use_original_query=True,
+    top_k=5, max_final_docs=10, llm_retries=2, max_workers=4``), still build it (without
+    a warning). The passages go out under the one concurrency limit,
+    ``execution.max_concurrency`` (default 8); ``max_workers`` is that limit when no
+    ``execution`` is given (an ``execution`` passed explicitly wins). Raises
+    ``ValueError`` when ``llm`` is falsy. ``query`` / ``aquery`` never raise for backend
+    or LLM failures: the fallback answer is returned and the failure is in
+    ``result.trace``.
     """
+
+    config: HyDERAGConfig
 
     def __init__(
         self,
         rag_system: BackendLike,
         llm: LLMLike,
-        num_hypothetical_docs: int = 3,
-        use_original_query: bool = True,
-        top_k: int = 5,
-        max_final_docs: int = 10,
-        llm_retries: int = 2,
-        max_workers: int = 4,
+        num_hypothetical_docs: int | None = None,
+        use_original_query: bool | None = None,
+        top_k: int | None = None,
+        max_final_docs: int | None = None,
+        llm_retries: int | None = None,
+        max_workers: int | None = None,
         *,
+        config: HyDERAGConfig | None = None,
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
-        check_int("max_workers", max_workers, 1)
-        if execution is None:
-            execution = ExecutionConfig(max_concurrency=max_workers)
+        if max_workers is not None:
+            check_int("max_workers", max_workers, 1)
+            if execution is None:
+                execution = ExecutionConfig(max_concurrency=max_workers)
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
-        self.num_hypothetical_docs = check_int("num_hypothetical_docs", num_hypothetical_docs, 1)
-        self.use_original_query = bool(use_original_query)
-        self.top_k = check_int("top_k", top_k, 1)
-        self.max_final_docs = check_int("max_final_docs", max_final_docs, 1)
-        self.llm_retries = check_int("llm_retries", llm_retries, 0)
-        self.max_workers = max_workers
+        given = {
+            "num_hypothetical_docs": num_hypothetical_docs,
+            "use_original_query": use_original_query,
+            "top_k": top_k,
+            "max_final_docs": max_final_docs,
+            "llm_retries": llm_retries,
+        }
+        self.config = config_from(HyDERAGConfig, config, "HyDERAG", given)
 
     # ------------------------------------------------------------------ retriever API
     def documents_plan(
         self, query: str, context: Mapping[str, Any] | None = None, top_k: int | None = None
     ) -> Plan[list[RetrievedDoc]]:
         """The plan of :meth:`retrieve_documents`, for composing (``yield from``)."""
-        limit = check_int("top_k", self.max_final_docs if top_k is None else top_k, 1)
-        fused = yield from self._retrieve_fused(validate_query(query), validate_context(context))
+        query, checked = validate_query(query), validate_context(context)
+        strategy = self.for_call(checked)
+        limit = check_int("top_k", strategy.config.max_final_docs if top_k is None else top_k, 1)
+        fused = yield from strategy._retrieve_fused(query, checked)
         return fused.documents[:limit]
 
     def retrieve_documents(
         self, query: str, top_k: int | None = None, context: Mapping[str, Any] | None = None
     ) -> list[RetrievedDoc]:
-        """The fused HyDE ranking for ``query`` (``top_k`` defaults to ``max_final_docs``),
+        """The fused HyDE ranking for ``query`` (``top_k`` defaults to ``config.max_final_docs``),
         without generating an answer: one LLM round. Never raises for LLM or backend
         failures (an empty list when nothing could be retrieved)."""
         return run_sync(self.documents_plan(query, context, top_k), Run(self.execution))
@@ -169,7 +182,7 @@ class HyDERAG(Strategy[HyDEResult]):
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[HyDEResult]:
         fused = yield from self._retrieve_fused(query, context)
-        ranked = fused.documents[: self.max_final_docs]
+        ranked = fused.documents[: self.config.max_final_docs]
         result = HyDEResult(
             answer=INSUFFICIENT_ANSWER,
             hypothetical_docs=fused.hypothetical_docs,
@@ -182,7 +195,8 @@ class HyDERAG(Strategy[HyDEResult]):
             yield Note("insufficient_information", why, {"searches": fused.searches})
             return result
         try:
-            result.answer = yield from grounded_answer(self, query, ranked[:ANSWER_DOCS], self.llm_retries)
+            answer_docs = ranked[:ANSWER_DOCS]
+            result.answer = yield from grounded_answer(self, query, answer_docs, self.config.llm_retries)
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             result.answer = GENERATION_FAILED_ANSWER
@@ -191,15 +205,16 @@ class HyDERAG(Strategy[HyDEResult]):
     def _retrieve_fused(self, query: str, context: Mapping[str, Any]) -> Plan[_Fused]:
         hypothetical = yield from self._hypothetical_docs(query)
         # with use_original_query the question searches too, and leads every passage's search
-        lead = f"{query}\n" if self.use_original_query else ""
+        cfg = self.config
+        lead = f"{query}\n" if cfg.use_original_query else ""
         texts = [lead + doc for doc in hypothetical]
-        with_question = self.use_original_query or not texts
+        with_question = cfg.use_original_query or not texts
         if not texts:
             yield Note("no_hypothetical_docs", "searching with the original query instead")
         if with_question:
             texts.insert(0, query)
         options = retrieval_options(context)
-        outcomes = yield RetrieveMany(self.rag_system, tuple(texts), self.top_k, options)
+        outcomes = yield RetrieveMany(self.rag_system, tuple(texts), cfg.top_k, options)
         found: list[list[RetrievedDoc] | None] = []
         for text, outcome in zip(texts, outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -223,10 +238,11 @@ class HyDERAG(Strategy[HyDEResult]):
 
     def _hypothetical_docs(self, query: str) -> Plan[list[str]]:
         prompt = self.prompts.render("hyde_document", detect_language(query), question=query)
+        cfg = self.config
         replies = yield Parallel(
             tuple(
-                Generate(self.llm, prompt, "hyde_document", self.llm_retries)
-                for _ in range(self.num_hypothetical_docs)
+                Generate(self.llm, prompt, "hyde_document", cfg.llm_retries)
+                for _ in range(cfg.num_hypothetical_docs)
             )
         )
         docs: list[str] = []

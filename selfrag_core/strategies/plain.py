@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import ExecutionConfig, PlainRAGConfig, config_from
 from selfrag_core.engine import Note, Plan
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.prompts import Prompts
@@ -20,34 +20,39 @@ from selfrag_core.strategies.base import (
     retrieve_and_answer,
 )
 from selfrag_core.types import Answer
-from selfrag_core.validation import check_int
 
 
 class PlainRAG(Strategy[Answer]):
-    """``PlainRAG(rag_system, llm, *, top_k=5, llm_retries=2, execution=None, prompts=None)``.
+    """``PlainRAG(rag_system, llm, config=None, *, execution=None, prompts=None)``.
 
-    Retrieves ``top_k`` documents for the question and answers from them with the
-    ``grounded_answer`` prompt. ``query``/``aquery`` never raise for backend or LLM
-    failures: the fallback answer is returned and the failure is in ``result.trace``.
+    Retrieves ``config.top_k`` documents (:class:`~selfrag_core.config.PlainRAGConfig`)
+    for the question and answers from them with the ``grounded_answer`` prompt. The
+    keywords ``top_k`` and ``llm_retries`` still build the config, deprecated.
+    ``query``/``aquery`` never raise for backend or LLM failures: the fallback answer is
+    returned and the failure is in ``result.trace``.
     """
+
+    config: PlainRAGConfig
 
     def __init__(
         self,
         rag_system: BackendLike,
         llm: LLMLike,
+        config: PlainRAGConfig | None = None,
         *,
-        top_k: int = 5,
-        llm_retries: int = 2,
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | Prompts | None = None,
+        top_k: int | None = None,
+        llm_retries: int | None = None,
     ) -> None:
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
-        self.top_k = check_int("top_k", top_k, 1)
-        self.llm_retries = check_int("llm_retries", llm_retries, 0)
+        given = {"top_k": top_k, "llm_retries": llm_retries}
+        self.config = config_from(PlainRAGConfig, config, "PlainRAG", given, deprecated=given)
 
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[Answer]:
+        cfg = self.config
         try:
-            answer, docs = yield from retrieve_and_answer(self, query, context, self.top_k, self.llm_retries)
+            answer, docs = yield from retrieve_and_answer(self, query, context, cfg.top_k, cfg.llm_retries)
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return Answer(GENERATION_FAILED_ANSWER)

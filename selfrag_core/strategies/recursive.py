@@ -194,6 +194,8 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
     failure is in ``result.trace``.
     """
 
+    config: RecursiveRAGConfig
+
     def __init__(
         self,
         rag_system: BackendLike,

@@ -7,9 +7,10 @@ supports, and how far the answer and the place it comes from cover the question'
 content words), so that an off-topic answer cannot pass and a judge that says the
 same thing of every answer does not decide (the reference specification trusts the
 metric alone: ``evidence_weight=0``). The first answer scoring at least
-``quality_threshold`` is returned; otherwise the first attempt's (the plain
-retrieve-and-answer, with the default strategies) unless a later one scores higher
-with at least as much evidence. A strategy is either
+``confidence_threshold`` (the specification's ``quality_threshold``) is returned;
+otherwise the first attempt's (the plain retrieve-and-answer, with the default
+strategies) unless a later one scores higher with at least as much evidence. A
+strategy is either
 
 * a retrieval backend (anything ``_retrieve_safe`` accepts: sync or async
   ``retrieve``, with or without ``metadata_filter``, which is passed only where
@@ -29,7 +30,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.citations import check_with_claims, cite, supported_share
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import (
+    DEFAULT_SYSTEM_PROMPT,
+    ExecutionConfig,
+    SelfHealingRAGConfig,
+    config_from,
+)
 from selfrag_core.engine import Deadline, Generate, Note, Plan, Retrieve, Run, without_streaming
 from selfrag_core.errors import QueryTimeoutError, RAGSystemError, StrategyError
 from selfrag_core.grounding import assess, question_coverage
@@ -47,25 +53,26 @@ from selfrag_core.strategies.base import (
     format_context,
 )
 from selfrag_core.types import Citation, HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
-from selfrag_core.validation import check_int, check_unit
 
-DEFAULT_SYSTEM_PROMPT = (
-    "Answer using only the provided context. If the context does not contain the answer, say so."
-)
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "NO_CONTEXT_ANSWER", "SelfHealingRAG", "evidence"]
 #: the answer of an attempt whose retrieval found nothing (no LLM call is made)
 NO_CONTEXT_ANSWER = "The context does not contain the answer."
 _ATTEMPT = "attempt"  # trace marker kind that opens each attempt
 
 
 class SelfHealingRAG(Strategy[SelfHealingReport]):
-    """``SelfHealingRAG(llm, strategies, *, quality_threshold=0.75, max_retries=2,
-    system_prompt=DEFAULT_SYSTEM_PROMPT, retrieval_top_k=5, memory=None, tracer=None,
-    metric=None, evidence_weight=0.5, execution=None, prompts=None)``.
+    """``SelfHealingRAG(llm, strategies, *, config=None, memory=None, tracer=None,
+    metric=None, execution=None, prompts=None)``, the settings in a
+    :class:`~selfrag_core.config.SelfHealingRAGConfig`. The specification's keywords
+    ``quality_threshold`` (the config's ``confidence_threshold``), ``max_retries``,
+    ``system_prompt`` and ``retrieval_top_k`` (its ``top_k``) still build it, without a
+    warning; ``evidence_weight`` too, deprecated.
 
     A :class:`Strategy` like the others: ``query``/``aquery``/``stream``/``astream``
-    answer with a :class:`SelfHealingReport`; ``context`` may carry ``top_k``,
-    ``metadata_filter`` and ``memory``. The specification's ``ask`` (async),
-    ``ask_sync``, ``ask_with_report`` and ``ask_with_report_sync`` are thin aliases.
+    answer with a :class:`SelfHealingReport`; ``context`` may carry any setting of the
+    config (``top_k``, ``confidence_threshold``, ...), ``metadata_filter`` and
+    ``memory``. The specification's ``ask`` (async), ``ask_sync``, ``ask_with_report``
+    and ``ask_with_report_sync`` are thin aliases.
 
     ``max_retries``: strategies tried after the first (at most ``max_retries + 1``
     attempts). ``memory``: a :class:`ConversationMemory` for follow-up questions, or
@@ -86,19 +93,22 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     last error.
     """
 
+    config: SelfHealingRAGConfig
+
     def __init__(
         self,
         llm: LLMLike,
         strategies: Sequence[BackendLike | Strategy[Any]],
         *,
-        quality_threshold: float = 0.75,
-        max_retries: int = 2,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        retrieval_top_k: int = 5,
+        config: SelfHealingRAGConfig | None = None,
+        quality_threshold: float | None = None,
+        max_retries: int | None = None,
+        system_prompt: str | None = None,
+        retrieval_top_k: int | None = None,
         memory: ConversationMemory | None = None,
         tracer: Any = None,
         metric: Any = None,
-        evidence_weight: float = 0.5,
+        evidence_weight: float | None = None,
         execution: ExecutionConfig | None = None,
         prompts: Mapping[str, str] | Prompts | None = None,
     ) -> None:
@@ -109,18 +119,23 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             raise ValueError("strategies is empty (or holds None): pass at least one retrieval strategy")
         self.strategies = list(strategies)
         self.rag_system = None  # several backends: documents are added to each directly
-        self.quality_threshold = check_unit("quality_threshold", quality_threshold)
-        self.max_retries = check_int("max_retries", max_retries, 0)
-        if not isinstance(system_prompt, str):
-            raise TypeError("system_prompt must be a str")
-        self.system_prompt = system_prompt
-        self.retrieval_top_k = check_int("retrieval_top_k", retrieval_top_k, 1)
+        given = {
+            "quality_threshold": quality_threshold,
+            "max_retries": max_retries,
+            "system_prompt": system_prompt,
+            "retrieval_top_k": retrieval_top_k,
+            "evidence_weight": evidence_weight,
+        }
+        renamed = {"quality_threshold": "confidence_threshold", "retrieval_top_k": "top_k"}
+        deprecated = {"evidence_weight"}
+        self.config = config_from(
+            SelfHealingRAGConfig, config, "SelfHealingRAG", given, renamed=renamed, deprecated=deprecated
+        )
         self.memory = memory
         if tracer is not None and not (callable(getattr(tracer, "record", None)) or callable(tracer)):
             raise TypeError("tracer must have record(attempt) or be callable")
         self.tracer = tracer
         self.metric = check_metric(metric) if metric is not None else FaithfulnessMetric(llm, prompts=prompts)
-        self.evidence_weight = check_unit("evidence_weight", evidence_weight)
         self._last: contextvars.ContextVar[SelfHealingReport | None] = contextvars.ContextVar(
             f"selfhealing_last_report_{id(self)}", default=None
         )
@@ -206,25 +221,24 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
 
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[SelfHealingReport]:
-        top_k = context.get("top_k")
-        top_k = self.retrieval_top_k if top_k is None else check_int("top_k", top_k, 1)
+        cfg = self.config
         metadata_filter = context.get("metadata_filter")
         if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
             raise TypeError("metadata_filter must be a dict or None")
         memory = context.get("memory")
         memory = _check_memory(memory) if memory is not None else self._memory
         history = "" if memory is None else memory.history_text()
-        threshold = self.quality_threshold
+        threshold = cfg.confidence_threshold
         attempts: list[HealingAttempt] = []
         last_error: BaseException | None = None
-        for strategy in self.strategies[: self.max_retries + 1]:
+        for strategy in self.strategies[: cfg.max_retries + 1]:
             name = type(strategy).__name__
             yield Note(name, kind=_ATTEMPT, detail={"attempt": len(attempts) + 1})
             attempt = HealingAttempt(strategy=name, answer="", score=0.0)
             attempts.append(attempt)
             try:
                 attempt.answer, attempt.sources = yield from self._attempt(
-                    strategy, query, history, top_k, metadata_filter
+                    strategy, query, history, cfg.top_k, metadata_filter
                 )
             except (RAGSystemError, ValueError, TypeError) as e:
                 last_error = e
@@ -273,7 +287,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             yield Note("nothing_retrieved", f"{type(strategy).__name__} returned no documents")
             return NO_CONTEXT_ANSWER, []
         prompt = self.prompts.render(
-            "healing_answer", detect_language(query), system_prompt=self.system_prompt,
+            "healing_answer", detect_language(query), system_prompt=self.config.system_prompt,
             history=history, context=format_context(docs), question=query,
         )  # fmt: skip
         reply: LLMReply = yield Generate(self.llm, prompt, "answer")
@@ -283,7 +297,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         """The attempt's score: the metric's blended with the evidence (both recorded on
         the attempt), and why."""
         contexts = [d.text for d in attempt.sources]
-        weight = self.evidence_weight
+        weight = self.config.evidence_weight
         try:
             yield Deadline("scoring the answer")
         except QueryTimeoutError as e:

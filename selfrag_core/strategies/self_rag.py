@@ -192,6 +192,8 @@ class SelfIRAG(Strategy[SelfRAGResult]):
     ``result.trace``.
     """
 
+    config: SelfRAGConfig
+
     def __init__(
         self,
         rag_system: BackendLike,
