@@ -343,8 +343,12 @@ class SelfRAGConfig(StrategyConfig):
     #: answer the parts of a question of several parts that the chosen answer leaves out
     #: (one more retrieval and answer per part, in one parallel round; none when it covers all)
     complete_parts: bool = True
+    #: two-step: beside the first answer, a draft over each of the first ``drafts`` documents
+    #: alone, in the same round; the verifier keeps the best (:mod:`selfrag_core.strategies.drafts`)
+    drafts: int = 0
 
     def __post_init__(self) -> None:
+        check_int("drafts", self.drafts, 0)
         check_int("max_refinement_iterations", self.max_refinement_iterations, 1)
         check_unit("confidence_threshold", self.confidence_threshold)
         check_int("llm_retries", self.llm_retries, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from selfrag_core.engine import Run, run_sync
@@ -70,3 +71,21 @@ def test_the_drafts_go_out_in_the_answers_round() -> None:
     calls = sorted((e.start_s, e.start_s + e.latency_s) for e in run.trace.events if e.kind == "llm")
     assert len(calls) == 3
     assert calls[-1][0] < calls[0][1]  # the last starts before the first ends: one round
+
+
+def test_selfirag_with_drafts_keeps_the_best_supported_first_answer() -> None:
+    from selfrag_core import SelfIRAG, SelfRAGConfig
+
+    texts = [d.text for d in DOCS]
+    llm = FakeLLM(
+        script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", "In 1969.")
+    )
+    config = SelfRAGConfig(
+        top_k=3, fast_mode=False, stop_when_supported=True, max_refinement_iterations=1, drafts=2
+    )
+    result = SelfIRAG(FakeRetriever(texts), llm, config).query(QUESTION)
+    assert result.answer == "The Apollo program cost $25.4 billion."
+    assert len(llm.calls) == 3  # the answer and two drafts, and no judge: the draft is supported
+    alone = FakeLLM(script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", ""))
+    without = SelfIRAG(FakeRetriever(texts), alone, dataclasses.replace(config, drafts=0)).query(QUESTION)
+    assert without.answer != result.answer and alone.calls[0].prompt.count("<document") == 3

@@ -58,6 +58,7 @@ from selfrag_core.strategies.base import (
     retrieval_options,
     retrieve_or_empty,
 )
+from selfrag_core.strategies.drafts import drafted_answer
 from selfrag_core.types import EvaluationResult, Grounding, RefinementStep, RetrievedDoc, SelfRAGResult
 
 _DIMENSIONS = ("relevance", "accuracy", "completeness", "clarity")
@@ -426,13 +427,18 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 return None
         template = "grounded_answer" if iteration == 1 else "answer"
         try:
-            reply = yield self._gen(
-                "answer", self.prompts.render(template, lang, context=ctx, question=query)
-            )
+            if iteration == 1 and self.config.drafts:
+                answer = yield from drafted_answer(
+                    self, query, docs, self.config.drafts, self.config.llm_retries
+                )
+            else:
+                reply = yield self._gen(
+                    "answer", self.prompts.render(template, lang, context=ctx, question=query)
+                )
+                answer = answer_text(reply.text)
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
-        answer = answer_text(reply.text)
         if iteration == 1:  # the plain answer: unusable, it gives way to a quote as PlainRAG's does
             reason = degenerate_reason(answer, query, context_text(docs))
             quote = quoted_answer(query, docs) if reason else None
