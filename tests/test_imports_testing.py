@@ -39,6 +39,7 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "QueryTimeoutError", "RAGSystemError", "RecursiveRAG", "RecursiveRAGConfig", "RecursiveRAGResult",
          "RefinementStep", "RetrievalError", "RetrievalTimeoutError", "RetrievalWatch", "Retrieve",
          "RetrieveMany",
+         "AdaptiveRAGConfig", "HyDERAGConfig", "PlainRAGConfig", "SelfHealingRAGConfig", "StrategyConfig",
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",
          "SelfRAGConfig", "SelfRAGResult", "Step", "Strategy", "StrategyError", "StreamEvent", "SubAnswer",
          "Trace", "TraceEvent", "WritableBackend", "_call_llm", "_deduplicate", "_retrieve_safe",
