@@ -67,6 +67,7 @@ from selfrag_core.strategies.base import (
     stream_query,
 )
 from selfrag_core.types import (
+    NO_ANSWER_REASONS,
     Answer,
     EvaluationResult,
     Grounding,
@@ -74,6 +75,7 @@ from selfrag_core.types import (
     HyDEResult,
     RecursiveRAGResult,
     RefinementStep,
+    Result,
     RetrievedDoc,
     ScoreKind,
     SelfHealingReport,
@@ -87,6 +89,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CAPABLE",
+    "NO_ANSWER_REASONS",
     "SMALL_LOCAL",
     "AdaptiveRAG",
     "AdaptiveRAGConfig",
@@ -127,6 +130,7 @@ __all__ = [
     "RecursiveRAGConfig",
     "RecursiveRAGResult",
     "RefinementStep",
+    "Result",
     "RetrievalError",
     "RetrievalTimeoutError",
     "RetrievalWatch",

@@ -1,4 +1,6 @@
-"""Result types. Every public result is a dataclass with ``to_dict()`` (JSON-safe)."""
+"""Result types. Every strategy's result is a :class:`Result`: the answer, its sources,
+citations and trace, why there is no answer (``no_answer``), one ``to_dict()`` (JSON-safe)
+and one ``summary()`` line; each strategy's own fields come on top."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 
 class ScoreKind(str, Enum):
@@ -184,6 +186,77 @@ class Trace:
         }
 
 
+# --------------------------------------------------------------------------- results
+
+#: the reasons a result holds no answer (``Result.no_answer``); its ``answer`` is then a
+#: placeholder ("error in generating answer", "There is not enough information.", ...)
+NO_ANSWER_REASONS: dict[str, str] = {
+    "no_documents": "retrieval found no document to answer from",
+    "not_in_documents": "the documents found do not hold the answer",
+    "retrieval_failed": "the retrieval backend failed",
+    "generation_failed": "the LLM failed (after its retries)",
+    "unusable_answer": "every reply of the model was unusable and no source sentence answers",
+    "timeout": "the query ran out of time",
+    "budget_exceeded": "the query used up its LLM-call budget",
+}
+
+S = TypeVar("S")
+
+
+@dataclass
+class Result(Generic[S]):
+    """What every strategy answers with: ``answer``, the ``sources`` it came from (the
+    documents, numbered as its ``[n]`` markers count them), ``citations`` (each sentence
+    with the sources that support it), the ``trace`` of what happened, and ``no_answer``:
+    None when ``answer`` is one, else why not (a key of :data:`NO_ANSWER_REASONS`; the
+    answer is then a placeholder, not an answer). The CLI, the HTTP service, the
+    evaluation harness and both adapters read every result through these, ``to_dict()``
+    and ``summary()``; a strategy's own fields come from :meth:`own_fields`.
+
+    The shared fields but ``answer`` are keyword-only, so each result's own fields keep
+    the reference specification's positions (``SelfRAGResult(answer, confidence, ...)``).
+    """
+
+    answer: str
+    sources: list[S] = field(default_factory=list, kw_only=True)
+    trace: Trace = field(default_factory=Trace, kw_only=True)
+    #: each sentence of the answer with the sources it cites and those that support it
+    citations: list[Citation] = field(default_factory=list, kw_only=True)
+    #: None when ``answer`` is an answer, else why there is none (:data:`NO_ANSWER_REASONS`)
+    no_answer: str | None = field(default=None, kw_only=True)
+
+    #: what the strategy is called in a summary line ("" for none)
+    label: ClassVar[str] = ""
+
+    @property
+    def documents(self) -> list[RetrievedDoc]:
+        """The documents the answer was built from, as its ``[n]`` markers number them."""
+        return [d for d in self.sources if isinstance(d, RetrievedDoc)]
+
+    def own_fields(self) -> dict[str, Any]:
+        """The strategy's own fields, JSON-safe: what :meth:`to_dict` adds to the shared ones."""
+        return {}
+
+    def summary(self) -> str:
+        """One line for people on how the answer came about ("" when there is nothing to say
+        beyond the answer); a result without an answer says why."""
+        if self.no_answer is not None:
+            return f"no answer: {NO_ANSWER_REASONS.get(self.no_answer, self.no_answer)}"
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: ``answer``, the strategy's own fields, ``sources``, ``citations``,
+        ``no_answer`` and ``trace``."""
+        return {
+            "answer": self.answer,
+            **self.own_fields(),
+            "sources": [d.to_dict() if isinstance(d, RetrievedDoc) else d for d in self.sources],
+            "citations": [c.to_dict() for c in self.citations],
+            "no_answer": self.no_answer,
+            "trace": self.trace.to_dict(),
+        }
+
+
 # ------------------------------------------------------------------------- SelfIRAG
 
 
@@ -290,16 +363,11 @@ class RefinementStep:
 
 
 @dataclass
-class SelfRAGResult:
-    answer: str
+class SelfRAGResult(Result[RetrievedDoc]):
     confidence: float
     iterations: int
     history: list[RefinementStep]
-    sources: list[RetrievedDoc] = field(default_factory=list)
-    trace: Trace = field(default_factory=Trace)
     best_iteration: int = 0
-    #: each sentence of the answer with the sources it cites and those that support it
-    citations: list[Citation] = field(default_factory=list)
 
     @property
     def final_answer(self) -> str:
@@ -328,73 +396,67 @@ class SelfRAGResult:
         best = self.history[self.best_iteration - 1] if 0 < self.best_iteration <= len(self.history) else None
         return self.confidence if best is None or best.evaluation.known_confidence is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def own_fields(self) -> dict[str, Any]:
         return {
-            "answer": self.answer,
             "confidence": self.known_confidence,
             "iterations": self.iterations,
             "best_iteration": self.best_iteration,
             "initial_quality": self.initial_quality,
             "final_quality": self.final_quality,
             "history": [s.to_dict() for s in self.history],
-            "sources": [d.to_dict() for d in self.sources],
-            "citations": [c.to_dict() for c in self.citations],
-            "trace": self.trace.to_dict(),
         }
+
+    def summary(self) -> str:
+        if self.no_answer is not None:
+            return super().summary()
+        known = self.known_confidence
+        if known is None:  # the judge's reply was unreadable, carried no information or was not asked for
+            best = self.history[self.best_iteration - 1] if self.history else None
+            why = (best.evaluation.ignored if best else None) or "the judge's reply could not be read"
+            return f"confidence unknown ({why}) after {self.iterations} iteration(s)"
+        return f"confidence {known:.2f} after {self.iterations} iteration(s)"
 
 
 # -------------------------------------------------------------------------- HyDERAG
 
 
 @dataclass
-class HyDEResult:
-    answer: str
+class HyDEResult(Result[RetrievedDoc]):
     hypothetical_docs: list[str]
     num_retrieved: int
     num_ranked: int
-    sources: list[RetrievedDoc] = field(default_factory=list)
-    trace: Trace = field(default_factory=Trace)
-    #: each sentence of the answer with the sources it cites and those that support it
-    citations: list[Citation] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def own_fields(self) -> dict[str, Any]:
         return {
-            "answer": self.answer,
             "hypothetical_docs_generated": len(self.hypothetical_docs),
             "num_retrieved": self.num_retrieved,
             "num_ranked": self.num_ranked,
             "hypothetical_docs": list(self.hypothetical_docs),
-            "sources": [d.to_dict() for d in self.sources],
-            "citations": [c.to_dict() for c in self.citations],
-            "trace": self.trace.to_dict(),
         }
+
+    def summary(self) -> str:
+        if self.no_answer is not None:
+            return super().summary()
+        n_docs = len(self.hypothetical_docs)
+        return f"{n_docs} hypothetical document(s), {self.num_retrieved} passage(s) retrieved"
 
 
 # ----------------------------------------------------------------- your own strategy
 
 
 @dataclass
-class Answer:
+class Answer(Result[RetrievedDoc]):
     """The result of a strategy of your own (see ``Strategy``): the answer, the documents
     it came from, anything else worth reporting in ``details`` (JSON-safe values), and
-    the trace the engine fills in. Every runner, the CLI, the HTTP service and both
-    adapters read a result through ``answer``, ``sources``, ``trace`` and ``to_dict()``."""
+    the trace the engine fills in: ``Answer(answer, sources, details)``. A result of
+    your own with more fields subclasses :class:`Result` (overriding ``own_fields``)."""
 
-    answer: str
-    sources: list[RetrievedDoc] = field(default_factory=list)
+    sources: list[RetrievedDoc] = field(default_factory=list)  # positional here, as it was
     details: dict[str, Any] = field(default_factory=dict)
-    trace: Trace = field(default_factory=Trace)
-    #: each sentence of the answer with the sources it cites and those that support it
-    citations: list[Citation] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "answer": self.answer,
-            **_json_safe(self.details),
-            "sources": [d.to_dict() for d in self.sources],
-            "citations": [c.to_dict() for c in self.citations],
-            "trace": self.trace.to_dict(),
-        }
+    def own_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = _json_safe(self.details)
+        return out
 
 
 # --------------------------------------------------------------------- RecursiveRAG
@@ -416,30 +478,28 @@ class SubAnswer:
 
 
 @dataclass
-class RecursiveRAGResult:
-    answer: str
+class RecursiveRAGResult(Result[RetrievedDoc]):
     depth: int
     decomposed: bool
     sub_questions: list[str]
     sub_answers: list[SubAnswer]
-    sources: list[RetrievedDoc] = field(default_factory=list)
-    trace: Trace = field(default_factory=Trace)
     reason: str = ""
-    #: each sentence of the answer with the sources it cites and those that support it
-    citations: list[Citation] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def own_fields(self) -> dict[str, Any]:
         return {
-            "answer": self.answer,
             "decomposed": self.decomposed,
             "depth": self.depth,
             "sub_questions": list(self.sub_questions),
             "sub_answers": [s.to_dict() for s in self.sub_answers],
             "reason": self.reason,
-            "sources": [d.to_dict() for d in self.sources],
-            "citations": [c.to_dict() for c in self.citations],
-            "trace": self.trace.to_dict(),
         }
+
+    def summary(self) -> str:
+        if self.no_answer is not None:
+            return super().summary()
+        if self.decomposed:
+            return f"decomposed into {len(self.sub_questions)} sub-question(s)"
+        return f"answered directly ({self.reason or 'not decomposed'})"
 
 
 # ------------------------------------------------------------------- SelfHealingRAG
@@ -491,23 +551,18 @@ class HealingAttempt:
 
 
 @dataclass
-class SelfHealingReport:
+class SelfHealingReport(Result[RetrievedDoc]):
     success: bool
     attempts: int
     retries: int
     strategy: str | None
     scores: list[float] = field(default_factory=list)
     threshold: float = 0.0
-    answer: str = ""
+    answer: str = field(default="", kw_only=True)
     attempt_details: list[HealingAttempt] = field(default_factory=list)
-    sources: list[RetrievedDoc] = field(default_factory=list)
-    trace: Trace = field(default_factory=Trace)
-    #: each sentence of the answer with the sources it cites and those that support it
-    citations: list[Citation] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def own_fields(self) -> dict[str, Any]:
         return {
-            "answer": self.answer,
             "success": self.success,
             "attempts": self.attempts,
             "retries": self.retries,
@@ -515,10 +570,14 @@ class SelfHealingReport:
             "scores": list(self.scores),
             "threshold": self.threshold,
             "attempt_details": [a.to_dict() for a in self.attempt_details],
-            "sources": [d.to_dict() for d in self.sources],
-            "citations": [c.to_dict() for c in self.citations],
-            "trace": self.trace.to_dict(),
         }
+
+    def summary(self) -> str:
+        if self.no_answer is not None:
+            return super().summary()
+        scores = ", ".join(f"{s:.2f}" for s in self.scores) or "-"
+        verdict = "passed" if self.success else "below"
+        return f"faithfulness {scores} ({verdict} threshold {self.threshold:.2f}; used {self.strategy})"
 
 
 def _json_safe(value: Any) -> Any:

@@ -16,7 +16,7 @@ A contender is one of:
 So an outside contender's answer is one of: a string; a message whose ``content`` is a
 string or text blocks (``{"type": "text", "text": ...}``); a mapping with one of those
 under ``answer``, ``result``, ``output`` or ``response`` (the first present); a
-``Response`` whose ``response`` is a string; a result whose ``answer`` is one (with its
+``Response`` whose ``response`` is a string; a strategy's ``Result`` (its ``answer``,
 ``sources`` and trace). Anything else (bytes, a list, None, a mapping without an answer)
 is that question's error (:class:`ContenderOutputError`), never scored as text.
 
@@ -38,7 +38,7 @@ from selfrag_core.retrieval import normalize_results
 from selfrag_core.strategies.adaptive import route_signals
 from selfrag_core.strategies.base import run_query
 from selfrag_core.strategies.plain import PlainRAG
-from selfrag_core.types import Answer, RetrievedDoc, Trace
+from selfrag_core.types import Answer, Result, RetrievedDoc, Trace
 
 _ANSWER_KEYS = ("answer", "result", "output", "response")
 _DOCUMENT_KEYS = ("context", "source_documents", "documents", "sources", "source_nodes")
@@ -95,15 +95,13 @@ def timed(name: str, work: Callable[[], Outcome]) -> Outcome:
     return outcome
 
 
-def _from_result(result: Any) -> Outcome:
-    trace = getattr(result, "trace", None)
-    trace = trace if isinstance(trace, Trace) else None
-    answer = _text(getattr(result, "answer", None), f"{_a(result)} whose .answer is ")
-    outcome = Outcome(answer, list(getattr(result, "sources", [])), trace=trace)
-    if trace is not None:
-        outcome.llm_calls = trace.llm_calls
-        if any(e.kind == "llm" and e.input_tokens is not None for e in trace.events):  # else unknown
-            outcome.input_tokens, outcome.output_tokens = trace.input_tokens, trace.output_tokens
+def _from_result(result: Result[Any]) -> Outcome:
+    trace = result.trace
+    answer = _text(result.answer, f"{_a(result)} whose .answer is ")
+    outcome = Outcome(answer, result.documents, trace=trace)
+    outcome.llm_calls = trace.llm_calls
+    if any(e.kind == "llm" and e.input_tokens is not None for e in trace.events):  # else unknown
+        outcome.input_tokens, outcome.output_tokens = trace.input_tokens, trace.output_tokens
     return outcome
 
 
@@ -114,7 +112,7 @@ def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
     def answer(question: str) -> Outcome:
         try:
             result = run_query(strategy, question)
-            outcome = _from_result(result)
+            outcome = _from_result(result) if isinstance(result, Result) else read_output(result)
             if isinstance(strategy, PlainRAG):  # what a router fitted on this run reads
                 outcome.signals = route_signals(question, outcome.sources, outcome.answer)
             return outcome
@@ -170,7 +168,7 @@ def read_output(output: Any) -> Outcome:
             )
         answer = _text(output[key], f"{_a(output)} whose {key!r} is ")
         documents = next((output[k] for k in _DOCUMENT_KEYS if k in output), ())
-    elif hasattr(output, "answer"):  # a strategy's result: its sources and trace too
+    elif isinstance(output, Result):  # a strategy's result: its sources and trace too
         outcome = _from_result(output)
         outcome.sources = normalize_results(outcome.sources)
         return outcome

@@ -20,7 +20,7 @@ from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import detect_language, document_blocks
 from selfrag_core.store.search import SearchHit
 from selfrag_core.strategies.base import Strategy
-from selfrag_core.types import Trace
+from selfrag_core.types import Result, RetrievedDoc
 from selfrag_core.validation import check_int
 
 
@@ -35,28 +35,29 @@ class Usage:
 
 
 @dataclass
-class QueryResult:
-    """The answer of :meth:`RAG.query` with what it was built from, and its trace."""
+class QueryResult(Result[str]):
+    """The answer of :meth:`RAG.query` with what it was built from (the specification's
+    fields: ``hits``, ``sources`` the deduplicated source names, ``prompt``, ``usage``,
+    ``duration``, ``llm_called``), and what every result has (:class:`~selfrag_core.types.Result`:
+    ``trace``, ``citations`` over the hits, ``no_answer``)."""
 
-    answer: str
     hits: list[SearchHit] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
     prompt: str = ""
     usage: Usage = field(default_factory=Usage)
     duration: float = 0.0
     llm_called: bool = True
-    trace: Trace = field(default_factory=Trace)
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def documents(self) -> list[RetrievedDoc]:
+        return list(self.hits)
+
+    def own_fields(self) -> dict[str, Any]:
         return {
-            "answer": self.answer,
             "hits": [h.to_dict() for h in self.hits],
-            "sources": list(self.sources),
             "prompt": self.prompt,
             "usage": self.usage.to_dict(),
             "duration": round(self.duration, 6),
             "llm_called": self.llm_called,
-            "trace": self.trace.to_dict(),
         }
 
 
@@ -159,10 +160,10 @@ class RetrieveThenAnswer(Strategy[QueryResult]):
         prompt = self.prompts.render("answer", detect_language(query), context=context_block, question=query)
         sources = list(dict.fromkeys(h.source for h in hits))
         if not hits and not self.allow_llm_on_empty:
-            return QueryResult("", hits, sources, prompt, llm_called=False)
+            return QueryResult("", hits, prompt, llm_called=False, sources=sources)
         reply: LLMReply = yield Generate(self.llm, prompt, "rag_answer", self.llm_retries, stream=True)
         usage = Usage(reply.input_tokens, reply.output_tokens, reply.attempts)
-        return QueryResult(reply.text, hits, sources, prompt, usage)
+        return QueryResult(reply.text, hits, prompt, usage, sources=sources)
 
     def finish(self, result: QueryResult, run: Run) -> QueryResult:
         """The run's trace, and its wall time as the result's ``duration``."""

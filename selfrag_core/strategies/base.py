@@ -40,7 +40,7 @@ from selfrag_core.prompts import Prompts, detect_language, document_blocks, with
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
-from selfrag_core.types import RetrievedDoc, TraceEvent, _json_safe
+from selfrag_core.types import Result, RetrievedDoc, Trace, TraceEvent, _json_safe
 from selfrag_core.validation import validate_context, validate_query
 from selfrag_core.verify import split_sentences
 
@@ -219,6 +219,40 @@ def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc
     )
     reply: LLMReply = yield Generate(strategy.llm, prompt, "answer", retries, stream=True)
     return (yield from checked_answer(reply.text.strip(), query, docs))
+
+
+def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -> str | None:
+    """Why ``answer`` is no answer (a key of :data:`~selfrag_core.types.NO_ANSWER_REASONS`),
+    or None when it is one: it is empty or a placeholder (:data:`GENERATION_FAILED_ANSWER`,
+    a strategy's "not enough information" answer), and the trace says why: the query's
+    time or LLM-call budget ran out, the LLM or the backend failed, every reply was
+    unusable, or no document was found (or those found do not hold the answer)."""
+    text = answer.strip()
+    if text and text != GENERATION_FAILED_ANSWER and text not in _no_information_answers():
+        return None
+    errors = [e.error or "" for e in trace.events]
+    reasons = [str(e.detail.get("reason", "")) for e in trace.fallbacks]
+    timed_out = any(e.startswith(("QueryTimeoutError", "LLMTimeoutError")) for e in errors)
+    if timed_out or "query_timeout" in reasons:
+        return "timeout"
+    if any(e.startswith("BudgetExceededError") for e in errors):
+        return "budget_exceeded"
+    if any(e.kind == "llm" and e.error for e in trace.events):
+        return "generation_failed"
+    if any(e.kind == "retrieval" and e.error for e in trace.events):
+        return "retrieval_failed"
+    if text == GENERATION_FAILED_ANSWER:
+        rejected = any(e.name == "answer_rejected" for e in trace.fallbacks)
+        return "unusable_answer" if rejected else "generation_failed"
+    return "not_in_documents" if documents else "no_documents"
+
+
+def _no_information_answers() -> frozenset[str]:
+    """The strategies' answers when nothing could be found to answer from."""
+    from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
+    from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
+
+    return frozenset({NOT_ENOUGH_ANSWER, INSUFFICIENT_ANSWER, NO_CONTEXT_ANSWER})
 
 
 #: the kinds of :class:`Step`, in the order a query usually meets them
@@ -626,26 +660,28 @@ class Strategy(Generic[R]):
 
     @staticmethod
     def finish_trace(result: T, run: Run) -> T:
-        """The result gets the run's trace and wall time, and the citations of its
-        answer (:func:`~selfrag_core.citations.cite`, unless its plan computed them on the
-        way; none for a refusal or a fallback). Past the query's deadline they are not
-        computed: a ``citations_skipped`` note holds the QueryTimeoutError."""
-        if hasattr(result, "trace"):
+        """The result (a :class:`~selfrag_core.types.Result`) gets the run's trace and wall
+        time, why it holds no answer (``no_answer``, :func:`no_answer_reason`, unless its
+        plan said), and the citations of its answer (:func:`~selfrag_core.citations.cite`,
+        unless its plan computed them on the way; none for a refusal or a fallback). Past
+        the query's deadline they are not computed: a ``citations_skipped`` note holds the
+        QueryTimeoutError. Another object is returned as it is."""
+        if isinstance(result, Result):
             result.trace = run.trace
-        answer = getattr(result, "answer", None)
-        usable = (
-            isinstance(answer, str) and answer.strip() != GENERATION_FAILED_ANSWER and not is_refusal(answer)
-        )
-        if hasattr(result, "citations") and not usable:
-            result.citations = []
-        elif hasattr(result, "citations") and not result.citations:
-            try:
-                Deadline("the citations").check(run)
-                result.citations = cite(str(answer), list(getattr(result, "sources", [])))
-            except QueryTimeoutError as e:
-                run.record_note(
-                    Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})
-                )
+            if result.no_answer is None:
+                result.no_answer = no_answer_reason(result.answer, result.documents, run.trace)
+            answer = result.answer
+            usable = answer.strip() != GENERATION_FAILED_ANSWER and not is_refusal(answer)
+            if not usable:
+                result.citations = []
+            elif not result.citations:
+                try:
+                    Deadline("the citations").check(run)
+                    result.citations = cite(answer, result.documents)
+                except QueryTimeoutError as e:
+                    run.record_note(
+                        Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})
+                    )
         run.trace.wall_s = run.trace.elapsed()
         return result
 

@@ -273,7 +273,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         answer = yield from (self._merge(query, sub_answers) if cfg.merge else _joined(sub_answers))
         if answer != GENERATION_FAILED_ANSWER:
             answer = yield from checked_answer(answer, query, sources)
-        return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources, reason=reason)
+        return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources=sources, reason=reason)
 
     def _compare(
         self, query: str, compared: Comparison, context: dict[str, Any], depth: int
@@ -309,7 +309,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             detail = {"answer": answer[:200], "then": derived, "years": list(resolution.years)}
             yield Note("comparison_corrected", "the documents' dates give another answer", detail)
             answer = derived
-        return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], docs, reason=reason)
+        return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], sources=docs, reason=reason)
 
     def _sub(self, question: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
         """One sub-question, with ``sub_question`` progress notes in the trace as it starts
@@ -332,7 +332,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             leaf_result = yield from self.leaf.plan(query, context)
             answer, sources = leaf_result.answer, list(leaf_result.sources)
             return RecursiveRAGResult(
-                answer, depth, False, [], [], sources, reason=f"{reason}: leaf strategy"
+                answer, depth, False, [], [], sources=sources, reason=f"{reason}: leaf strategy"
             )
         cfg = self.config
         answer, docs = yield from retrieve_and_answer(self, query, context, cfg.top_k, cfg.llm_retries)
@@ -340,7 +340,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             return RecursiveRAGResult(
                 NOT_ENOUGH_ANSWER, depth, False, [], [], reason=f"{reason}: no documents"
             )
-        return RecursiveRAGResult(answer, depth, False, [], [], docs, reason=f"{reason}: answered")
+        return RecursiveRAGResult(answer, depth, False, [], [], sources=docs, reason=f"{reason}: answered")
 
     def _decompose(self, query: str) -> Plan[tuple[list[str], str]]:
         """Sub-questions to answer (fewer than two: answer directly) and why."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, create_model
 
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.retrieval import normalize_results
-from selfrag_core.types import RetrievedDoc, ScoreKind
+from selfrag_core.types import Result, RetrievedDoc, ScoreKind
 
 logger = logging.getLogger("selfrag")
 
@@ -118,16 +118,18 @@ def note(name: str, error: str, detail: dict[str, Any] | None = None) -> dict[st
     return {"name": name, "error": error, "detail": detail or {}}
 
 
-def response_metadata(result: Any, strategy: Any, notes: list[dict[str, Any]]) -> dict[str, Any]:
-    """``Response.metadata``: the result's ``to_dict()`` (confidence/scores,
-    sub-questions, hypothetical documents, trace) without the answer and sources
-    (those are the response text and its ``source_nodes``), plus a list of every
-    fallback taken by the core or the adapter."""
-    data = result.to_dict() if hasattr(result, "to_dict") else {}
+def response_metadata(
+    result: Result[RetrievedDoc], strategy: Any, notes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``Response.metadata``: the result's ``to_dict()`` (``no_answer``: None, or why there
+    is no answer, the response text being a placeholder; confidence/scores, sub-questions,
+    hypothetical documents, trace) without the answer and sources (those are the response
+    text and its ``source_nodes``), plus a list of every fallback taken by the core or the
+    adapter."""
+    data = result.to_dict()
     metadata = {k: v for k, v in data.items() if k not in ("answer", "sources")}
     metadata["strategy"] = type(strategy).__name__
-    trace = getattr(result, "trace", None)
-    core_fallbacks = [e.name for e in getattr(trace, "fallbacks", [])]
+    core_fallbacks = [e.name for e in result.trace.fallbacks]
     metadata["fallbacks"] = core_fallbacks + [n["name"] for n in notes]
     metadata["adapter_notes"] = notes
     return metadata

@@ -19,7 +19,15 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryType
 from pydantic import field_validator
 
-from selfrag_core import TraceEvent, arun_query, check_strategy, observe_trace, run_query
+from selfrag_core import (
+    Result,
+    RetrievedDoc,
+    TraceEvent,
+    arun_query,
+    check_strategy,
+    observe_trace,
+    run_query,
+)
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import node_from_doc, note, query_text, response_metadata
 from selfrag_llamaindex.backend import as_backend
@@ -171,9 +179,9 @@ class SelfRAGQueryEngine(CustomQueryEngine):
         with self.callback_manager.event(CBEventType.QUERY, payload=scope.payload) as ev, scope.active():
             yield ev, scope
 
-    def _response(self, result: Any, scope: _QueryScope, ev: Any) -> Response:
+    def _response(self, result: Result[RetrievedDoc], scope: _QueryScope, ev: Any) -> Response:
         observation = scope.observation
-        nodes = [node_from_doc(d, observation.nodes) for d in getattr(result, "sources", None) or []]
+        nodes = [node_from_doc(d, observation.nodes) for d in result.documents]
         metadata = response_metadata(result, self.strategy, scope.notes + observation.notes)
         response = Response(str(result.answer), nodes, metadata)
         ev.on_end(payload={EventPayload.RESPONSE: response})
