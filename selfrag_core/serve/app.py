@@ -56,7 +56,7 @@ from selfrag_core.serve.models import (
 from selfrag_core.serve.readiness import ReadinessProbe
 from selfrag_core.serve.responses import FastJSONResponse, dumps
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
-from selfrag_core.types import Trace
+from selfrag_core.types import NO_ANSWER_REASONS, Trace
 from selfrag_core.validation import validate_query
 
 logger = logging.getLogger("selfrag.serve")
@@ -312,8 +312,8 @@ async def _run_query(
             if outcome.result is not None:
                 content["result"] = outcome.result.to_dict()
         else:
-            state.counters["served"] += 1
-            status, content, error = 200, outcome.result.to_dict(), None
+            status, content, error = no_answer_reply(outcome.result.to_dict())
+            state.counters["served" if status == 200 else "failed"] += 1
         if state.metrics is not None:
             seconds = time.perf_counter() - started
             state.metrics.query(name, status, seconds, traces[0] if traces else None, error)
@@ -351,6 +351,26 @@ async def _run_query(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+#: the reasons for no answer (``Result.no_answer``) that are an upstream failure, answered
+#: as a 502 with the result: the LLM or the backend failed (a timeout or a used-up budget is
+#: a 504 already); the other reasons (no documents, unusable replies) are a 200 whose
+#: ``no_answer`` says why
+UPSTREAM_NO_ANSWERS = frozenset({"generation_failed", "retrieval_failed"})
+
+
+def no_answer_reply(result: dict[str, Any]) -> tuple[int, dict[str, Any], str | None]:
+    """A finished result's status, body and error: 200 and the result, or, when the LLM
+    or the backend failed so that there is no answer, 502 with the error type
+    ``no_answer``, ``no_answer`` (the reason) and the whole ``result`` (its fallback answer
+    and trace)."""
+    reason = result.get("no_answer")
+    if reason not in UPSTREAM_NO_ANSWERS:
+        return 200, result, None
+    message = f"no answer: {NO_ANSWER_REASONS[reason]}; the trace says what failed"
+    body = error_body(502, message, "no_answer", no_answer=reason, trace=result.get("trace"), result=result)
+    return 502, body, reason
 
 
 async def _unless_disconnected(request: Request, query: Awaitable[T]) -> T | None:

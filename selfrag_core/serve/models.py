@@ -94,6 +94,16 @@ class QueryResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
     answer: str
     sources: list[SourceOut]
+    citations: list[dict[str, Any]] = Field(default_factory=list)
+    no_answer: str | None = Field(
+        None,
+        description=(
+            "null when `answer` is an answer; else why there is none (`answer` is then a placeholder): "
+            "no_documents, not_in_documents, unusable_answer (a 200), generation_failed, "
+            "retrieval_failed (a 502, type no_answer, with the result), timeout, budget_exceeded "
+            "(a 504 with the result)"
+        ),
+    )
     trace: TraceOut
 
 

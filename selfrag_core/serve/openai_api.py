@@ -21,7 +21,11 @@ the shapes differ, and this module makes them OpenAI's:
   says that the content sent before it is void (the answer follows). The service's other
   stream events (the steps) come as chunks with an empty delta and ``selfrag.event``;
 - every error has OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``
-  (:class:`OpenAIErrors`), with the service's status and headers (``Retry-After``).
+  (:class:`OpenAIErrors`), with the service's status and headers (``Retry-After``);
+- no answer is never a plain completion: when the LLM or the backend failed it is the
+  service's 502 (``code`` ``no_answer``), a timeout or a used-up budget its 504; otherwise
+  (no documents, unusable replies) the completion's content is the placeholder and
+  ``selfrag.no_answer`` says why (null for an answer; see ``/query``'s ``no_answer``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from langchain_core.messages import BaseMessage
 
 from selfrag_core.errors import LLMCallError
 from selfrag_core.protocols import LLMOutput
-from selfrag_core.types import RetrievedDoc, ScoreKind
+from selfrag_core.types import Result, RetrievedDoc, ScoreKind
 
 SCORE_KEY = "score"
 KIND_KEY = "score_kind"
@@ -123,17 +123,19 @@ def question_of(value: Any) -> tuple[str, dict[str, Any] | None]:
     return question, None if context is None else dict(context)
 
 
-_LIFTED = ("answer", "sources", "citations", "trace")
+_LIFTED = ("answer", "sources", "citations", "no_answer", "trace")
 
 
-def result_output(result: Any, question: str) -> dict[str, Any]:
+def result_output(result: Result[RetrievedDoc], question: str) -> dict[str, Any]:
     """A strategy result as the runnable's output dict.
 
-    ``answer`` (str), ``sources`` (``Document`` list, numbered from 1 as the answer's
-    ``[n]`` markers count them), ``citations`` (each sentence of the answer with the
-    sources it cites and those that support it), ``confidence`` (float or None:
-    SelfIRAG's confidence, or the best healing score), ``trace`` (dict), ``strategy``,
-    ``question`` and ``details``: the rest of the result's ``to_dict()``.
+    ``answer`` (str), ``no_answer`` (None when ``answer`` is an answer, else why there is
+    none: ``answer`` is then a placeholder; see ``selfrag_core.NO_ANSWER_REASONS``),
+    ``sources`` (``Document`` list, numbered from 1 as the answer's ``[n]`` markers count
+    them), ``citations`` (each sentence of the answer with the sources it cites and those
+    that support it), ``confidence`` (float or None: SelfIRAG's confidence, or the best
+    healing score), ``trace`` (dict), ``strategy``, ``question`` and ``details``: the rest
+    of the result's ``to_dict()``.
     """
     data = result.to_dict()
     confidence = data.get("confidence")  # None when unknown (the judge could not be read)
@@ -143,10 +145,11 @@ def result_output(result: Any, question: str) -> dict[str, Any]:
     return {
         "question": question,
         "answer": result.answer,
-        "sources": [to_document(d) for d in result.sources],
-        "citations": data.get("citations", []),
+        "no_answer": result.no_answer,
+        "sources": [to_document(d) for d in result.documents],
+        "citations": data["citations"],
         "confidence": confidence,
-        "trace": data.get("trace", {}),
+        "trace": data["trace"],
         "strategy": type(result).__name__,
         "details": {k: v for k, v in data.items() if k not in _LIFTED},
     }

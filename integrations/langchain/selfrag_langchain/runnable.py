@@ -30,12 +30,13 @@ class SelfRAGRunnable(RunnableSerializable[Input, Output]):
 
     Input: the question as a string, or a dict with ``question`` (also ``query`` /
     ``input``) and an optional ``context`` dict (e.g. ``metadata_filter``); anything else
-    raises ``TypeError`` / ``ValueError``. Output: a dict with ``answer``, ``sources``
-    (``Document``s with ``score`` / ``score_kind`` metadata), ``confidence``,
+    raises ``TypeError`` / ``ValueError``. Output: a dict with ``answer``, ``no_answer``
+    (None, or why there is no answer: ``"generation_failed"``, ``"no_documents"``, ...),
+    ``sources`` (``Document``s with ``score`` / ``score_kind`` metadata), ``confidence``,
     ``trace``, ``strategy``, ``question`` and ``details`` (the rest of the result).
-    Backend and LLM failures never raise: the strategy's fallback answer comes back,
-    and ``trace["fallbacks"]`` / ``trace["events"]`` say what failed (``SelfHealingRAG``
-    raises ``StrategyError`` only when every attempt raised).
+    Backend and LLM failures never raise: the strategy's fallback answer comes back with
+    ``no_answer`` saying why, and ``trace["fallbacks"]`` / ``trace["events"]`` say what
+    failed (``SelfHealingRAG`` raises ``StrategyError`` only when every attempt raised).
 
     The strategy's LangChain model calls and retrievals run as child runs of this
     runnable's run. ``batch`` / ``abatch`` honour ``max_concurrency``. ``stream`` /
