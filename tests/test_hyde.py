@@ -352,3 +352,12 @@ async def test_sixteen_concurrent_aqueries_on_one_instance_do_not_mix() -> None:
         assert all(f"topic{i}?" in d for d in r.hypothetical_docs)
         assert r.sources[0].text == f"fact number {i} topic{i}"
         assert r.trace.llm_calls == 3
+
+
+def test_a_ranking_deeper_than_top_k_searches_that_deep() -> None:
+    backend = FakeRetriever([f"{QUESTION} document {i}" for i in range(12)])
+    hyde = HyDERAG(backend, script(), num_hypothetical_docs=1, top_k=3)
+    docs = hyde.retrieve_documents(QUESTION, top_k=10)
+    assert len(docs) == 10  # not the union of two searches 3 deep
+    answered = HyDERAG(FakeRetriever(list(backend.documents)), script(), num_hypothetical_docs=1, top_k=3)
+    assert answered.query(QUESTION).num_retrieved <= 6  # answering keeps top_k a search

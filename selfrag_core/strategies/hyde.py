@@ -162,7 +162,9 @@ class HyDERAG(Strategy[HyDEResult]):
         query, checked = validate_query(query), validate_context(context)
         strategy = self.for_call(checked)
         limit = check_int("top_k", strategy.config.max_final_docs if top_k is None else top_k, 1)
-        fused = yield from strategy._retrieve_fused(query, checked)
+        # every search goes as deep as the ranking asked for: a fused ranking of 10 is not
+        # the union of searches 5 deep
+        fused = yield from strategy._retrieve_fused(query, checked, depth=max(limit, strategy.config.top_k))
         return fused.documents[:limit]
 
     def retrieve_documents(
@@ -202,7 +204,9 @@ class HyDERAG(Strategy[HyDEResult]):
             result.answer = GENERATION_FAILED_ANSWER
         return result
 
-    def _retrieve_fused(self, query: str, context: Mapping[str, Any]) -> Plan[_Fused]:
+    def _retrieve_fused(
+        self, query: str, context: Mapping[str, Any], depth: int | None = None
+    ) -> Plan[_Fused]:
         hypothetical = yield from self._hypothetical_docs(query)
         # with use_original_query the question searches too, and leads every passage's search
         cfg = self.config
@@ -214,7 +218,7 @@ class HyDERAG(Strategy[HyDEResult]):
         if with_question:
             texts.insert(0, query)
         options = retrieval_options(context)
-        outcomes = yield RetrieveMany(self.rag_system, tuple(texts), cfg.top_k, options)
+        outcomes = yield RetrieveMany(self.rag_system, tuple(texts), depth or cfg.top_k, options)
         found: list[list[RetrievedDoc] | None] = []
         for text, outcome in zip(texts, outcomes, strict=True):
             if isinstance(outcome, Exception):
