@@ -5,11 +5,13 @@ HyDE's passages go out under the one concurrency limit (issue 33)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import warnings
 from typing import Any
 
 import pytest
+from test_profiles import CONFIGS  # every strategy's config
 
 from selfrag_core import presets
 from selfrag_core.config import (
@@ -56,16 +58,6 @@ def _script(prompt: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the configs
-
-
-CONFIGS: tuple[type[StrategyConfig], ...] = (
-    PlainRAGConfig,
-    SelfRAGConfig,
-    HyDERAGConfig,
-    RecursiveRAGConfig,
-    SelfHealingRAGConfig,
-    AdaptiveRAGConfig,
-)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -164,9 +156,7 @@ def test_the_specifications_healing_keywords_build_the_config_without_a_warning(
 )
 def test_other_keywords_still_build_the_config_deprecated(build: Any, name: str, expected: Any) -> None:
     rag, llm = FakeRetriever(list(DOCS)), FakeLLM(_script)
-    with pytest.warns(
-        DeprecationWarning, match=rf"{name.replace('(', '[(]').replace(')', '[)]')} is deprecated"
-    ):
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{name} is deprecated")):
         strategy = build(rag, llm)
     assert strategy.config == expected
 
@@ -305,3 +295,12 @@ def test_recursive_and_self_rag_take_their_configs_as_before() -> None:
     assert RecursiveRAG(rag, llm, RecursiveRAGConfig(max_depth=1)).config.max_depth == 1
     with pytest.raises(TypeError, match="config must be a SelfRAGConfig"):
         SelfIRAG(rag, llm, PlainRAGConfig())  # type: ignore[arg-type]
+
+
+def test_the_adapters_pass_a_per_call_top_k_through_the_context() -> None:
+    selfrag_langchain = pytest.importorskip("selfrag_langchain")
+    strategy, _ = _built("plain")
+    runnable = selfrag_langchain.SelfRAGRunnable(strategy=strategy)
+    out = runnable.invoke({"question": QUESTION, "context": {"top_k": 1}})
+    assert len(out["sources"]) == 1
+    assert len(runnable.invoke({"question": QUESTION})["sources"]) > 1
