@@ -55,6 +55,7 @@ from selfrag_core.presets import (  # build_strategy and open_index re-exported:
     open_index,
     preset_for,
 )
+from selfrag_core.progress import INTERVAL as PROGRESS_INTERVAL
 from selfrag_core.progress import Progress  # re-exported: it lived here
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
@@ -814,7 +815,10 @@ def build_parser() -> argparse.ArgumentParser:
              "embedder=)",
     )  # fmt: skip
     common.add_argument("-v", "--verbose", action="store_true", help="log more (and list skipped files)")
-    common.add_argument("--plain", action="store_true", help="plain progress lines instead of a progress bar")
+    common.add_argument(
+        "--plain", action="store_true",
+        help=f"plain progress lines (count, rate, time left; every {PROGRESS_INTERVAL:g} s) instead of a bar",
+    )  # fmt: skip
     llm_opts = argparse.ArgumentParser(add_help=False)
     llm_opts.add_argument(
         "--llm", default="local",

@@ -2,8 +2,9 @@
 source's score with its kind, and the part of a source that matched the question.
 
 Scores of different kinds are never shown bare: a backend's similarity, a distance, a
-score of unknown scale and HyDE's fused rank (reciprocal-rank fusion, about 0.016 to
-0.05, not a similarity) each carry their name (see ``docs/concepts/score-kinds.md``).
+score of unknown scale and HyDE's fused rank (reciprocal-rank fusion: a sum of
+1 / (60 + rank) over the rankings, a few hundredths, not a similarity) each carry their
+name (see ``docs/concepts/score-kinds.md``).
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ def attempt_name(strategy: str) -> str:
 
 def score_label(doc: Any) -> str:
     """A source's score with its kind: ``similarity 0.812``, ``distance 0.120 (lower is
-    closer)``, ``score 3.2 (scale unknown)``, ``fused rank 0.033 (similarity 0.812)`` for a
+    closer)``, ``score 3.2 (scale unknown)``, ``fused rank 0.033, similarity 0.812`` for a
     document of a fused ranking (HyDE's: the backend's own score beside it); "" for none."""
     metadata = getattr(doc, "metadata", None) or {}
     if "retrieval_score_kind" in metadata:  # a fused ranking's document (hyde.reciprocal_rank_fusion)
         own = _kind_score(metadata.get("retrieval_score"), metadata.get("retrieval_score_kind"))
         fused = "" if doc.score is None else f"fused rank {doc.score:.3f}"
-        return f"{fused} ({own})" if fused and own else fused or own
+        return f"{fused}, {own}" if fused and own else fused or own
     return _kind_score(doc.score, doc.score_kind)
 
 

@@ -92,7 +92,7 @@ class _PlainTask:
             self._ticker.join()
         elapsed = self._clock() - self.started
         if completed:
-            rate = f" ({_rate(self.done, elapsed, self.unit)})" if self.done else ""
+            rate = f" ({_rate(self.done, elapsed, self.unit)})" if self.done and elapsed >= 1 else ""
             self._write(f"{self.label}: done, {self.done} {self.unit} in {duration(elapsed)}{rate}")
 
     def _tick(self) -> None:
@@ -121,6 +121,7 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self._stream = stream
+        self._lock = threading.Lock()  # one line at a time: the ticker's and say()'s
         self.interval = interval
         self._clock = clock
         self._console: Any = None
@@ -161,7 +162,7 @@ class Progress:
         columns = (
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), TextColumn("left,"),
-            TimeElapsedColumn(),
+            TimeElapsedColumn(), TextColumn("so far"),
         )  # fmt: skip
         with RichProgress(*columns, console=self._console) as bar:
             task_id = bar.add_task(description, total=total, rate="")
@@ -182,4 +183,6 @@ class Progress:
             self._line(text)
 
     def _line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        with self._lock:
+            self.stream.write(text + "\n")
+            self.stream.flush()
