@@ -357,15 +357,18 @@ class SelfRAGConfig(StrategyConfig):
     @classmethod
     def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
         """For a model that does not follow JSON: two-step (it answers worse inside a JSON
-        object), two refinement rounds (its critiques are rough), and a mostly supported
+        object), two refinement rounds (its critiques are rough), a mostly supported
         first answer ends the loop without the judge (it walks the judge's schema instead
-        of judging)."""
+        of judging), and two drafts over single documents beside the first answer (it
+        answers better from the one passage that holds the answer: on 30 XQuAD tuning
+        questions gold in the answer 0.23 -> 0.40)."""
         json = profile.follows_json
         return {
             "top_k": top_k,
             "fast_mode": json,
             "max_refinement_iterations": 3 if json else 2,
             "stop_when_supported": not json,
+            "drafts": 0 if json else 2,
         }
 
 

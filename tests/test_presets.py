@@ -56,7 +56,7 @@ def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, Fak
 
     assert isinstance(built["self"], SelfIRAG)
     assert built["self"].config == SelfRAGConfig(
-        max_refinement_iterations=2, top_k=3, fast_mode=False, stop_when_supported=True
+        max_refinement_iterations=2, top_k=3, fast_mode=False, stop_when_supported=True, drafts=2
     )
     hyde = built["hyde"]
     assert isinstance(hyde, HyDERAG)

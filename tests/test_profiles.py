@@ -81,7 +81,7 @@ def test_a_small_local_model_gets_small_sizes() -> None:
     assert SMALL_LOCAL.small_context
     assert PlainRAGConfig.for_profile(SMALL_LOCAL) == PlainRAGConfig(top_k=3)
     assert SelfRAGConfig.for_profile(SMALL_LOCAL) == SelfRAGConfig(
-        top_k=3, fast_mode=False, max_refinement_iterations=2, stop_when_supported=True
+        top_k=3, fast_mode=False, max_refinement_iterations=2, stop_when_supported=True, drafts=2
     )
     assert HyDERAGConfig.for_profile(SMALL_LOCAL) == HyDERAGConfig(
         num_hypothetical_docs=1, top_k=3, max_final_docs=3
