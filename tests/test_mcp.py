@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from selfrag_core.local.factory import make_llm
 from selfrag_core.mcp_server import SelfragTools, create_server, source_uri
-from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy
+from selfrag_core.presets import ADAPTIVE, BASELINE, STRATEGIES, build_strategy
 from selfrag_core.store import RAG
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ async def test_the_official_client_calls_every_tool_over_stdio(index_dir: Path, 
         listed = await session.list_tools()
         assert {t.name for t in listed.tools} == {"ask", "search", "add_documents"}
         ask = next(t for t in listed.tools if t.name == "ask")
-        assert ask.input_schema["properties"]["strategy"]["enum"] == [BASELINE, *STRATEGIES]
+        assert ask.input_schema["properties"]["strategy"]["enum"] == [BASELINE, *STRATEGIES, ADAPTIVE]
 
         answer = _payload(await session.call_tool("ask", {"question": "What do honeybees do?"}))
         assert answer["strategy"] == "self" and "dance" in answer["answer"]
