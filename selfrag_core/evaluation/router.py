@@ -443,7 +443,10 @@ def dry_run(
     totals: dict[str, dict[str, float]] = {
         n: {"calls": 0.0, "calls_max": 0.0, "input_tokens": 0.0} for n in names
     }
-    k = max([int(getattr(s, "top_k", 0) or 0) for s in strategies.values()] + [top_k or 5])
+    k = max(
+        [int(getattr(getattr(s, "config", None), "top_k", 0) or 0) for s in strategies.values()]
+        + [top_k or 5]
+    )
     for question in data.questions:
         text = question.question
         docs = run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
