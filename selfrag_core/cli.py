@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.display import describe, one_line, score_label, snippet  # describe re-exported
+from selfrag_core.display import describe, one_line, score_label, snippet, step_text  # describe re-exported
 from selfrag_core.engine import observe_trace
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError, misconfiguration_hint
 from selfrag_core.ingest import Writer, ingest, writer
@@ -306,7 +306,7 @@ def step_lines(progress: Progress) -> Callable[[Any], None]:
     def say(event: Any) -> None:
         step = step_of(event)
         if step is not None:
-            progress.say(f"- {step.text}")
+            progress.say(f"- {step_text(step)}")
 
     return say
 

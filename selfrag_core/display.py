@@ -9,6 +9,7 @@ name (see ``docs/concepts/score-kinds.md``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -44,6 +45,17 @@ def attempt_name(strategy: str) -> str:
     """A SelfHealingRAG attempt's strategy as the CLI names it: ``hyde`` for ``HyDERAG``,
     ``plain retrieval`` for a backend searched directly (the embedded ``RAG``, say)."""
     return STRATEGY_NAMES.get(strategy, "plain retrieval")
+
+
+def step_text(step: Any) -> str:
+    """A query's step (:class:`~selfrag_core.strategies.base.Step`) as one line, its
+    attempts and verdicts naming the strategy as the summary line does: ``attempt 1:
+    plain retrieval``, ``verdict on hyde: 0.83 passes the threshold 0.75`` (not the class
+    names ``RAG`` and ``HyDERAG``)."""
+    strategy = step.detail.get("strategy")
+    if step.kind in ("attempt", "verdict") and isinstance(strategy, str):
+        step = dataclasses.replace(step, detail={**step.detail, "strategy": attempt_name(strategy)})
+    return str(step.text)
 
 
 def score_label(doc: Any) -> str:
@@ -145,7 +157,25 @@ def describe(result: Any) -> str:
             f"{n_docs} hypothetical document(s), {result.num_retrieved} passage(s) retrieved "
             "(sources ranked by fused rank)"
         )
-    return ""
+    return adaptive_line(result)
+
+
+#: AdaptiveRAG's stages in words
+_STAGES = {"before_answer": "before answering", "after_answer": "after the first answer"}
+
+
+def adaptive_line(result: Any) -> str:
+    """AdaptiveRAG's line: the router's decisions (the trace's ``route`` notes), each with
+    its stage, choice and reason, e.g. ``routed before answering: plain (answer plainly
+    first); after the first answer: healing (the first answer covers 43% of the
+    question)``; "" for a result without any."""
+    events = getattr(getattr(result, "trace", None), "events", None) or []
+    routes = [e.detail for e in events if e.kind == "decision" and e.name == "route"]
+    parts = [
+        f"{_STAGES.get(str(d.get('stage')), str(d.get('stage')))}: {d.get('choice')} ({d.get('reason')})"
+        for d in routes
+    ]
+    return f"routed {'; '.join(parts)}" if parts else ""
 
 
 def healing_line(report: Any) -> str:

@@ -55,7 +55,14 @@ def test_ask_shows_each_step_as_it_happens(
     ("strategy", "expected"),
     [
         ("hyde", ["- wrote a hypothetical passage", "- retrieved "]),
-        ("healing", ["- attempt 1: ", "- retrieved ", "- verdict on RAG: 1.00 passes the threshold"]),
+        (
+            "healing",
+            [
+                "- attempt 1: plain retrieval",
+                "- retrieved ",
+                "- verdict on plain retrieval: 1.00 passes the threshold",
+            ],
+        ),
     ],
 )
 def test_ask_shows_the_steps_of_each_strategy(
