@@ -14,6 +14,7 @@ template changed) with ``SELFRAG_GOLDEN_REGENERATE=1 pytest tests/test_config_go
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -252,10 +253,20 @@ def _runs() -> dict[str, Any]:
         first = QUESTIONS[questions[0]]
         runs[f"{label}/{questions[0]}/async"] = _run_case(build, first, context, "async")
         runs[f"{label}/{questions[0]}/stream"] = _run_case(build, first, context, "stream")
-    for label, (name, options) in SERVED.items():
+    for label, (name, options) in SERVED.items() if CAN_SERVE else ():
         for key in ("simple", "parts"):
             runs[f"{label}/{key}"] = _run_served(name, QUESTIONS[key], options)
     return runs
+
+
+#: the served runs need the serve extra (pydantic, FastAPI): CI's first stage has not installed it
+CAN_SERVE = (
+    importlib.util.find_spec("pydantic") is not None and importlib.util.find_spec("fastapi") is not None
+)
+
+
+def _served(label: str) -> bool:
+    return label.split("/", 1)[0] in SERVED
 
 
 @pytest.fixture(scope="module")
@@ -268,11 +279,13 @@ def test_the_golden_fixture_covers_every_case(runs: dict[str, Any]) -> None:
         FIXTURE.parent.mkdir(exist_ok=True)
         FIXTURE.write_text(json.dumps(runs, indent=1, ensure_ascii=False, sort_keys=True) + "\n", "utf-8")
     golden = json.loads(FIXTURE.read_text("utf-8"))
-    assert sorted(runs) == sorted(golden)
+    assert sorted(runs) == sorted(k for k in golden if CAN_SERVE or not _served(k))
 
 
 @pytest.mark.parametrize("label", sorted(json.loads(FIXTURE.read_text("utf-8"))) if FIXTURE.exists() else [])
 def test_a_scripted_run_sends_and_answers_as_recorded(label: str, runs: dict[str, Any]) -> None:
+    if _served(label) and not CAN_SERVE:
+        pytest.skip("the served runs need the serve extra (pydantic, FastAPI)")
     golden = json.loads(FIXTURE.read_text("utf-8"))[label]
     assert runs[label] == golden
 
@@ -285,4 +298,4 @@ def test_the_runs_are_not_trivial(runs: dict[str, Any]) -> None:
     assert any(r.get("decomposed") for r in answered)
     assert any(r.get("attempts", 0) >= 2 for r in answered)
     assert any(r.get("details", {}).get("strategy") not in (None, "plain") for r in answered)
-    assert any("unsupported" in r for r in runs.values())
+    assert any("unsupported" in r for r in runs.values()) or not CAN_SERVE

@@ -229,6 +229,7 @@ def test_context_entries_that_name_no_setting_are_left_alone() -> None:
 
 
 def test_the_server_passes_its_options_as_the_same_settings() -> None:
+    pytest.importorskip("pydantic")
     from selfrag_core.serve.execution import UnsupportedOptionError, check_settings, request_settings
     from selfrag_core.serve.models import QueryRequest
 

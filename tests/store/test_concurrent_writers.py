@@ -306,15 +306,18 @@ def test_selfrag_index_keeps_what_the_server_saved_while_it_indexed(
     (docs / "volcano.txt").write_text(
         "Volcanoes erupt when gas pressure breaks the rock.\n", encoding="utf-8"
     )
-    real = cli._write
+    real = RAG.add_documents
+    posted: list[bool] = []
 
-    def write_beside_a_server(backend: Any, batch: list[dict[str, Any]]) -> int:
-        server = RAG.load(root)  # POST /documents, saved while `selfrag index` reads and indexes
-        server.index("Posted to the server meanwhile.", source="posted")
-        server.save()
-        return real(backend, batch)
+    def write_beside_a_server(self: RAG, documents: Any, *args: Any, **kwargs: Any) -> Any:
+        if not posted:  # POST /documents, saved while `selfrag index` reads and indexes
+            posted.append(True)
+            server = RAG.load(root)
+            server.index("Posted to the server meanwhile.", source="posted")
+            server.save()
+        return real(self, documents, *args, **kwargs)
 
-    monkeypatch.setattr(cli, "_write", write_beside_a_server)
+    monkeypatch.setattr(RAG, "add_documents", write_beside_a_server)
     assert cli.main(["index", str(docs), "--index", str(root), "--embedder", "hashing"]) == 0
     capsys.readouterr()
     names = {Path(s).name for s in RAG.load(root).sources()}
