@@ -89,3 +89,11 @@ def test_selfirag_with_drafts_keeps_the_best_supported_first_answer() -> None:
     alone = FakeLLM(script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", ""))
     without = SelfIRAG(FakeRetriever(texts), alone, dataclasses.replace(config, drafts=0)).query(QUESTION)
     assert without.answer != result.answer and alone.calls[0].prompt.count("<document") == 3
+
+
+def test_a_question_of_several_parts_gets_no_drafts() -> None:
+    llm = FakeLLM("The Apollo program cost $25.4 billion, and Apollo 11 landed in 1969.")
+    strategy = PlainRAG(FakeRetriever([]), llm)
+    question = "What was the Apollo program's budget, and when did Apollo 11 land?"
+    run_sync(drafted_answer(strategy, question, DOCS, 2, 0), Run(strategy.execution))
+    assert len(llm.calls) == 1

@@ -7,7 +7,9 @@ same parallel round (no dependent round is added), and the verifier
 (:func:`~selfrag_core.verify.verify_answer`, against every retrieved document, weighed by
 how far the passage it is read from speaks to the question) scores each. The answer over
 all documents is kept unless a draft beats it by :data:`DRAFT_MARGIN`; an unusable draft
-(``grounding.degenerate_reason``) is never kept.
+(``grounding.degenerate_reason``) is never kept. A question of several parts
+(:func:`~selfrag_core.questions.is_multi_part`) gets no drafts: one document rarely holds
+every part, and SelfIRAG completes the parts an answer leaves out.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from selfrag_core.engine import Generate, Note, Parallel, Plan
 from selfrag_core.grounding import degenerate_reason
 from selfrag_core.prompts import detect_language
+from selfrag_core.questions import is_multi_part
 from selfrag_core.strategies.base import answer_text, context_text, format_context
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.verify import verify_answer
@@ -52,7 +55,7 @@ def drafted_answer(
     A ``draft_chosen`` note records every draft's score when a draft wins. Raises the
     first call's error when every call failed."""
     subsets = [tuple(range(len(docs)))]
-    if len(docs) > 1:
+    if len(docs) > 1 and not is_multi_part(query):  # one document rarely holds every part
         subsets += [(i,) for i in range(min(drafts, len(docs)))]
     lang = detect_language(query)
     prompts = [
