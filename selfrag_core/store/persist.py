@@ -838,13 +838,18 @@ def _write_part(
     return write
 
 
-def _check_target(root: Path) -> None:
-    """Refuse to write into ``root`` unless it is new, empty, or a selfrag index."""
+def _check_target(root: Path, *, locked: bool = True) -> None:
+    """Refuse to write into ``root`` unless it is new, empty, or a selfrag index. Not
+    ``locked`` (before the writers' lock is taken), a directory holding the lock file but
+    no manifest yet passes: another writer's first save is under way, and the check runs
+    again under the lock."""
     if root.exists() and not root.is_dir():
         raise IndexFormatError(f"{root} is a file, not an index directory; choose another path")
     if (root / MANIFEST).exists():
         _read_manifest(root)  # never replace something that is not ours
     elif root.is_dir() and any(p.name != LOCK_FILE for p in root.iterdir()):
+        if not locked and (root / LOCK_FILE).exists():
+            return
         raise IndexFormatError(
             f"{root} is a non-empty directory that is not a selfrag index; refusing to write into it. "
             "Choose a new or empty directory."
@@ -860,7 +865,7 @@ def index_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     save holds it (:meth:`~selfrag_core.store.rag.RAG.save`); it is not re-entrant: a save
     inside the block waits for it. Without ``fcntl`` (Windows) nothing is locked."""
     root = Path(path)
-    _check_target(root)
+    _check_target(root, locked=False)
     root.mkdir(parents=True, exist_ok=True)
     if sys.platform == "win32":  # pragma: no cover - one writer at a time there
         yield root
@@ -869,6 +874,7 @@ def index_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     held = _HELD.set(_HELD.get() | {os.path.realpath(root)})
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        _check_target(root)  # again, with no writer's save half done (a first save's data, no manifest yet)
         yield root
     finally:
         _HELD.reset(held)
