@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.display import describe, one_line, score_label, snippet, step_text  # describe re-exported
+from selfrag_core.display import one_line, score_label, snippet, step_text
 from selfrag_core.engine import observe_trace
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError, misconfiguration_hint
 from selfrag_core.ingest import Writer, ingest, writer
@@ -60,6 +60,7 @@ from selfrag_core.progress import Progress  # re-exported: it lived here
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
+from selfrag_core.types import Result
 
 #: the strategies' answers when they found nothing to answer from
 NO_INFORMATION_ANSWERS = (INSUFFICIENT_ANSWER, NOT_ENOUGH_ANSWER, NO_CONTEXT_ANSWER)
@@ -311,12 +312,12 @@ def step_lines(progress: Progress) -> Callable[[Any], None]:
     return say
 
 
-def _sources(result: Any, limit: int = 10, question: str = "") -> list[str]:
-    """The result's sources as numbered in its prompt (what ``[n]`` markers point to):
+def _sources(result: Result[Any], limit: int = 10, question: str = "") -> list[str]:
+    """The result's documents as numbered in its prompt (what ``[n]`` markers point to):
     each with its file, its score and the score's kind, and the part of its text that
     matched ``question`` (the start when none did)."""
     lines = []
-    for doc in list(getattr(result, "sources", []))[:limit]:
+    for doc in result.documents[:limit]:
         source = getattr(doc, "source", "") or doc.metadata.get("source") or doc.id or "?"
         label = score_label(doc)
         score = f" ({label})" if label else ""
@@ -324,9 +325,9 @@ def _sources(result: Any, limit: int = 10, question: str = "") -> list[str]:
     return lines
 
 
-def _citations(result: Any) -> list[str]:
+def _citations(result: Result[Any]) -> list[str]:
     """How far sources support the answer's sentences, and the ones none supports."""
-    citations = getattr(result, "citations", [])
+    citations = result.citations
     if not citations:
         return []
     supported = sum(1 for c in citations if c.supported)
@@ -345,10 +346,10 @@ def _usage(result: Any) -> str:
     return f"LLM calls: {t.llm_calls}; tokens: {tokens}; time: {t.wall_s:.1f} s"
 
 
-def print_result(result: Any, question: str = "") -> None:
+def print_result(result: Result[Any], question: str = "") -> None:
     print(result.answer.strip() or "(no answer)")
     print()
-    quality = describe(result)
+    quality = result.summary()
     if quality:
         print(quality[0].upper() + quality[1:])
     sources = _sources(result, question=question)
@@ -611,7 +612,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 result = run_strategy(_strategy(args, name, rag, llm), question)
                 rows.append((name, question, result))
                 progress.say(f"\n[{name}] {question}\n  -> {one_line(result.answer)}")
-                progress.say(f"  {describe(result)}; {_usage(result)}")
+                progress.say(f"  {result.summary()}; {_usage(result)}")
                 advance(1)
     calls = sum(r.trace.llm_calls for _, _, r in rows)
     print(f"demo: {len(rows)} answers, {calls} LLM calls in {time.perf_counter() - started:.1f} s; try:")

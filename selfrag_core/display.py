@@ -1,5 +1,6 @@
-"""What the CLI shows a reader of a result: the quality line of each strategy, each
-source's score with its kind, and the part of a source that matched the question.
+"""What the CLI shows a reader of a result beside its ``summary()`` line: each source's
+score with its kind, the part of a source that matched the question, and each step of a
+query as it happens.
 
 Scores of different kinds are never shown bare: a backend's similarity, a distance, a
 score of unknown scale and HyDE's fused rank (reciprocal-rank fusion: a sum of
@@ -14,18 +15,8 @@ import re
 from typing import Any
 
 from selfrag_core.grounding import content_stems
-from selfrag_core.types import ScoreKind
+from selfrag_core.types import ScoreKind, attempt_name
 
-#: the names the CLI gives the strategies, by class (a SelfHealingRAG attempt names its
-#: strategy by class); any other class is a backend searched directly: a plain retrieval
-STRATEGY_NAMES = {
-    "PlainRAG": "plain",
-    "SelfIRAG": "self",
-    "HyDERAG": "hyde",
-    "RecursiveRAG": "recursive",
-    "SelfHealingRAG": "healing",
-    "AdaptiveRAG": "adaptive",
-}
 _WORD = re.compile(r"\w+")
 
 
@@ -39,12 +30,6 @@ def one_line(text: str, limit: int = 160) -> str:
     if space >= limit // 2:  # a word longer than half the limit is cut inside
         cut = cut[:space]
     return cut.rstrip(" ,;:") + "…"
-
-
-def attempt_name(strategy: str) -> str:
-    """A SelfHealingRAG attempt's strategy as the CLI names it: ``hyde`` for ``HyDERAG``,
-    ``plain retrieval`` for a backend searched directly (the embedded ``RAG``, say)."""
-    return STRATEGY_NAMES.get(strategy, "plain retrieval")
 
 
 def step_text(step: Any) -> str:
@@ -107,95 +92,3 @@ def snippet(text: str, question: str, width: int = 100) -> str:
         begin = space + 1 if space >= 0 else 0
     body = one_line(flat[begin:], width)
     return body if begin == 0 else "…" + body
-
-
-def recursive_reason(reason: str) -> str:
-    """RecursiveRAG's ``reason`` for answering directly, in words: what decided it and what
-    it means, e.g. "decomposition is off for this model (max_depth 0)" for
-    ``decomposition is off: answered``."""
-    if reason.startswith("a comparison"):
-        found = "; no documents found" if reason.endswith("no documents") else ""
-        return f"a comparison: each alternative searched, then answered from their passages{found}"
-    why, _, outcome = reason.partition(": ")
-    depth = re.fullmatch(r"max_depth (\d+) reached", why)
-    if why == "decomposition is off":
-        why = "decomposition is off for this model (max_depth 0)"
-    elif depth:
-        why = f"the deepest level of sub-questions (max_depth {depth.group(1)}) was reached"
-    elif why == "one question":
-        why = "one question, nothing to split (this model's preset splits only by rule, no LLM decomposition)"
-    elif why == "simple query":
-        why = "the question looked simple (fewer than two complexity keywords), so it was not decomposed"
-    elif why.startswith("junk decomposition"):
-        why = f"the model's sub-questions were unusable ({why.partition(': ')[2]})"
-    elif why == "decomposition failed":
-        why = "the decomposition call failed"
-    elif not why:
-        why = "not decomposed"
-    tail = {"leaf strategy": "; answered by the leaf strategy", "no documents": "; no documents found"}
-    return why + tail.get(outcome, "")
-
-
-def describe(result: Any) -> str:
-    """The strategy-specific quality line: confidence, scores per attempt or what was done."""
-    if hasattr(result, "confidence"):
-        known = getattr(result, "known_confidence", result.confidence)
-        if known is None:  # the judge's reply was unreadable, carried no information or was not asked for
-            best = result.history[result.best_iteration - 1] if result.history else None
-            why = (best.evaluation.ignored if best else None) or "the judge's reply could not be read"
-            return f"confidence unknown ({why}) after {result.iterations} iteration(s)"
-        return f"confidence {known:.2f} after {result.iterations} iteration(s)"
-    if hasattr(result, "scores"):
-        return healing_line(result)
-    if hasattr(result, "sub_questions"):
-        if result.decomposed:
-            return f"decomposed into {len(result.sub_questions)} sub-question(s)"
-        return f"answered directly: {recursive_reason(result.reason or '')}"
-    if hasattr(result, "hypothetical_docs"):
-        n_docs = len(result.hypothetical_docs)
-        return (
-            f"{n_docs} hypothetical document(s), {result.num_retrieved} passage(s) retrieved "
-            "(sources ranked by fused rank)"
-        )
-    return adaptive_line(result)
-
-
-#: AdaptiveRAG's stages in words
-_STAGES = {"before_answer": "before answering", "after_answer": "after the first answer"}
-
-
-def adaptive_line(result: Any) -> str:
-    """AdaptiveRAG's line: the router's decisions (the trace's ``route`` notes), each with
-    its stage, choice and reason, e.g. ``routed before answering: plain (answer plainly
-    first); after the first answer: healing (the first answer covers 43% of the
-    question)``; "" for a result without any."""
-    events = getattr(getattr(result, "trace", None), "events", None) or []
-    routes = [e.detail for e in events if e.kind == "decision" and e.name == "route"]
-    parts = [
-        f"{_STAGES.get(str(d.get('stage')), str(d.get('stage')))}: {d.get('choice')} ({d.get('reason')})"
-        for d in routes
-    ]
-    return f"routed {'; '.join(parts)}" if parts else ""
-
-
-def healing_line(report: Any) -> str:
-    """SelfHealingRAG's line: each attempt's faithfulness score by strategy, the threshold,
-    and whose answer is shown, e.g. ``faithfulness per attempt: plain retrieval 0.60,
-    hyde 0.50; none reached the threshold 0.75: the best attempt's answer (plain retrieval)``."""
-    details = list(getattr(report, "attempt_details", []) or [])
-    if details:
-        parts = [
-            f"{attempt_name(a.strategy)} failed" if a.error else f"{attempt_name(a.strategy)} {a.score:.2f}"
-            for a in details
-        ]
-    else:
-        parts = [f"attempt {i} {s:.2f}" for i, s in enumerate(report.scores, 1)]
-    scores = ", ".join(parts) or "no attempt"
-    used = attempt_name(report.strategy) if report.strategy else None
-    if report.success:
-        verdict = f"{used} reached the threshold {report.threshold:.2f}"
-    elif used:
-        verdict = f"none reached the threshold {report.threshold:.2f}: the best attempt's answer ({used})"
-    else:
-        verdict = f"none reached the threshold {report.threshold:.2f} and none answered"
-    return f"faithfulness per attempt: {scores}; {verdict}"

@@ -5,6 +5,7 @@ and one ``summary()`` line; each strategy's own fields come on top."""
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -186,6 +187,70 @@ class Trace:
         }
 
 
+# ------------------------------------------------------------- summary wording
+
+#: the names the CLI gives the strategies, by class (a SelfHealingRAG attempt names its
+#: strategy by class); any other class is a backend searched directly: a plain retrieval
+STRATEGY_NAMES = {
+    "PlainRAG": "plain",
+    "SelfIRAG": "self",
+    "HyDERAG": "hyde",
+    "RecursiveRAG": "recursive",
+    "SelfHealingRAG": "healing",
+    "AdaptiveRAG": "adaptive",
+}
+
+
+def attempt_name(strategy: str) -> str:
+    """A SelfHealingRAG attempt's strategy as the CLI names it: ``hyde`` for ``HyDERAG``,
+    ``plain retrieval`` for a backend searched directly (the embedded ``RAG``, say)."""
+    return STRATEGY_NAMES.get(strategy, "plain retrieval")
+
+
+def recursive_reason(reason: str) -> str:
+    """RecursiveRAG's ``reason`` for answering directly, in words: what decided it and what
+    it means, e.g. "decomposition is off for this model (max_depth 0)" for
+    ``decomposition is off: answered``."""
+    if reason.startswith("a comparison"):
+        found = "; no documents found" if reason.endswith("no documents") else ""
+        return f"a comparison: each alternative searched, then answered from their passages{found}"
+    why, _, outcome = reason.partition(": ")
+    depth = re.fullmatch(r"max_depth (\d+) reached", why)
+    if why == "decomposition is off":
+        why = "decomposition is off for this model (max_depth 0)"
+    elif depth:
+        why = f"the deepest level of sub-questions (max_depth {depth.group(1)}) was reached"
+    elif why == "one question":
+        why = "one question, nothing to split (this model's preset splits only by rule, no LLM decomposition)"
+    elif why == "simple query":
+        why = "the question looked simple (fewer than two complexity keywords), so it was not decomposed"
+    elif why.startswith("junk decomposition"):
+        why = f"the model's sub-questions were unusable ({why.partition(': ')[2]})"
+    elif why == "decomposition failed":
+        why = "the decomposition call failed"
+    elif not why:
+        why = "not decomposed"
+    tail = {"leaf strategy": "; answered by the leaf strategy", "no documents": "; no documents found"}
+    return why + tail.get(outcome, "")
+
+
+#: AdaptiveRAG's stages in words
+_STAGES = {"before_answer": "before answering", "after_answer": "after the first answer"}
+
+
+def route_line(trace: Trace) -> str:
+    """The router's decisions (the trace's ``route`` decisions, AdaptiveRAG's), each with
+    its stage, choice and reason, e.g. ``routed before answering: plain (answer plainly
+    first); after the first answer: healing (the first answer covers 43% of the
+    question)``; "" for a trace without any."""
+    routes = [e.detail for e in trace.events if e.kind == "decision" and e.name == "route"]
+    parts = [
+        f"{_STAGES.get(str(d.get('stage')), str(d.get('stage')))}: {d.get('choice')} ({d.get('reason')})"
+        for d in routes
+    ]
+    return f"routed {'; '.join(parts)}" if parts else ""
+
+
 # --------------------------------------------------------------------------- results
 
 #: the reasons a result holds no answer (``Result.no_answer``); its ``answer`` is then a
@@ -238,11 +303,13 @@ class Result(Generic[S]):
         return {}
 
     def summary(self) -> str:
-        """One line for people on how the answer came about ("" when there is nothing to say
-        beyond the answer); a result without an answer says why."""
+        """One line for people on how the answer came about: what the CLI prints under the
+        answer. A result without an answer says why; else each strategy's result says what
+        it did; here, the router's decisions (the trace's ``route`` decisions, AdaptiveRAG's:
+        :func:`route_line`); "" when there is nothing to say beyond the answer."""
         if self.no_answer is not None:
             return f"no answer: {NO_ANSWER_REASONS.get(self.no_answer, self.no_answer)}"
-        return ""
+        return route_line(self.trace)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: ``answer``, the strategy's own fields, ``sources``, ``citations``,
@@ -438,7 +505,10 @@ class HyDEResult(Result[RetrievedDoc]):
         if self.no_answer is not None:
             return super().summary()
         n_docs = len(self.hypothetical_docs)
-        return f"{n_docs} hypothetical document(s), {self.num_retrieved} passage(s) retrieved"
+        return (
+            f"{n_docs} hypothetical document(s), {self.num_retrieved} passage(s) retrieved "
+            "(sources ranked by fused rank)"
+        )
 
 
 # ----------------------------------------------------------------- your own strategy
@@ -495,11 +565,12 @@ class RecursiveRAGResult(Result[RetrievedDoc]):
         }
 
     def summary(self) -> str:
+        """How many sub-questions, or why it answered directly (:func:`recursive_reason`)."""
         if self.no_answer is not None:
             return super().summary()
         if self.decomposed:
             return f"decomposed into {len(self.sub_questions)} sub-question(s)"
-        return f"answered directly ({self.reason or 'not decomposed'})"
+        return f"answered directly: {recursive_reason(self.reason or '')}"
 
 
 # ------------------------------------------------------------------- SelfHealingRAG
@@ -573,11 +644,27 @@ class SelfHealingReport(Result[RetrievedDoc]):
         }
 
     def summary(self) -> str:
+        """Each attempt's score by strategy, the threshold, and whose answer is shown, e.g.
+        ``faithfulness per attempt: plain retrieval 0.60, hyde 0.50; none reached the
+        threshold 0.75: the best attempt's answer (plain retrieval)``."""
         if self.no_answer is not None:
             return super().summary()
-        scores = ", ".join(f"{s:.2f}" for s in self.scores) or "-"
-        verdict = "passed" if self.success else "below"
-        return f"faithfulness {scores} ({verdict} threshold {self.threshold:.2f}; used {self.strategy})"
+        if self.attempt_details:
+            parts = [
+                f"{attempt_name(a.strategy)} {'failed' if a.error else f'{a.score:.2f}'}"
+                for a in self.attempt_details
+            ]
+        else:
+            parts = [f"attempt {i} {s:.2f}" for i, s in enumerate(self.scores, 1)]
+        scores = ", ".join(parts) or "no attempt"
+        used = attempt_name(self.strategy) if self.strategy else None
+        if self.success:
+            verdict = f"{used} reached the threshold {self.threshold:.2f}"
+        elif used:
+            verdict = f"none reached the threshold {self.threshold:.2f}: the best attempt's answer ({used})"
+        else:
+            verdict = f"none reached the threshold {self.threshold:.2f} and none answered"
+        return f"faithfulness per attempt: {scores}; {verdict}"
 
 
 def _json_safe(value: Any) -> Any:

@@ -117,13 +117,12 @@ def test_ask_prints_the_strategy_quality_line(capsys, docs, index_dir) -> None: 
     # the small preset stops at a well-supported first answer without asking the judge
     line = run(capsys, "ask", "Why do volcanoes erupt?", "--llm", "fake")[1]
     assert "Confidence unknown (not asked: the answer is well supported" in line
-    from selfrag_core.cli import describe
     from selfrag_core.types import EvaluationResult, RefinementStep, SelfRAGResult
 
     judged = EvaluationResult(0.8, 0.8, 0.8, 0.8, 0.8)
     step = RefinementStep(1, "An answer.", judged, 0.8)
     result = SelfRAGResult("An answer.", 0.8, 1, [step], best_iteration=1)
-    assert describe(result) == "confidence 0.80 after 1 iteration(s)"
+    assert result.summary() == "confidence 0.80 after 1 iteration(s)"
     healing = run(capsys, "ask", "Why do volcanoes erupt?", "--llm", "fake", "--strategy", "healing")[1]
     # each attempt's score by the strategy that made it, and whose answer is shown
     assert "Faithfulness per attempt: plain retrieval 1.00; plain retrieval reached the threshold" in healing

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from selfrag_core import cli
-from selfrag_core.display import adaptive_line, describe, step_text
+from selfrag_core.display import step_text
 from selfrag_core.strategies.base import Step
-from selfrag_core.types import Answer, Trace, TraceEvent
+from selfrag_core.types import Answer, Trace, TraceEvent, route_line
 
 pytest.importorskip("bm25s")
 
@@ -30,7 +30,7 @@ def test_step_text_names_attempts_and_verdicts_by_strategy() -> None:
     assert step_text(other) == other.text == "retrieved 2 document(s) for 'Why?'"
 
 
-def test_adaptive_line_tells_each_routing_decision() -> None:
+def test_the_summary_line_tells_each_routing_decision() -> None:
     def route(stage: str, choice: str, reason: str) -> TraceEvent:
         return TraceEvent("decision", "route", detail={"stage": stage, "choice": choice, "reason": reason})
 
@@ -44,8 +44,8 @@ def test_adaptive_line_tells_each_routing_decision() -> None:
     line = (
         "routed before answering: plain (answer plainly first); after the first answer: healing (unsupported)"
     )
-    assert adaptive_line(result) == describe(result) == line
-    assert describe(Answer("An answer.", [])) == ""  # a strategy of your own without routes: no line
+    assert route_line(result.trace) == result.summary() == line
+    assert Answer("An answer.", []).summary() == ""  # a strategy of your own without routes: no line
 
 
 def test_ask_names_the_steps_and_the_route(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -18,9 +18,16 @@ from typing import Any
 import pytest
 
 from selfrag_core import cli
-from selfrag_core.display import describe, healing_line, one_line, recursive_reason, score_label, snippet
+from selfrag_core.display import one_line, score_label, snippet
 from selfrag_core.progress import Progress, duration, status_line
-from selfrag_core.types import HealingAttempt, RecursiveRAGResult, RetrievedDoc, ScoreKind, SelfHealingReport
+from selfrag_core.types import (
+    HealingAttempt,
+    RecursiveRAGResult,
+    RetrievedDoc,
+    ScoreKind,
+    SelfHealingReport,
+    recursive_reason,
+)
 
 pytest.importorskip("bm25s")
 
@@ -226,18 +233,18 @@ def test_ask_prints_scores_by_kind_and_snippets_around_the_match(capsys, docs, t
     assert "sources ranked by fused rank" in hyde
 
 
-def test_healing_line_names_each_attempt_by_strategy_and_labels_its_score() -> None:
+def test_healing_summary_names_each_attempt_by_strategy_and_labels_its_score() -> None:
     report = SelfHealingReport(
         success=False, attempts=2, retries=1, strategy="RAG", scores=[0.6, 0.5], threshold=0.75,
         attempt_details=[HealingAttempt("RAG", "a", 0.6), HealingAttempt("HyDERAG", "b", 0.5)],
     )  # fmt: skip
-    assert healing_line(report) == (
+    assert report.summary() == (
         "faithfulness per attempt: plain retrieval 0.60, hyde 0.50; none reached the threshold 0.75: "
         "the best attempt's answer (plain retrieval)"
     )
     report.attempt_details[1].error = "timed out"
     report.success, report.strategy = True, "RAG"
-    assert healing_line(report).endswith(
+    assert report.summary().endswith(
         "plain retrieval 0.60, hyde failed; plain retrieval reached the threshold 0.75"
     )
 
@@ -257,12 +264,23 @@ def test_healing_line_names_each_attempt_by_strategy_and_labels_its_score() -> N
 )
 def test_recursive_says_why_it_answered_directly(reason: str, said: str) -> None:
     assert said in recursive_reason(reason)
-    line = describe(RecursiveRAGResult("An answer.", 0, False, [], [], reason=reason))
+    line = RecursiveRAGResult("An answer.", 0, False, [], [], reason=reason).summary()
     assert (
         line.startswith("answered directly: ")
         and ": answered" not in line
         and "max_depth 0 reached" not in line
     )
+
+
+def test_a_result_without_an_answer_says_why_in_its_line(capsys) -> None:  # type: ignore[no-untyped-def]
+    report = SelfHealingReport(success=False, attempts=1, retries=0, strategy=None, threshold=0.75)
+    assert report.summary().startswith("faithfulness per attempt: no attempt; none reached")
+    report.no_answer = "no_documents"
+    assert report.summary() == "no answer: retrieval found no document to answer from"
+    cli.print_result(report)
+    assert "\nNo answer: retrieval found no document to answer from\n" in capsys.readouterr().out
+    recursive = RecursiveRAGResult("x", 0, False, [], [], reason="one question", no_answer="timeout")
+    assert recursive.summary() == "no answer: the query ran out of time"
 
 
 def test_ask_recursive_line_in_words(capsys, docs, tmp_path) -> None:  # type: ignore[no-untyped-def]
