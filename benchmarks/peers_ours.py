@@ -10,12 +10,18 @@ the same 200-document corpus and hashed embeddings, top_k = 5::
 Our default prompts already hit the simulator's patterns ("SUBQUESTIONS:" for
 decomposition, "Write a passage" for HyDE); only the self-healing judge is
 replaced by a YES/NO metric (the simulator's evaluator) passed as ``metric=``,
-which is how users plug in their own metric too.
+which is how users plug in their own metric too. SelfIRAG's judge speaks JSON:
+``JudgeAdapter`` hands its judge prompts to the simulator's evaluator as the harness's
+``seeds`` module does for the original SelfIRAG (the same "YES/NO" prefix, the same
+low-then-high scores), so both run the same loop.
 
-Equivalents: A = LlamaIndex SubQuestionQueryEngine (one level of 4 sub-questions:
-our RecursiveRAG with max_depth=1); B = LlamaIndex HyDE (1 passage) and LCEL HyDE
-(3 passages); C = LlamaIndex RetryQueryEngine (answer, judge NO, retry, judge YES:
-our SelfHealingRAG over two strategies).
+Equivalents: 0 = the plain baselines (top 5, one answer; our PlainRAG); A = LlamaIndex
+SubQuestionQueryEngine (one level of 4 sub-questions: our RecursiveRAG with
+max_depth=1); B = LlamaIndex HyDE (1 passage) and LCEL HyDE (3 passages); C =
+LlamaIndex RetryQueryEngine (answer, judge NO, retry, judge YES: our SelfHealingRAG
+over two strategies), and the original SelfIRAG (``seeds``: judge low, refine, judge
+high) in fast mode and two-step, with the grounding checks off so that the judge alone
+decides, as in the original. ``benchmarks/prompt_sizes.py`` prints the prompt sizes.
 """
 
 from __future__ import annotations
@@ -26,7 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from selfrag_core import FaithfulnessScore, HyDERAG, RecursiveRAG, RecursiveRAGConfig, SelfHealingRAG
+from selfrag_core import (
+    FaithfulnessScore,
+    GroundingConfig,
+    HyDERAG,
+    PlainRAG,
+    RecursiveRAG,
+    RecursiveRAGConfig,
+    SelfHealingRAG,
+    SelfIRAG,
+    SelfRAGConfig,
+)
 from selfrag_core.engine import Generate, Plan
 
 _STATE: dict[str, Any] = {}
@@ -34,6 +50,7 @@ _STATE: dict[str, Any] = {}
 # the harness modules (on sys.path when run by run.py)
 try:
     import corpus
+    import seeds  # the original systems' adapter: its judge scores (no seed package needed)
     from scenarios import COMPARE_Q, SINGLE_Q, Scenario
 except ImportError:  # imported for the ratio printer only
     corpus = None
@@ -66,6 +83,39 @@ class YesNoMetric:
         return FaithfulnessScore(1.0 if reply.text.strip().upper().startswith("YES") else 0.0)
 
 
+class JudgeAdapter:
+    """The simulator behind SelfIRAG's JSON judge: a judge prompt goes to the simulator
+    with the evaluator's "YES/NO" prefix, and its NO / YES comes back as the low / high
+    scores that ``seeds.Responder`` gives the original SelfIRAG; other prompts pass."""
+
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+
+    def _route(self, prompt: str) -> tuple[str, Any]:
+        if '"relevance"' not in prompt:  # not a judge prompt
+            return prompt, None
+
+        def scores(verdict: str) -> dict[str, Any]:
+            return seeds._EVAL_HIGH if verdict.startswith("YES") else seeds._EVAL_LOW
+
+        if '"answer"' in prompt:  # answer_and_evaluate: the answer inside the judge's JSON
+            answer = seeds._answer_text(seeds._after("Question:", prompt))
+            return "Self-evaluation, reply YES/NO.\n" + prompt, lambda v: json.dumps(
+                {"answer": answer, **scores(v)}
+            )
+        return "Self-evaluation, reply YES/NO.\n" + prompt, lambda v: json.dumps(scores(v))
+
+    def generate(self, prompt: str) -> str:
+        sent, post = self._route(prompt)
+        reply = self.sim.generate(sent)
+        return post(reply) if post else reply
+
+    async def agenerate(self, prompt: str) -> str:
+        sent, post = self._route(prompt)
+        reply = await self.sim.agenerate(sent)
+        return post(reply) if post else reply
+
+
 def setup(ctx: dict[str, Any]) -> None:
     _STATE["M"] = np.array([corpus.hash_embed(d["text"]) for d in corpus.CORPUS])
 
@@ -87,6 +137,20 @@ def _builder(make: Any, queries: list[str], mode: str) -> Any:
 class _Ask:
     def __init__(self, sync: Any, run_async: Any) -> None:
         self.sync, self.run_async = sync, run_async
+
+
+def _plain(sim: Any) -> _Ask:
+    rag = PlainRAG(HashBackend(), sim)
+    return _Ask(rag.query, rag.aquery)
+
+
+def _self(fast: bool) -> Any:
+    def make(sim: Any) -> _Ask:
+        config = SelfRAGConfig(fast_mode=fast, grounding=GroundingConfig(enabled=False))
+        rag = SelfIRAG(HashBackend(), JudgeAdapter(sim), config)
+        return _Ask(rag.query, rag.aquery)
+
+    return make
 
 
 def _recursive(sim: Any) -> _Ask:
@@ -111,10 +175,13 @@ def _scenarios() -> list[Any]:
     if corpus is None:
         return []
     specs = [
+        ("0.ours.plain", "0", "PlainRAG (top 5, one answer)", _plain, SINGLE_Q, 1, 1),
         ("A.ours.recursive", "A", "RecursiveRAG max_depth=1 (4 sub-questions)", _recursive, COMPARE_Q, 6, 3),
         ("B.ours.hyde1", "B", "HyDERAG, 1 passage", _hyde(1), SINGLE_Q, 2, 2),
         ("B.ours.hyde3", "B", "HyDERAG, 3 passages", _hyde(3), SINGLE_Q, 4, 2),
         ("C.ours.heal", "C", "SelfHealingRAG, 2 strategies, YES/NO judge", _heal, SINGLE_Q, 4, 4),
+        ("C.ours.selfrag.fast", "C", "SelfIRAG fast mode", _self(True), SINGLE_Q, 3, 3),
+        ("C.ours.selfrag.slow", "C", "SelfIRAG two-step", _self(False), SINGLE_Q, 4, 4),
     ]
     return [
         Scenario(f"{sid}.{mode}", fam, "ours", title, mode, _builder(make, qs, mode), calls, rounds)
@@ -129,10 +196,13 @@ CONCURRENCY = [
     ("B.ours.hyde1.async", 8),
     ("B.ours.hyde3.async", 8),
     ("C.ours.heal.async", 8),
+    ("C.ours.selfrag.fast.async", 8),
 ]
 
 # ours -> the peer scenarios doing the same work
 PAIRS = {
+    "0.ours.plain.sync": ["0.lc.plain.sync", "0.li.plain.sync"],
+    "0.ours.plain.async": ["0.lc.plain.async", "0.li.plain.async"],
     "A.ours.recursive.sync": ["A.li.subq.sync_async", "A.li.subq.sync_noasync"],
     "A.ours.recursive.async": ["A.li.subq.aquery"],
     "B.ours.hyde1.sync": ["B.li.hyde.sync", "B.lc.hde.sync"],
@@ -141,6 +211,9 @@ PAIRS = {
     "B.ours.hyde3.async": ["B.lc.hyde3.async"],
     "C.ours.heal.sync": ["C.li.retry.sync"],
     "C.ours.heal.async": ["C.li.retry.async"],
+    "C.ours.selfrag.fast.sync": ["F.fen.selfrag.fast.sync"],
+    "C.ours.selfrag.fast.async": ["F.fen.selfrag.fast.async"],
+    "C.ours.selfrag.slow.sync": ["F.fen.selfrag.slow.sync"],
 }
 
 
