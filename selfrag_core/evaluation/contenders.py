@@ -37,6 +37,7 @@ from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyErro
 from selfrag_core.retrieval import normalize_results
 from selfrag_core.strategies.adaptive import route_signals
 from selfrag_core.strategies.base import run_query
+from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import Answer, Result, RetrievedDoc, Trace
 
@@ -124,7 +125,7 @@ def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
             return outcome
 
     rank: Callable[[str, int], Outcome] | None = None
-    if hasattr(strategy, "documents_plan"):  # HyDE: its fused ranking, one LLM round
+    if isinstance(strategy, HyDERAG):  # its fused ranking, one LLM round
 
         def rank(question: str, k: int) -> Outcome:
             run = Run(strategy.execution)
@@ -132,7 +133,7 @@ def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
             run.trace.wall_s = run.trace.elapsed()
             return _from_result(Answer("", list(docs), trace=run.trace))  # with its calls and tokens
 
-    elif rag is not None and type(strategy).__name__ == "PlainRAG":
+    elif rag is not None and type(strategy) is PlainRAG:  # a subclass may search otherwise
 
         def rank(question: str, k: int) -> Outcome:
             return Outcome("", normalize_results(rag.retrieve(question, k)), llm_calls=0)  # a search
