@@ -37,30 +37,50 @@ def split_question(question: str) -> list[str]:
     text = " ".join(question.split())
     if not _QUESTION_START.match(text):
         return [question]
-    parts: list[str] = []
-    start = 0
+    pieces: list[tuple[str, str]] = []  # (the joint before it, the part)
+    start, before = 0, ""
     for joint in _JOINT.finditer(text):
-        parts.append(text[start : joint.start()])
-        start = joint.end()
-    parts.append(text[start:])
-    parts = _rejoin([p.strip(" ,;،؛?؟") for p in parts])
+        pieces.append((before, text[start : joint.start()]))
+        start, before = joint.end(), joint.group()
+    pieces.append((before, text[start:]))
+    parts = _rejoin([(j, p.strip(" ,;،؛?؟")) for j, p in pieces])
     if len(parts) < 2 or any(len(p.split()) < _MIN_WORDS or not _QUESTION_START.match(p) for p in parts):
         return [question]
     mark = "؟" if re.search(r"[\u0600-\u06ff]", text) else "?"
     return [f"{p[0].upper()}{p[1:]}{mark}" for p in parts]
 
 
-def _rejoin(parts: list[str]) -> list[str]:
-    """``parts`` with an embedded clause ("... about cats and how they hunt") joined back
-    to the part before it: a wh-word followed by a subject ("how they", "what the") starts
-    no question."""
+def _rejoin(parts: list[tuple[str, str]]) -> list[str]:
+    """The parts (each with the joint before it) with an embedded clause joined back to
+    the part before it: a wh-word followed by a subject ("... about cats and how they
+    hunt") starts no question, nor does a relative clause after a bare "and" ("Which
+    university is in Kansas and whose campuses are in Wichita?", "the band that formed in
+    1990 and who had a hit with X"): "whose", "whom" or "that", or "who", "which",
+    "where" or "when" not followed by an auxiliary ("and when was it released" asks; "had"
+    is not one here: "and who had a hit" is a clause), nor an auxiliary after "and" (with
+    or without a comma) in a question that does not start with one ("the player who was a
+    Hornet and was head coach of the Sting" is one subject's two verbs; "Is Paris in
+    France and is Berlin in Germany?" asks two). Each of HotpotQA's seven split questions
+    was one question of this kind."""
     joined: list[str] = []
-    for part in parts:
-        if joined and _EMBEDDED.match(part):
-            joined[-1] = f"{joined[-1]} and {part}"
+    yes_no = bool(parts) and _AUXILIARY.match(parts[0][1]) is not None
+    for joint, part in parts:
+        conjunction = joint.strip(" ,").casefold()
+        relative = conjunction == "and" and (
+            (joint.strip() == "and" and _RELATIVE.match(part)) or (_AUXILIARY.match(part) and not yes_no)
+        )
+        if joined and (_EMBEDDED.match(part) or relative):
+            joined[-1] = f"{joined[-1]}{joint}{part}"
         else:
             joined.append(part)
     return joined
+
+
+_AUXILIARY = re.compile(rf"^(?:{_AUX_EN})\b", re.IGNORECASE)
+_RELATIVE = re.compile(
+    r"^(?:whose|whom|that)\b|^(?:who|which|where|when)\s+(?!(?:is|are|was|were|do|does|did|can|could|will|would)\b)",
+    re.IGNORECASE,
+)
 
 
 _EMBEDDED = re.compile(

@@ -20,6 +20,7 @@ from selfrag_core.questions import is_multi_part, split_question
             ["What is the capital of France?", "What river runs through it?"],
         ),
         ("Is Paris in France and is Berlin in Germany?", ["Is Paris in France?", "Is Berlin in Germany?"]),
+        ("Who directed Jaws and when was it released?", ["Who directed Jaws?", "When was it released?"]),
         (
             "ما سبب ثوران البراكين، وكيف تدرب اللقاحات جهاز المناعة؟",
             ["ما سبب ثوران البراكين؟", "كيف تدرب اللقاحات جهاز المناعة؟"],
@@ -44,6 +45,14 @@ def test_a_question_of_several_parts_is_split(question: str, parts: list[str]) -
         "Tell me about volcanoes, and what causes them?",  # not a question at its start
         # a relative clause, not a second question
         "Which Panthers player got a penalty, which gave the Broncos a new set of downs?",
+        # HotpotQA's: relative clauses and one subject's two verbs after "and"
+        "What is the name of the fight song of the university whose main campus is in Lawrence, Kansas "
+        "and whose branch campuses are in the Kansas City metropolitan area?",
+        "Who was the writer of These Boots Are Made for Walkin' and who died in 2007?",
+        "What distinction is held by the former NBA player who was a member of the Charlotte Hornets "
+        "during their 1992-93 season and was head coach for the WNBA team Charlotte Sting?",
+        "Who held the record for the longest service in the Australian Parliament for a woman, and was "
+        "surpassed by a former Australian politician who was the 29th Speaker of the House?",
     ],
 )
 def test_a_single_question_is_kept_whole(question: str) -> None:
