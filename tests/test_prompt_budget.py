@@ -67,7 +67,8 @@ def fixed_chars(name: str, lang: str) -> int:
 
 
 def test_every_template_has_a_budget() -> None:
-    assert set(BUDGETS) == set(VARIABLES)
+    # a new template needs a budget; a removed one's may stay until the table is tidied
+    assert set(VARIABLES) <= set(BUDGETS), f"no budget for {sorted(set(VARIABLES) - set(BUDGETS))}"
 
 
 @pytest.mark.parametrize("lang", ["en", "ar"])
