@@ -21,7 +21,7 @@ from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.models import QueryOptions, QueryRequest
 from selfrag_core.serve.settings import ServeSettings
-from selfrag_core.strategies.base import arun_query, closing_events, step_of
+from selfrag_core.strategies.base import _execution_of, arun_query, closing_events, step_of
 from selfrag_core.types import Trace, TraceEvent
 
 #: the request's options that are strategy settings: the option's name in the HTTP API ->
@@ -99,8 +99,7 @@ def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tu
         # a stateless service: one client's conversation must never reach another's prompt
         clone = copy.copy(strategy)
         clone.memory = None
-    base = getattr(strategy, "execution", None)
-    base = base if isinstance(base, ExecutionConfig) else ExecutionConfig()
+    base = _execution_of(strategy)  # what the engine would run it with
     timeout = _min(base.query_timeout, settings.query_timeout, request.timeout)
     return clone, dataclasses.replace(
         base,
