@@ -235,8 +235,9 @@ def config_from(
 
 
 @dataclass(frozen=True)
-class PlainRAGConfig(StrategyConfig):
-    """PlainRAG's settings: ``top_k`` documents retrieved, ``llm_retries`` per LLM call."""
+class _OneAnswerConfig(StrategyConfig):
+    """``top_k`` documents retrieved, ``llm_retries`` per LLM call: what one retrieval and
+    one answer need."""
 
     top_k: int = DEFAULT_TOP_K
     llm_retries: int = 2
@@ -247,8 +248,41 @@ class PlainRAGConfig(StrategyConfig):
 
 
 @dataclass(frozen=True)
-class AdaptiveRAGConfig(PlainRAGConfig):
-    """AdaptiveRAG's settings for its plain first answer (its candidates have their own)."""
+class PlainRAGConfig(_OneAnswerConfig):
+    """PlainRAG's settings.
+
+    top_k: documents retrieved. llm_retries: retries of the LLM call.
+    max_context_chars: characters of the prompt's documents (their fenced blocks), the
+        documents that fit whole then as much of the next as fits; None: no limit.
+    allow_llm_on_empty: when retrieval finds nothing, ask the LLM with an empty context
+        (False: answer "There is not enough information." without a call).
+    check_answer: the reply is checked and cleaned (an unusable one gives way to a quote
+        of the documents or the fallback answer); False: the reply as the model wrote it.
+    raise_errors: a failed retrieval or LLM call raises its typed error
+        (``RetrievalError``, ``LLMCallError``, ``LLMTimeoutError``, ``BudgetExceededError``,
+        ``QueryTimeoutError``; the backend's or model's own error as ``__cause__``) instead
+        of the fallback answer. ``RAG.query`` runs PlainRAG with ``check_answer=False,
+        raise_errors=True``.
+    """
+
+    max_context_chars: int | None = None
+    allow_llm_on_empty: bool = False
+    check_answer: bool = True
+    raise_errors: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_context_chars is not None:
+            check_int("max_context_chars", self.max_context_chars, 0)
+        for flag in ("allow_llm_on_empty", "check_answer", "raise_errors"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+
+
+@dataclass(frozen=True)
+class AdaptiveRAGConfig(_OneAnswerConfig):
+    """AdaptiveRAG's settings for its plain first answer (its candidates have their own):
+    ``top_k`` documents retrieved, ``llm_retries`` per LLM call."""
 
 
 @dataclass(frozen=True)

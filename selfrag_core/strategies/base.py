@@ -55,11 +55,12 @@ GENERATION_FAILED_ANSWER = "error in generating answer"
 NOT_ENOUGH_ANSWER = "There is not enough information."
 
 
-def format_context(docs: list[RetrievedDoc], limit: int | None = None) -> str:
+def format_context(docs: list[RetrievedDoc], limit: int | None = None, max_chars: int | None = None) -> str:
     """The documents as the prompts show them: numbered, fenced blocks with their
-    source (:func:`~selfrag_core.prompts.document_blocks`)."""
+    source (:func:`~selfrag_core.prompts.document_blocks`), the first ``limit`` of them,
+    within ``max_chars`` characters."""
     chosen = docs if limit is None else docs[:limit]
-    return document_blocks((d.text, d.metadata.get("source") or d.id, "") for d in chosen)
+    return document_blocks(((d.text, d.metadata.get("source") or d.id, "") for d in chosen), max_chars)
 
 
 def context_text(docs: list[RetrievedDoc]) -> str:
@@ -140,9 +141,9 @@ def retrieval_options(context: Mapping[str, Any]) -> dict[str, Any]:
 def retrieve_and_answer(
     strategy: Strategy[Any], query: str, context: Mapping[str, Any], top_k: int, retries: int
 ) -> Plan[tuple[str | None, list[RetrievedDoc]]]:
-    """One retrieval and one grounded answer (streamed), checked: the baseline that
-    :class:`~selfrag_core.strategies.plain.PlainRAG` is and that ``RecursiveRAG`` gives a
-    question it does not decompose. The answer is None when retrieval found nothing;
+    """One retrieval and one grounded answer (streamed), checked: what
+    :class:`~selfrag_core.strategies.plain.PlainRAG` does by default and ``RecursiveRAG``
+    gives a question it does not decompose. The answer is None when retrieval found nothing;
     a failed LLM call raises at its ``yield``."""
     docs = yield from retrieve_or_empty(strategy.rag_system, query, top_k, retrieval_options(context))
     if not docs:

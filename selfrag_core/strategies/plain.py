@@ -1,7 +1,7 @@
 """PlainRAG: one retrieval, one answer. The baseline every strategy is measured
-against (``selfrag eval``'s ``plain``), and a strategy in its own right: the cheapest
-grounded answer (one LLM round), with the same prompt, answer checks, trace and
-limits as the others."""
+against (``selfrag eval``'s ``plain``), a strategy in its own right (the cheapest
+grounded answer: one LLM round, with the same prompt, answer checks, trace and limits as
+the others), and what the embedded store's ``RAG.query`` runs."""
 
 from __future__ import annotations
 
@@ -9,27 +9,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig, PlainRAGConfig, config_from
-from selfrag_core.engine import Note, Plan
+from selfrag_core.engine import Generate, Note, Plan, Retrieve
 from selfrag_core.errors import RAGSystemError
-from selfrag_core.prompts import Prompts
+from selfrag_core.llm import LLMReply
+from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
     Strategy,
-    retrieve_and_answer,
+    checked_answer,
+    format_context,
+    retrieval_options,
+    retrieve_or_empty,
 )
-from selfrag_core.types import Answer
+from selfrag_core.types import Answer, RetrievedDoc
 
 
 class PlainRAG(Strategy[Answer]):
     """``PlainRAG(rag_system, llm, config=None, *, execution=None, prompts=None)``.
 
     Retrieves ``config.top_k`` documents (:class:`~selfrag_core.config.PlainRAGConfig`)
-    for the question and answers from them with the ``grounded_answer`` prompt. The
-    keywords ``top_k`` and ``llm_retries`` still build the config, deprecated.
-    ``query``/``aquery`` never raise for backend or LLM failures: the fallback answer is
-    returned and the failure is in ``result.trace``.
+    for the question and answers from them with the ``grounded_answer`` prompt
+    (:meth:`answer_prompt`). The keywords ``top_k`` and ``llm_retries`` still build the
+    config, deprecated. By default ``query``/``aquery`` never raise for backend or LLM
+    failures: the fallback answer is returned and the failure is in ``result.trace``
+    (``config.raise_errors`` raises them instead).
     """
 
     config: PlainRAGConfig
@@ -49,11 +54,38 @@ class PlainRAG(Strategy[Answer]):
         given = {"top_k": top_k, "llm_retries": llm_retries}
         self.config = config_from(PlainRAGConfig, config, "PlainRAG", given, deprecated=given)
 
+    def answer_prompt(self, query: str, docs: list[RetrievedDoc]) -> str:
+        """The prompt PlainRAG sends for ``query`` over ``docs``: ``grounded_answer``, its
+        documents within ``config.max_context_chars``."""
+        context = format_context(docs, max_chars=self.config.max_context_chars)
+        return self.prompts.render("grounded_answer", detect_language(query), context=context, question=query)
+
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[Answer]:
         cfg = self.config
         try:
-            answer, docs = yield from retrieve_and_answer(self, query, context, cfg.top_k, cfg.llm_retries)
+            docs = yield from self._retrieve(query, context)
+            if not docs and not cfg.allow_llm_on_empty:
+                yield Note(
+                    "not_enough_information", "retrieval returned no documents", {"query": query[:200]}
+                )
+                return Answer(NOT_ENOUGH_ANSWER)
+            prompt = self.answer_prompt(query, docs)
+            reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
+            if not cfg.check_answer:
+                return Answer(reply.text, docs)
+            answer = yield from checked_answer(reply.text.strip(), query, docs)
         except RAGSystemError as e:
+            if cfg.raise_errors:
+                raise
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return Answer(GENERATION_FAILED_ANSWER)
-        return Answer(NOT_ENOUGH_ANSWER if answer is None else answer, docs)
+        return Answer(answer, docs)
+
+    def _retrieve(self, query: str, context: Mapping[str, Any]) -> Plan[list[RetrievedDoc]]:
+        """The documents for ``query``; a failed retrieval raises with ``raise_errors``,
+        else it is noted and no documents are found."""
+        cfg, options = self.config, retrieval_options(context)
+        if not cfg.raise_errors:
+            return (yield from retrieve_or_empty(self.rag_system, query, cfg.top_k, options))
+        docs: list[RetrievedDoc] = yield Retrieve(self.rag_system, query, cfg.top_k, options)
+        return docs
