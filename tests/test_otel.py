@@ -227,10 +227,9 @@ def test_what_the_llms_and_backends_tell_of_themselves(tmp_path: Path) -> None:
 
     assert data_source_id(Collection()) == "papers" and data_source_id(FakeRetriever([])) == "FakeRetriever"
     pytest.importorskip("selfrag_core.store.rag")
-    from selfrag_core.store.answer import RAGSearch
     from selfrag_core.store.rag import RAG
 
-    assert data_source_id(RAGSearch(RAG(path=tmp_path / "notes"), {})) == "notes"  # the index's folder
+    assert data_source_id(RAG(path=tmp_path / "notes")) == "notes"  # the index's folder
 
 
 def test_langchain_and_llamaindex_models_tell_their_provider_and_kind() -> None:

@@ -3,7 +3,7 @@ reranking, persistence, answering) and its parts. Lexical search needs
 ``pip install 'selfrag[store]'``.
 """
 
-from selfrag_core.store.answer import QueryResult, RetrieveThenAnswer, Usage, format_hits
+from selfrag_core.store.answer import QueryResult, Usage, format_hits
 from selfrag_core.store.chunking import CHUNKERS, Chunker, TextChunk
 from selfrag_core.store.dense import HashingEmbeddings
 from selfrag_core.store.lexical import LexicalIndex, Tokenizer
@@ -32,7 +32,6 @@ __all__ = [
     "NoopReranker",
     "QueryResult",
     "Reranker",
-    "RetrieveThenAnswer",
     "SearchHit",
     "TextChunk",
     "Tokenizer",

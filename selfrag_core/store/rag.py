@@ -5,8 +5,8 @@
   described there), filters, query expansion, reranking;
 * :mod:`~selfrag_core.store.persist`: saving and loading an index directory;
 * :mod:`~selfrag_core.store.config`: the settings of a TOML file;
-* :mod:`~selfrag_core.store.answer`: :meth:`RAG.query`, a one-retrieval strategy run
-  by the library's engine.
+* :mod:`~selfrag_core.store.answer`: the result of :meth:`RAG.query`, which is
+  ``PlainRAG`` run by the library's engine.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import ExecutionConfig, PlainRAGConfig
 from selfrag_core.errors import ConfigurationError
-from selfrag_core.store.answer import QueryResult, RetrieveThenAnswer, Usage, answer_prompts, format_hits
+from selfrag_core.store.answer import QueryResult, Usage, format_hits, query_result
 from selfrag_core.store.chunking import Chunker, TextChunk
 from selfrag_core.store.config import CONFIG_KEYS, is_weight, read_config
 from selfrag_core.store.dense import resolve_embedder
@@ -46,6 +46,7 @@ from selfrag_core.store.persist import (
 from selfrag_core.store.rerank import Reranker, make_reranker
 from selfrag_core.store.search import SearchHit, query_list, search_many
 from selfrag_core.strategies.base import arun_query, run_query
+from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import check_int, validate_query
 
@@ -380,19 +381,22 @@ class RAG:
     ) -> QueryResult:
         """Retrieve, fill the prompt (``{context}``, ``{question}``), ask the LLM.
 
-        ``generate_timeout`` bounds each LLM attempt (``LLMTimeoutError`` past it);
-        with ``allow_llm_on_empty=False`` and no hits, the LLM is not called and the
-        answer is empty (``llm_called`` is False). The query runs on the engine under
-        ``execution`` (:class:`~selfrag_core.store.answer.RetrieveThenAnswer`): the
-        result's ``trace`` holds the search and the LLM call. Safe inside a running
-        event loop.
+        The query is :class:`~selfrag_core.strategies.plain.PlainRAG` over this RAG
+        (its ``grounded_answer`` prompt, or ``prompt_template``), run on the engine under
+        ``execution``, returning the reply as the model wrote it: the result's ``trace``
+        holds the search and the LLM call. ``filters`` (and ``metadata_filter``) go to
+        :meth:`search`. ``generate_timeout`` bounds each LLM attempt (``LLMTimeoutError``
+        past it); with ``allow_llm_on_empty=False`` and no hits, the LLM is not called
+        and the answer is empty (``llm_called`` is False). A failed search raises
+        ``RetrievalError`` (``ConfigurationError`` for a programming error, such as a
+        bad filter), a failed LLM call ``LLMCallError``; the original error is the
+        ``__cause__``. Safe inside a running event loop.
         """
-        strategy, question = self._answering(
+        strategy, question, context = self._answering(
             question, generate_fn, top_k, prompt_template, max_context_chars,
             allow_llm_on_empty, generate_timeout, filters,
         )  # fmt: skip
-        result: QueryResult = run_query(strategy, question)
-        return result
+        return query_result(strategy, question, run_query(strategy, question, context))
 
     async def aquery(
         self,
@@ -406,12 +410,11 @@ class RAG:
         **filters: Any,
     ) -> QueryResult:
         """Async :meth:`query`: the LLM's native async API is used where it has one."""
-        strategy, question = self._answering(
+        strategy, question, context = self._answering(
             question, generate_fn, top_k, prompt_template, max_context_chars,
             allow_llm_on_empty, generate_timeout, filters,
         )  # fmt: skip
-        result: QueryResult = await arun_query(strategy, question)
-        return result
+        return query_result(strategy, question, await arun_query(strategy, question, context))
 
     def _answering(
         self,
@@ -423,8 +426,9 @@ class RAG:
         allow_llm_on_empty: bool,
         generate_timeout: float | None,
         filters: dict[str, Any],
-    ) -> tuple[RetrieveThenAnswer, str]:
-        """The strategy of one :meth:`query`, and the question checked."""
+    ) -> tuple[PlainRAG, str, dict[str, Any]]:
+        """The PlainRAG of one :meth:`query`, the question checked, and the query's
+        context (the search's filters)."""
         question = validate_query(question, name="question")
         llm = generate_fn if generate_fn is not None else self.generate_fn
         if llm is None:
@@ -434,12 +438,18 @@ class RAG:
         execution = self.execution
         if generate_timeout is not None:
             execution = dataclasses.replace(execution, llm_timeout=generate_timeout)
-        strategy = RetrieveThenAnswer(
-            self, llm, top_k=top_k, max_context_chars=max_context_chars,
-            allow_llm_on_empty=allow_llm_on_empty, llm_retries=self.llm_retries, filters=filters,
-            execution=execution, prompts=answer_prompts(prompt_template),
+        config = PlainRAGConfig(
+            top_k=top_k, llm_retries=self.llm_retries, max_context_chars=max_context_chars,
+            allow_llm_on_empty=allow_llm_on_empty, check_answer=False, raise_errors=True,
         )  # fmt: skip
-        return strategy, question
+        prompts = None if prompt_template is None else {"grounded_answer": prompt_template}
+        try:
+            strategy = PlainRAG(self, llm, config, execution=execution, prompts=prompts)
+        except ConfigurationError as e:  # the template's check (the config is checked above)
+            raise ConfigurationError(f"prompt_template: {e}") from e
+        metadata_filter = filters.pop("metadata_filter", None)
+        context = {"filters": filters, "metadata_filter": metadata_filter}
+        return strategy, question, context
 
     # ------------------------------------------------------------------ persistence
 
