@@ -173,7 +173,7 @@ def test_the_small_preset_leaves_out_the_instruction_to_cite() -> None:
     from selfrag_core.prompts import Prompts, ar, en
 
     for lang, module in (("en", en), ("ar", ar)):
-        for name in ("answer", "grounded_answer", "refine", "answer_and_evaluate", "healing_answer"):
+        for name in ("grounded_answer", "refine", "answer_and_evaluate", "healing_answer"):
             assert module.CITE in Prompts().get(name, lang).template
             assert module.CITE not in Prompts(cite=False).get(name, lang).template
     mine = {"grounded_answer": "Mine: {context} {question}"}

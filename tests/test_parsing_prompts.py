@@ -72,19 +72,19 @@ def test_every_template_declares_its_variables_in_both_languages() -> None:
 
 
 def test_braces_in_documents_do_not_break_formatting() -> None:
-    out = Prompts().render("answer", "en", context="code: {x} and {question}", question="Q?")
+    out = Prompts().render("grounded_answer", "en", context="code: {x} and {question}", question="Q?")
     assert "code: {x} and {question}" in out and out.rstrip().endswith("Answer:")
 
 
 def test_arabic_template_is_used_for_arabic() -> None:
-    out = Prompts().render("answer", "ar", context="c", question="q")
+    out = Prompts().render("grounded_answer", "ar", context="c", question="q")
     assert "السياق" in out
 
 
 def test_overrides_are_validated() -> None:
-    p = Prompts({"answer": "C: {context} Q: {question}"})
-    assert p.render("answer", "en", context="x", question="y") == "C: x Q: y"
+    p = Prompts({"grounded_answer": "C: {context} Q: {question}"})
+    assert p.render("grounded_answer", "en", context="x", question="y") == "C: x Q: y"
     with pytest.raises(ConfigurationError):
-        Prompts({"answer": "no placeholders"})
+        Prompts({"grounded_answer": "no placeholders"})
     with pytest.raises(ConfigurationError):
         Prompts({"nonexistent": "{question}"})
