@@ -59,6 +59,7 @@ from selfrag_core.progress import INTERVAL as PROGRESS_INTERVAL
 from selfrag_core.progress import Progress  # re-exported: it lived here
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
+from selfrag_core.strategies.registry import BUILT_IN
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
 from selfrag_core.types import Result
 
@@ -743,14 +744,11 @@ def serve_app(args: argparse.Namespace) -> Any:
     llm = _llm(args)
     strategies = {
         name: build_strategy(
-            name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm)
+            name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm),
+            **_routing(args),
         )
-        for name in (BASELINE, *STRATEGIES)  # /query/plain too, as ask and eval have it
-    }
-    strategies[ADAPTIVE] = build_strategy(
-        ADAPTIVE, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm),
-        **_routing(args),
-    )  # fmt: skip
+        for name in BUILT_IN  # every built-in strategy, /query/plain too, as ask and eval have them
+    }  # fmt: skip
     settings = settings_from_args(args, index_dir=None if directory is None else str(directory))
     return create_app(rag=rag, llm=llm, strategies=strategies, settings=settings)
 
@@ -781,7 +779,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
     llm = _llm(args)
-    strategies = {name: _strategy(args, name, rag, llm) for name in (BASELINE, *STRATEGIES, ADAPTIVE)}
+    strategies = {name: _strategy(args, name, rag, llm) for name in BUILT_IN}
     # the token matters over HTTP only: stdio is the client's own child process
     settings = ServeSettings.from_env() if args.http else ServeSettings()
     tools = SelfragTools(
@@ -800,6 +798,19 @@ def _version() -> str:
     from selfrag_core import __version__
 
     return __version__
+
+
+#: ``selfrag ask``'s strategy unless --strategy says otherwise
+DEFAULT_STRATEGY = "self"
+
+
+def strategy_help() -> str:
+    """``--strategy``'s help: the built-in strategies (``BUILT_IN``), those compared by default
+    first, each with what it says of itself, then the strategies of your own."""
+    names = sorted(BUILT_IN, key=lambda name: not BUILT_IN[name].compared)  # a stable sort
+    about = {name: "default" if name == DEFAULT_STRATEGY else BUILT_IN[name].about for name in names}
+    shown = [f"{name} ({about[name]})" if about[name] else name for name in names]
+    return f"{', '.join(shown)}, or your own: package.module:Name or file.py:Name"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -910,10 +921,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("question")
     p.add_argument(
-        "--strategy", default="self", metavar="NAME",
-        help="self (default), hyde, recursive, healing, plain (one retrieval, one answer), adaptive (plain, "
-             "or the strategy expected to gain most for its cost; see --router), or your own: "
-             "package.module:Name or file.py:Name",
+        "--strategy", default=DEFAULT_STRATEGY, metavar="NAME", help=strategy_help(),
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument(

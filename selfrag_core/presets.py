@@ -28,33 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from selfrag_core.backends.registry import EMBEDDER_CHOICES, backend_embedder, open_url, url_scheme
-from selfrag_core.config import (
-    AdaptiveRAGConfig,
-    ExecutionConfig,
-    HyDERAGConfig,
-    PlainRAGConfig,
-    RecursiveRAGConfig,
-    SelfHealingRAGConfig,
-    SelfRAGConfig,
-    StrategyConfig,
-)
+from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import Prompts
-from selfrag_core.strategies import (
-    AdaptiveRAG,
-    HyDERAG,
-    PlainRAG,
-    RecursiveRAG,
-    SelfHealingRAG,
-    SelfIRAG,
-    Strategy,
-)
+from selfrag_core.strategies import Strategy
+from selfrag_core.strategies.registry import BUILT_IN, compared
 
 logger = logging.getLogger("selfrag")
 
-#: the strategies by name (the CLI's ``--strategy``, the server's URL names)
-STRATEGIES = ("self", "hyde", "recursive", "healing")
+#: the strategies compared by default (the demo's, ``selfrag eval``'s, ``adaptive``'s candidates);
+#: every built-in strategy, these and the two below, is an entry of ``BUILT_IN``
+#: (:mod:`selfrag_core.strategies.registry`): the CLI's ``--strategy``, the server's URL names
+STRATEGIES = compared()
 #: one retrieval, one answer (``PlainRAG``): the baseline of ``selfrag eval``, and a strategy too
 BASELINE = "plain"
 #: per question, plain or the strategy of ``STRATEGIES`` expected to gain most for its cost (``AdaptiveRAG``)
@@ -100,17 +86,6 @@ def profile_for(preset: str | ModelProfile) -> ModelProfile:
     )
 
 
-#: the strategies of one backend, by name: each built as ``Class(rag, llm, config=...)`` with
-#: its config sized by the profile (``Config.for_profile``); ``healing`` and ``ADAPTIVE``
-#: compose these
-SIMPLE: dict[str, tuple[Callable[..., Strategy[Any]], type[StrategyConfig]]] = {
-    BASELINE: (PlainRAG, PlainRAGConfig),
-    "self": (SelfIRAG, SelfRAGConfig),
-    "hyde": (HyDERAG, HyDERAGConfig),
-    "recursive": (RecursiveRAG, RecursiveRAGConfig),
-}
-
-
 def build_strategy(
     name: str,
     rag: Any,
@@ -124,9 +99,10 @@ def build_strategy(
     router: Any = None,
     call_budget: float | None = None,
 ) -> Strategy[Any]:
-    """The strategy ``name`` (``BASELINE``, one of ``STRATEGIES``, ``ADAPTIVE``, or one of your
-    own named ``"package.module:Name"`` or ``"path/to/file.py:Name"``: see :func:`load_strategy`)
-    over ``rag`` and ``llm``, bounded in time.
+    """The strategy ``name`` (an entry of ``BUILT_IN``: ``BASELINE``, one of ``STRATEGIES``,
+    ``ADAPTIVE``..., or one of your own named ``"package.module:Name"`` or
+    ``"path/to/file.py:Name"``: see :func:`load_strategy`) over ``rag`` and ``llm``, bounded
+    in time.
 
     ``preset`` sizes it: a :class:`~selfrag_core.profiles.ModelProfile`, or one named in
     ``PRESETS`` (default "small", ``SMALL_LOCAL``, for a small local model; "standard" is
@@ -159,24 +135,18 @@ def build_strategy(
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
     if ":" in name:
         return load_strategy(name, rag, llm, execution=execution)
-    if name in SIMPLE:
-        strategy_class, config_class = SIMPLE[name]
-        config = config_class.for_profile(profile, top_k=top_k)
-        return strategy_class(rag, llm, config=config, **shared)
-    if name == "healing":
-        hyde = build_strategy("hyde", rag, llm, top_k=top_k, preset=profile, **limits)
-        healing = SelfHealingRAGConfig.for_profile(profile, top_k=top_k)
-        return SelfHealingRAG(llm, [rag, hyde], config=healing, **shared)
-    if name == ADAPTIVE:
-        candidates = {
-            n: build_strategy(n, rag, llm, top_k=top_k, preset=profile, **limits) for n in STRATEGIES
-        }
-        adaptive = AdaptiveRAGConfig.for_profile(profile, top_k=top_k)
-        return AdaptiveRAG(
-            rag, llm, adaptive, strategies=candidates, router=router, call_budget=call_budget, **shared
-        )
-    known = ", ".join((BASELINE, *STRATEGIES, ADAPTIVE))
-    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {known}")
+    entry = BUILT_IN.get(name)
+    if entry is None:
+        raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(BUILT_IN)}")
+    config = entry.config.for_profile(profile, top_k=top_k)
+    if entry.compose is None:
+        make: Callable[..., Strategy[Any]] = entry.strategy
+        return make(rag, llm, config=config, **shared)
+
+    def sized(other: str) -> Strategy[Any]:
+        return build_strategy(other, rag, llm, top_k=top_k, preset=profile, **limits)
+
+    return entry.compose(rag, llm, config, sized, shared, {"router": router, "call_budget": call_budget})
 
 
 def _import_attribute(spec: str, what: str, name: str, others: str) -> Any:

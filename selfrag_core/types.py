@@ -189,22 +189,15 @@ class Trace:
 
 # ------------------------------------------------------------- summary wording
 
-#: the names the CLI gives the strategies, by class (a SelfHealingRAG attempt names its
-#: strategy by class); any other class is a backend searched directly: a plain retrieval
-STRATEGY_NAMES = {
-    "PlainRAG": "plain",
-    "SelfIRAG": "self",
-    "HyDERAG": "hyde",
-    "RecursiveRAG": "recursive",
-    "SelfHealingRAG": "healing",
-    "AdaptiveRAG": "adaptive",
-}
-
 
 def attempt_name(strategy: str) -> str:
-    """A SelfHealingRAG attempt's strategy as the CLI names it: ``hyde`` for ``HyDERAG``,
-    ``plain retrieval`` for a backend searched directly (the embedded ``RAG``, say)."""
-    return STRATEGY_NAMES.get(strategy, "plain retrieval")
+    """A SelfHealingRAG attempt's strategy (its class's name) as the CLI names it: ``hyde``
+    for ``HyDERAG`` (the built-in strategies' names: ``strategies.registry.BUILT_IN``),
+    ``plain retrieval`` for any other class, a backend searched directly (the embedded
+    ``RAG``, say)."""
+    from selfrag_core.strategies.registry import name_of  # the strategies import this module
+
+    return name_of(strategy) or "plain retrieval"
 
 
 def recursive_reason(reason: str) -> str:

@@ -1,0 +1,99 @@
+"""The built-in strategies by name: the one table everything that names a strategy reads.
+
+``selfrag ask --strategy NAME`` (and its help), ``selfrag serve``'s ``/query/NAME`` and
+OpenAI model ``selfrag-NAME``, ``selfrag mcp``'s ``ask`` tool, ``selfrag eval``'s
+contenders, ``presets.build_strategy`` and the name a summary gives a SelfHealingRAG
+attempt all come from :data:`BUILT_IN`. An entry gives the class, its config (sized for a
+model by ``config.for_profile(profile, top_k=...)``: :mod:`selfrag_core.config`), the words
+``selfrag ask --help`` shows after the name, and whether the strategy is one of those
+compared by default (``compared``: the demo's, ``selfrag eval``'s default contenders,
+``adaptive``'s candidates, ``create_app``'s defaults). Adding a built-in strategy is its
+module and one entry here (docs/how-to/custom-strategy.md; tests/test_new_strategy_exercise.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from selfrag_core.config import (
+    AdaptiveRAGConfig,
+    HyDERAGConfig,
+    PlainRAGConfig,
+    RecursiveRAGConfig,
+    SelfHealingRAGConfig,
+    SelfRAGConfig,
+    StrategyConfig,
+)
+from selfrag_core.strategies.adaptive import AdaptiveRAG
+from selfrag_core.strategies.base import Strategy
+from selfrag_core.strategies.hyde import HyDERAG
+from selfrag_core.strategies.plain import PlainRAG
+from selfrag_core.strategies.recursive import RecursiveRAG
+from selfrag_core.strategies.self_healing import SelfHealingRAG
+from selfrag_core.strategies.self_rag import SelfIRAG
+
+Sized = Callable[[str], Strategy[Any]]
+Options = Mapping[str, Any]
+#: builds a strategy made of others: ``compose(rag, llm, config, sized, shared, routing)``, where
+#: ``sized(name)`` is the entry ``name`` built with the same model profile, ``top_k`` and limits,
+#: ``shared`` holds ``execution`` and ``prompts``, ``routing`` ``router`` and ``call_budget``
+#: (adaptive's)
+Compose = Callable[[Any, Any, Any, Sized, Options, Options], Strategy[Any]]
+
+
+@dataclass(frozen=True)
+class BuiltIn:
+    """One built-in strategy: built as ``strategy(rag, llm, config=config.for_profile(...),
+    execution=..., prompts=...)``, or by ``compose`` when it is made of others."""
+
+    strategy: type[Strategy[Any]]
+    config: type[StrategyConfig]
+    #: what ``selfrag ask --help`` says of it, in parentheses after its name ("" for nothing)
+    about: str = ""
+    #: one of the strategies compared by default (see the module docstring)
+    compared: bool = False
+    compose: Compose | None = None
+
+
+def compared() -> tuple[str, ...]:
+    """The names of the strategies compared by default, in the table's order."""
+    return tuple(name for name, entry in BUILT_IN.items() if entry.compared)
+
+
+def name_of(class_name: str) -> str | None:
+    """The name of the built-in strategy whose class is called ``class_name`` (None: not one)."""
+    return next((name for name, e in BUILT_IN.items() if e.strategy.__name__ == class_name), None)
+
+
+def _healing(
+    rag: Any, llm: Any, config: Any, sized: Sized, shared: Options, routing: Options
+) -> Strategy[Any]:
+    """Plain retrieval first, then HyDE."""
+    return SelfHealingRAG(llm, [rag, sized("hyde")], config=config, **shared)
+
+
+def _adaptive(
+    rag: Any, llm: Any, config: Any, sized: Sized, shared: Options, routing: Options
+) -> Strategy[Any]:
+    """Plain, or one of the :func:`compared` strategies, chosen per question."""
+    candidates = {name: sized(name) for name in compared()}
+    return AdaptiveRAG(rag, llm, config, strategies=candidates, **routing, **shared)
+
+
+#: by name, in the order the server lists them (its routes, its OpenAI models, the MCP tool's
+#: choices): ``plain``, the compared four, ``adaptive``
+BUILT_IN: dict[str, BuiltIn] = {
+    "plain": BuiltIn(PlainRAG, PlainRAGConfig, "one retrieval, one answer"),
+    "self": BuiltIn(SelfIRAG, SelfRAGConfig, compared=True),
+    "hyde": BuiltIn(HyDERAG, HyDERAGConfig, compared=True),
+    "recursive": BuiltIn(RecursiveRAG, RecursiveRAGConfig, compared=True),
+    "healing": BuiltIn(SelfHealingRAG, SelfHealingRAGConfig, compared=True, compose=_healing),
+    "adaptive": BuiltIn(
+        AdaptiveRAG,
+        AdaptiveRAGConfig,
+        "plain, or the strategy expected to gain most for its cost; see --router",
+        compose=_adaptive,
+    ),
+}
