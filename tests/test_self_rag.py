@@ -209,6 +209,20 @@ def test_degenerate_refinement_is_discarded(backend: FakeRetriever, instant: Exe
     assert result.history[1].action == "regenerate" and result.answer == GOOD
 
 
+def test_two_step_regeneration_after_a_discarded_refinement_answers(
+    backend: FakeRetriever, instant: ExecutionConfig
+) -> None:
+    """Two-step mode: the second iteration regenerates from the ``answer`` prompt when the
+    refinement was discarded (its template must exist, in both languages)."""
+    llm = FakeLLM(script(["unused"], evaluate=[judged(None, 5)], refine=["Yes."], answer=[GOOD]))
+    result = make(llm, backend, instant, fast_mode=False, max_refinement_iterations=2).query(Q)
+    assert "refinement_discarded" in [e.name for e in result.trace.fallbacks]
+    assert [s.action for s in result.history] == ["generate", "regenerate"]
+    assert result.answer == GOOD and not result.no_answer
+    answers = [p for p in llm.prompts if "Judge the answer" not in p and "Improve the answer" not in p]
+    assert len(answers) == 2 and answers[0] != answers[1]  # grounded_answer, then the answer prompt
+
+
 def test_arabic_query_uses_arabic_prompts(instant: ExecutionConfig) -> None:
     backend = FakeRetriever(["باريس هي عاصمة فرنسا."])
     llm = FakeLLM(judged("باريس هي عاصمة فرنسا.", 9))

@@ -57,6 +57,7 @@ class PromptTemplate:
 
 #: name -> the variables each template must use
 VARIABLES: dict[str, tuple[str, ...]] = {
+    "answer": ("context", "question"),
     "answer_and_evaluate": ("context", "question"),
     "evaluate": ("context", "question", "answer"),
     "refine": ("context", "question", "answer", "issues", "suggestions"),
