@@ -3,9 +3,10 @@ rank documents for it), each turned into one :class:`Outcome` shape.
 
 A contender is one of:
 
-* a built-in strategy by name (``plain``, ``self``, ``hyde``, ``recursive``,
-  ``healing``: sized as the CLI sizes them, see :func:`selfrag_core.presets.build_strategy`),
-  or ``"file.py:Name"`` / ``"package.module:Name"`` for a strategy of your own;
+* a built-in strategy by name (an entry of :data:`selfrag_core.strategies.registry.BUILT_IN`:
+  ``plain``, ``self``, ``hyde``, ``recursive``, ``healing``, ``adaptive``; sized as the CLI
+  sizes them, see :func:`selfrag_core.presets.build_strategy`), or ``"file.py:Name"`` /
+  ``"package.module:Name"`` for a strategy of your own;
 * any strategy object (a ``Strategy``, built-in or yours, composed or not);
 * a LangChain runnable (``invoke``): its output may be a string, a message, or a dict
   with the answer (``answer``, ``result``, ...) and the documents it used (``context``,
