@@ -954,11 +954,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--corpus",
         help="documents to index for the run: a BEIR corpus.jsonl (default: the data's own, else --index)",
     )
+    contenders = ",".join((BASELINE, *STRATEGIES))
     p.add_argument(
         "--strategies",
-        default=",".join((BASELINE, *STRATEGIES)),
+        default=contenders,
         metavar="NAMES",
-        help="comma-separated contenders; plain is the baseline (default: plain,self,hyde,recursive,healing)",
+        help=f"comma-separated contenders; {BASELINE} is the baseline (default: {contenders})",
     )
     p.add_argument("--k", type=int, default=10, help="documents counted by recall@k and MRR (default 10)")
     p.add_argument(
