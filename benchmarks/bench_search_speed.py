@@ -20,8 +20,14 @@ documents, its 200 queries) indexed by ours and by bm25s, ours saved and opened 
 (dim 384, seeded) scanned exactly by ours (the approximate index switched off) and by
 faiss flat, with 100 random queries.
 
+With ``--rankings FILE``, every SciFact test query's top 10 in lexical, hybrid and dense
+mode (ids and every score, to the bit) is written to FILE when it does not exist, else
+compared with it: record before a change to the search path, compare after
+(``--rankings-embedder minilm``: with MiniLM's vectors, which need ``selfrag[local]``).
+
     python benchmarks/bench_search_speed.py                    # SciFact
     python benchmarks/bench_search_speed.py --docs 1000000     # and 1M chunks
+    python benchmarks/bench_search_speed.py --rankings /tmp/before.json
 
 Needs the ``store`` and ``ann`` extras (bm25s, PyStemmer, faiss-cpu). Nothing is
 asserted; the figures are printed (and written to ``--json``).
@@ -45,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_scale
-from retrieval_scifact import DEFAULT_DATA, load_scifact, ndcg_at
+from retrieval_scifact import DEFAULT_DATA, CachedEmbeddings, load_scifact, make_embedder, ndcg_at
 
 from selfrag_core.store import RAG, HashingEmbeddings, ann
 
@@ -163,6 +169,49 @@ def scifact(root: Path, rounds: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def rankings(root: Path, kind: str) -> dict[str, dict[str, list[list[Any]]]]:
+    """Every SciFact test query's top 10 in lexical, hybrid and dense mode: (chunk id,
+    score, lexical score, dense score) a hit, the scores as ``repr`` (every bit); the
+    vectors ``HashingEmbeddings(384)``'s or (``kind`` "minilm") MiniLM's, its document
+    vectors cached as ``retrieval_scifact.py`` caches them."""
+    corpus, queries, _ = load_scifact(root)
+    docs = [{"text": t, "source": d} for d, t in corpus.items()]
+    embedder: Any = HashingEmbeddings(DIM)
+    if kind == "minilm":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        embedder = CachedEmbeddings(make_embedder("minilm"), list(corpus.values()))
+    out: dict[str, dict[str, list[list[Any]]]] = {}
+    for mode, rag in (
+        ("lexical", RAG(chunk_size=20_000, chunk_overlap=0)),
+        ("hybrid", RAG(embedder, chunk_size=20_000, chunk_overlap=0)),
+        ("dense", RAG(embedder, bm25_alpha=1.0, chunk_size=20_000, chunk_overlap=0)),
+    ):
+        rag.index_many(docs)
+        out[mode] = {
+            qid: [
+                [h.id, repr(h.score), repr(h.lexical_score), repr(h.dense_score)]
+                for h in rag.search(q, top_k=TOP_K)
+            ]
+            for qid, q in queries.items()
+        }
+    return out
+
+
+def check_rankings(root: Path, path: Path, kind: str) -> str:
+    """Record :func:`rankings` to ``path`` when it does not exist, else compare with it."""
+    found = rankings(root, kind)
+    if not path.exists():
+        path.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+        return f"rankings recorded to {path}"
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    differ = {m: [q for q in found[m] if found[m][q] != recorded[m].get(q)] for m in found}
+    if not any(differ.values()):
+        return f"rankings: all {len(found['dense'])} queries the same as {path} in every mode"
+    return "rankings DIFFER: " + ", ".join(
+        f"{m}: {len(qs)} queries ({qs[:3]})" for m, qs in differ.items() if qs
+    )
+
+
 def scale_lexical(docs: int, rounds: int, where: Path) -> dict[str, Any]:
     documents = bench_scale.corpus(docs)
     qtexts = bench_scale.queries()
@@ -231,9 +280,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=0, help="also measure at this many synthetic chunks")
     parser.add_argument("--rounds", type=int, default=3, help="passes over the queries")
     parser.add_argument("--json", default="", help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--rankings", default="", help="SciFact's top 10s: recorded to this JSON file, or compared with it"
+    )
+    parser.add_argument(
+        "--rankings-embedder",
+        choices=("hashing", "minilm"),
+        default="hashing",
+        help="the vectors of --rankings",
+    )
     args = parser.parse_args(argv)
     figures: dict[str, Any] = {}
     load = os.getloadavg()[0]
+    if args.rankings:
+        print(check_rankings(Path(args.scifact or DEFAULT_DATA), Path(args.rankings), args.rankings_embedder))
     if args.scifact:
         sf = figures["scifact"] = scifact(Path(args.scifact), args.rounds)
         print(f"SciFact nDCG@10: ours {sf['ndcg10']['ours']:.4f}, bm25s {sf['ndcg10']['bm25s']:.4f}")

@@ -8,6 +8,7 @@ searched exactly with one matrix-vector product.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import threading
 import zlib
@@ -78,9 +79,16 @@ def as_matrix(raw: Any, rows: int) -> np.ndarray:
             f"the embedder returned an array of shape {matrix.shape} for {rows} text(s); "
             "expected one non-empty vector per text"
         )
+    # the squared norms summed as np.linalg.norm sums them (the same bits, fewer calls); a
+    # NaN or an infinity makes its row's sum one too, so the values are checked only then
+    squares = np.add.reduce(matrix * matrix, axis=1, keepdims=True)
+    low, high = (squares.item(),) * 2 if rows == 1 else (squares.min(), squares.max())
+    if low > 0.0 and high < math.inf:  # every row finite and not zero
+        unit: np.ndarray = matrix / np.sqrt(squares)
+        return unit
     if not np.isfinite(matrix).all():
         raise ValueError("the embedder returned NaN or infinite values")
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms = np.sqrt(squares)
     return matrix / np.where(norms == 0.0, 1.0, norms)
 
 

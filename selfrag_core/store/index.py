@@ -171,6 +171,14 @@ class Chunks(LazySequence[IndexedChunk]):
         assert self.base is not None
         return self.base._at(i if self.kept is None else int(self.kept[i]))
 
+    def at(self, positions: Iterable[int]) -> list[IndexedChunk]:
+        """The chunks at ``positions`` (each in range: a search's), without the checks of
+        ``chunks[i]``."""
+        if self.base is None:
+            tail = self.tail
+            return [tail[i] for i in positions]
+        return [self._at(i) for i in positions]
+
     def metadata(self) -> Iterable[dict[str, Any]]:
         """Every chunk's metadata, in order (the base's parsed once, then kept)."""
         if self.base is not None:

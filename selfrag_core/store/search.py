@@ -101,7 +101,7 @@ def search_many(
                 rankings.append(_rank(alpha, lex, scores, mask, pool, among))
                 column += 1
             ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
-            hits = [_hit(index, *r) for r in ranked]
+            hits = _hits(index, ranked)
             found.append(
                 (hits, _hit_vectors(index, [r[0] for r in ranked]) if reranker is not None else None)
             )
@@ -133,7 +133,12 @@ def _query_vectors(index: Index, queries: list[str], alpha: float) -> np.ndarray
     if embedder is None or alpha == 0:
         return None
     many = getattr(embedder, "embed_queries", None)
-    raw = many(queries) if callable(many) else [np.asarray(embedder.embed_query(q)) for q in queries]
+    if callable(many):
+        raw = many(queries)
+    elif len(queries) == 1:  # its one row, without stacking a list
+        raw = np.asarray(embedder.embed_query(queries[0]))[None]
+    else:
+        raw = [np.asarray(embedder.embed_query(q)) for q in queries]
     vecs = as_matrix(raw, len(queries))
     if index.dim is not None and vecs.shape[1] != index.dim:
         index.check_dim(vecs.shape[1])
@@ -230,8 +235,9 @@ def _rank(
     every valid chunk."""
     first = lex if dense is None else dense
     assert first is not None
-    if (lex is None or dense is None) and valid is None and among is None:  # one score, every chunk
-        candidates = _top(first, pool)
+    one = (lex is None or dense is None) and valid is None and among is None  # one score, every chunk
+    if one:
+        candidates = _best(first, pool)
         if dense is None:  # lexical: chunks sharing no term with the query are not returned
             candidates = candidates[first[candidates] > 0]
         score = first[candidates]
@@ -246,44 +252,52 @@ def _rank(
             score = alpha * _minmax(dense, valid, candidates) + (1 - alpha) * _minmax(lex, valid, candidates)
         else:
             score = first[candidates]
-        part = _top(score, pool)
+        part = _best(score, pool)
         candidates, score = candidates[part], score[part]
-    order = np.argsort(-score, kind="stable")
-    return [
-        (
-            int(candidates[i]),
-            float(score[i]),
-            None if lex is None else float(lex[candidates[i]]),
-            None if dense is None else float(dense[candidates[i]]),
+    values = score.tolist()
+    nothing = [None] * len(values)
+    return list(
+        zip(
+            candidates.tolist(),
+            values,
+            nothing if lex is None else values if one else lex[candidates].tolist(),
+            nothing if dense is None else values if one else dense[candidates].tolist(),
+            strict=True,
         )
-        for i in order
-    ]
+    )
 
 
-#: the shortest blocks of scores _top bounds the ranking ones by
+#: the shortest blocks of scores _best bounds the ranking ones by
 _BLOCK = 64
+#: _best sorts at most this many times ``k`` scores whole; more are cut to the ``k`` best first
+_SORTED = 8
 
 
-def _top(score: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the ``k`` best scores (all when fewer), ascending; of equal scores
-    at the cut, the first. A long array is cut in ``4 k`` blocks first: at least ``k``
-    scores reach the ``k``-th best of the blocks' maxima, so only the ones at or above it
-    compete (a few times ``k`` of them, unless many are equal)."""
-    if len(score) <= k:
-        return np.arange(len(score))
+def _best(score: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` best scores (all when fewer), best first; of equal scores,
+    the first position first (a stable sort's order). A long array is cut in ``4 k``
+    blocks first: at least ``k`` scores reach the ``k``-th best of the blocks' maxima, so
+    only the ones at or above it compete (a few times ``k`` of them, unless many are
+    equal). Of many, the ``k`` best (of equal ones at the cut, the first) are found by a
+    partition and only they sorted."""
     among = None
     block = len(score) // (4 * k)
     if block >= _BLOCK:
         blocks = len(score) // block
-        maxima = score[: blocks * block].reshape(blocks, block).max(axis=1)
-        among = (score >= np.partition(maxima, blocks - k)[blocks - k]).nonzero()[0]
+        maxima = np.maximum.reduceat(score, np.arange(0, blocks * block, block))  # the last to the end
+        maxima.sort()
+        among = (score >= maxima[blocks - k]).nonzero()[0]
         score = score[among]
-    kth = np.partition(score, len(score) - k)[len(score) - k]
-    picked: np.ndarray = (score >= kth).nonzero()[0]
-    if len(picked) > k:  # scores equal to the k-th: the first of them
-        ties = (score[picked] == kth).nonzero()[0]
-        picked = np.delete(picked, ties[k - (len(picked) - len(ties)) :])
-    return picked if among is None else among[picked]
+    if len(score) > _SORTED * k:
+        kth = np.partition(score, len(score) - k)[len(score) - k]
+        picked: np.ndarray = (score >= kth).nonzero()[0]
+        if len(picked) > k:  # scores equal to the k-th: the first of them
+            ties = (score[picked] == kth).nonzero()[0]
+            picked = np.delete(picked, ties[k - (len(picked) - len(ties)) :])
+        among = picked if among is None else among[picked]
+        score = score[picked]
+    order: np.ndarray = (-score).argsort(kind="stable")[:k]
+    return order if among is None else among[order]
 
 
 def _fuse(rankings: list[list[Ranked]], pool: int) -> list[Ranked]:
@@ -297,12 +311,23 @@ def _fuse(rankings: list[list[Ranked]], pool: int) -> list[Ranked]:
     return [(e[0], e[1], e[2], e[3]) for e in ordered]
 
 
-def _hit(index: Index, pos: int, score: float, lexical: float | None, dense: float | None) -> SearchHit:
-    c = index.chunks[pos]
-    return SearchHit(
-        c.text, score, dict(c.metadata), c.id, ScoreKind.SIMILARITY,
-        source=c.source, lexical_score=lexical, dense_score=dense,
-    )  # fmt: skip
+def _hits(index: Index, ranked: list[Ranked]) -> list[SearchHit]:
+    """The ranked chunks as hits (each with its own copy of the chunk's metadata)."""
+    chunks = index.chunks.at([r[0] for r in ranked])
+    similarity = ScoreKind.SIMILARITY
+    return [
+        SearchHit(
+            c.text,
+            score,
+            dict(c.metadata),
+            c.id,
+            similarity,
+            source=c.source,
+            lexical_score=lexical,
+            dense_score=dense,
+        )
+        for c, (_, score, lexical, dense) in zip(chunks, ranked, strict=True)
+    ]
 
 
 def _hit_vectors(index: Index, positions: list[int]) -> np.ndarray:
