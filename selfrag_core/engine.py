@@ -55,15 +55,7 @@ from selfrag_core.errors import (
     RetrievalTimeoutError,
 )
 from selfrag_core.llm import LLMReply, TokenSink, acall_llm_detailed, call_llm_detailed, llm_identity, within
-from selfrag_core.retrieval import (
-    _aretrieve_many_safe,
-    _aretrieve_safe,
-    _retrieve_many_safe,
-    _retrieve_safe,
-    data_source_id,
-    ignored_options,
-    supports_many,
-)
+from selfrag_core.retrieval import data_source_id, ignored_options, resolve_backend, supports_many
 from selfrag_core.types import RetrievedDoc, Trace, TraceEvent
 from selfrag_core.workers import TASKS, Limit, awaited_within, call_within
 
@@ -565,9 +557,10 @@ def _call_sync(effect: Call, run: Run) -> Any:
         return call_llm_detailed(
             effect.llm, effect.prompt, effect.retries, **run.call_options(effect, run.sleep_sync)
         )
-    retrieve: Callable[..., Any] = _retrieve_safe if isinstance(effect, Retrieve) else _retrieve_many_safe
+    backend = resolve_backend(effect.backend)  # (decided once per backend: a lookup)
+    retrieve: Callable[..., Any] = backend.retrieve if isinstance(effect, Retrieve) else backend.retrieve_many
     return call_within(
-        lambda: retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options),
+        lambda: retrieve(_queries(effect), effect.top_k, **effect.options),
         run.config.retrieval_timeout,
         run.retrieval_timed_out(effect),
         run.deadline,
@@ -647,8 +640,11 @@ async def _call_async(effect: Call, run: Run) -> Any:
     if isinstance(effect, Generate):
         options = run.call_options(effect, run.sleep_async)
         return await acall_llm_detailed(effect.llm, effect.prompt, effect.retries, **options)
-    retrieve: Callable[..., Any] = _aretrieve_safe if isinstance(effect, Retrieve) else _aretrieve_many_safe
-    retrieval = retrieve(effect.backend, _queries(effect), effect.top_k, **effect.options)
+    backend = resolve_backend(effect.backend)
+    retrieve: Callable[..., Any] = backend.aretrieve_many
+    if isinstance(effect, Retrieve):
+        retrieve = backend.aretrieve
+    retrieval = retrieve(_queries(effect), effect.top_k, **effect.options)
     limit = run.limit(run.config.retrieval_timeout)
     if limit is None:
         return await retrieval

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_base, wait_exponential
 
+from selfrag_core import frameworks
 from selfrag_core.errors import (
     BudgetExceededError,
     ConfigurationError,
@@ -44,6 +45,7 @@ from selfrag_core.errors import (
     misconfiguration_hint,
     misconfigured,
 )
+from selfrag_core.frameworks import Getter, Resolutions
 from selfrag_core.protocols import LLMOutput
 from selfrag_core.workers import CALLS, Limit, awaited_within, call_within, to_thread
 
@@ -63,41 +65,15 @@ class LLMReply:
     truncated_from: int | None = None
 
 
-def _mro_names(obj: Any) -> frozenset[str]:
-    """The names of the classes ``obj`` is an instance of (how frameworks are recognised
-    without importing them); asked on every LLM call and retrieval, so kept per class."""
-    return _class_names(type(obj))  # type: ignore[arg-type]  # classes are hashable
-
-
-@functools.lru_cache(maxsize=256)
-def _class_names(cls: type) -> frozenset[str]:
-    return frozenset(c.__name__ for c in cls.__mro__)
-
-
-def _from_package(obj: Any, package: str) -> bool:
-    """Whether ``obj`` is an instance of a class of ``package`` or of a subclass of one
-    (a user's ``CustomLLM`` or ``BaseRetriever`` subclass lives in the user's module)."""
-    return package in _class_packages(type(obj))  # type: ignore[arg-type]
-
-
-@functools.lru_cache(maxsize=256)
-def _class_packages(cls: type) -> frozenset[str]:
-    return frozenset(str(c.__module__).partition(".")[0] for c in cls.__mro__)
-
-
-def _is_langchain(llm: Any) -> bool:
-    return "Runnable" in _mro_names(llm) and hasattr(llm, "invoke")
-
-
-def _is_llamaindex(llm: Any) -> bool:
-    return hasattr(llm, "complete") and _from_package(llm, "llama_index")
-
-
-def is_async_capable(llm: Any) -> bool:
+def is_async_capable(llm: object) -> bool:
     """Whether the LLM has a native async path (no thread needed)."""
-    if _is_langchain(llm):
+    return resolve_llm(llm).native_async
+
+
+def _async_capable(llm: object) -> bool:
+    if frameworks.is_langchain_llm(llm):
         return hasattr(llm, "ainvoke")
-    if _is_llamaindex(llm):
+    if frameworks.is_llamaindex_llm(llm):
         return hasattr(llm, "acomplete")
     return any(hasattr(llm, name) for name in ("agenerate", "generate_async")) or is_coroutine_callable(llm)
 
@@ -110,18 +86,18 @@ def llm_identity(llm: Any) -> dict[str, str]:
     their LangSmith parameters, LlamaIndex LLMs by their metadata, the core's OpenAI and
     local LLMs by their settings; any other LLM by its ``provider`` and ``model_name`` or
     ``model`` attributes, else its provider is the package of its class."""
-    names = _mro_names(llm)
+    names = frameworks.mro_names(llm)
     if "CachedLLM" in names and getattr(llm, "llm", None) is not None:
         return llm_identity(llm.llm)
     provider, model, chat = getattr(llm, "provider", None), None, False
-    if _is_langchain(llm):
+    if frameworks.is_langchain_llm(llm):
         try:
             params = llm._get_ls_params()
         except (AttributeError, TypeError, ValueError, KeyError):  # a chain, not a model
             params = {}
         provider, model = params.get("ls_provider") or provider, params.get("ls_model_name")
         chat = params.get("ls_model_type") == "chat"
-    elif _is_llamaindex(llm):
+    elif frameworks.is_llamaindex_llm(llm):
         meta = getattr(llm, "metadata", None)
         model, chat = getattr(meta, "model_name", None), bool(getattr(meta, "is_chat_model", False))
         named = llm.class_name() if hasattr(llm, "class_name") else type(llm).__name__
@@ -223,41 +199,163 @@ def run_coroutine_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
     return CALLS.submit(asyncio.run, main()).result()
 
 
-def _invoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
-    if schema is not None and hasattr(llm, "generate_structured"):
-        return llm.generate_structured(prompt, schema)
-    if _is_langchain(llm):
-        return llm.invoke(prompt)
-    if _is_llamaindex(llm):
-        return llm.complete(prompt)
-    for name in ("generate", "invoke", "complete"):
-        if hasattr(llm, name):
-            return getattr(llm, name)(prompt)
-    if is_async_capable(llm):
-        return run_coroutine_sync(lambda: _ainvoke_once(llm, prompt, schema))
-    if callable(llm):
-        return llm(prompt)
-    raise TypeError(
-        f"{type(llm).__name__} is not an LLM: give an object with generate(prompt), "
-        "a LangChain model, a LlamaIndex LLM or a callable"
+class LLMClient:
+    """An LLM resolved once (:func:`resolve_llm`): the one contract the engine calls. What
+    the object is (a LangChain runnable, a LlamaIndex LLM, an object with ``generate`` /
+    ``agenerate`` and their structured forms, a sync or async callable) and which of its
+    methods a call, a structured call (``schema``) and a streamed call reach are decided
+    when it is resolved; a call only calls.
+
+    :meth:`generate` / :meth:`agenerate` return what the LLM returned (a string, an
+    ``LLMOutput``, a message...: :func:`to_reply` reads it); :meth:`stream` /
+    :meth:`astream` send the text to a sink as it comes (when :attr:`streams`). It holds
+    the object weakly: it serves while the object lives.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_agenerate",
+        "_astream",
+        "_astream_awaited",
+        "_astructured",
+        "_generate",
+        "_source",
+        "_stream",
+        "_structured",
+        "native_async",
+        "streams",
     )
 
+    def __init__(self, llm: object, hold: Callable[[str | None, object], Getter]) -> None:
+        self._source = hold(None, llm)
+        found = {
+            name: hold(name, getattr(llm, name))
+            for name in ("generate_structured", "agenerate_structured", "stream", "astream")
+            if hasattr(llm, name)
+        }
+        self._structured, self._astructured = (
+            found.get("generate_structured"),
+            found.get("agenerate_structured"),
+        )
+        #: whether the LLM has a native async path (no thread needed)
+        self.native_async = _async_capable(llm)
+        langchain, llamaindex = frameworks.is_langchain_llm(llm), frameworks.is_llamaindex_llm(llm)
+        plain: Getter | None = None
+        aplain: Getter | None = None
+        if langchain or llamaindex:
+            name, aname = ("invoke", "ainvoke") if langchain else ("complete", "acomplete")
+            plain, aplain = hold(name, getattr(llm, name)), hold(aname, getattr(llm, aname, None))
+        else:
+            sync_name = next((n for n in ("generate", "invoke", "complete") if hasattr(llm, n)), None)
+            if sync_name is not None:
+                plain = hold(sync_name, getattr(llm, sync_name))
+            elif not self.native_async and callable(llm):
+                plain = self._source
+            async_name = next((n for n in ("agenerate", "generate_async") if hasattr(llm, n)), None)
+            if async_name is not None:
+                aplain = hold(async_name, getattr(llm, async_name))
+            elif is_coroutine_callable(llm):
+                aplain = self._source
+        self._generate, self._agenerate = plain, aplain
+        #: whether the LLM streams text: LangChain ``stream``, LlamaIndex ``stream_complete``,
+        #: or an object with ``stream(prompt) -> Iterator[str]`` / ``astream`` (pieces may
+        #: also be ``LLMOutput``, to report token counts; see :func:`_chunk_usage`)
+        self.streams = any(
+            hasattr(llm, n) for n in ("stream", "astream", "stream_complete", "astream_complete")
+        )
+        self._stream, self._astream, self._astream_awaited = found.get("stream"), found.get("astream"), False
+        if llamaindex and hasattr(llm, "stream_complete"):
+            self._stream = hold("stream_complete", llm.stream_complete)  # type: ignore[attr-defined]
+        if llamaindex and hasattr(llm, "astream_complete"):
+            self._astream = hold("astream_complete", llm.astream_complete)  # type: ignore[attr-defined]
+            self._astream_awaited = True
 
-async def _ainvoke_once(llm: Any, prompt: str, schema: dict[str, Any] | None) -> Any:
-    if schema is not None and hasattr(llm, "agenerate_structured"):
-        return await llm.agenerate_structured(prompt, schema)
-    if schema is not None and hasattr(llm, "generate_structured"):
-        return await to_thread(llm.generate_structured, prompt, schema)
-    if _is_langchain(llm):
-        return await llm.ainvoke(prompt)
-    if _is_llamaindex(llm):
-        return await llm.acomplete(prompt)
-    for name in ("agenerate", "generate_async"):
-        if hasattr(llm, name):
-            return await getattr(llm, name)(prompt)
-    if is_coroutine_callable(llm):
-        return await llm(prompt)
-    return await to_thread(_invoke_once, llm, prompt, schema)
+    @property
+    def source(self) -> object:
+        """The object resolved."""
+        return self._source()
+
+    def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> Any:
+        """One call: the structured method when there is a ``schema`` and the LLM has one."""
+        if schema is not None and self._structured is not None:
+            return self._structured()(prompt, schema)
+        if self._generate is not None:
+            return self._generate()(prompt)
+        if self.native_async:
+            return run_coroutine_sync(lambda: self.agenerate(prompt, schema))
+        source = self._source()
+        raise TypeError(
+            f"{type(source).__name__} is not an LLM: give an object with generate(prompt), "
+            "a LangChain model, a LlamaIndex LLM or a callable"
+        )
+
+    async def agenerate(self, prompt: str, schema: dict[str, Any] | None = None) -> Any:
+        """Async :meth:`generate`: the LLM's async API where it has one, else the sync
+        call in a worker thread."""
+        if schema is not None and self._astructured is not None:
+            return await self._astructured()(prompt, schema)
+        if schema is not None and self._structured is not None:
+            return await to_thread(self._structured(), prompt, schema)
+        if self._agenerate is not None:
+            return await self._agenerate()(prompt)
+        return await to_thread(self.generate, prompt, schema)
+
+    def stream(self, prompt: str, sink: TokenSink) -> LLMReply:
+        """One streamed call: its text goes to ``sink`` as it comes."""
+        if self._stream is None:  # async-only streaming from sync code
+            return run_coroutine_sync(lambda: self.astream(prompt, sink))  # type: ignore[no-any-return]
+        reply = LLMReply("")
+        parts: list[str] = []
+        for chunk in self._stream()(prompt):
+            _take(chunk, reply, parts, sink)
+        reply.text = "".join(parts)
+        return reply
+
+    async def astream(self, prompt: str, sink: TokenSink) -> LLMReply:
+        """Async :meth:`stream`."""
+        if self._astream is None:
+            return await to_thread(self.stream, prompt, sink)
+        reply = LLMReply("")
+        parts: list[str] = []
+        chunks = self._astream()(prompt)
+        if self._astream_awaited or inspect.isawaitable(chunks):
+            chunks = await chunks
+        async for chunk in chunks:
+            _take(chunk, reply, parts, sink)
+        reply.text = "".join(parts)
+        return reply
+
+
+def _take(chunk: object, reply: LLMReply, parts: list[str], sink: TokenSink) -> None:
+    """One streamed piece: its text kept and sent on, its token counts on ``reply``."""
+    text = _chunk_text(chunk)
+    _chunk_usage(chunk, reply)
+    if text:
+        parts.append(text)
+        sink(text)
+
+
+_RESOLVED: Resolutions[LLMClient] = Resolutions()
+
+
+def resolve_llm(llm: object) -> LLMClient:
+    """``llm`` (anything :data:`~selfrag_core.protocols.LLMLike`) as the one contract the
+    engine calls, an :class:`LLMClient`: decided once per object (and kept while it
+    lives), so that a call does no recognition or attribute work. An
+    :class:`LLMClient` is returned as it is."""
+    if type(llm) is LLMClient:
+        return llm
+    return _RESOLVED.get(llm, LLMClient)
+
+
+def _invoke_once(llm: object, prompt: str, schema: dict[str, Any] | None) -> Any:
+    """One call of ``llm`` (see :meth:`LLMClient.generate`)."""
+    return resolve_llm(llm).generate(prompt, schema)
+
+
+async def _ainvoke_once(llm: object, prompt: str, schema: dict[str, Any] | None) -> Any:
+    """One async call of ``llm`` (see :meth:`LLMClient.agenerate`)."""
+    return await resolve_llm(llm).agenerate(prompt, schema)
 
 
 def _check_text(reply: LLMReply, max_chars: int | None) -> LLMReply:
@@ -278,7 +376,7 @@ def _llm_timeout(limit: Limit) -> LLMTimeoutError:
     )
 
 
-def _checked(llm: Any, exc: BaseException) -> BaseException:
+def _checked(llm: object, exc: BaseException) -> BaseException:
     """``exc`` from ``llm``'s client, or the :class:`ConfigurationError` it stands for
     (a programming or configuration error, which no retry mends)."""
     hint = misconfiguration_hint(exc) if isinstance(exc, Exception) else None
@@ -523,7 +621,7 @@ class _Resumed:
 
 
 def call_llm_detailed(
-    llm: Any,
+    llm: object,
     prompt: str,
     retries: int = 2,
     *,
@@ -554,14 +652,15 @@ def call_llm_detailed(
     """
 
     resumed = None if sink is None else _Resumed(sink)
+    client = resolve_llm(llm)
 
     def once() -> LLMReply:
         if resumed is None:
-            return to_reply(_invoke_once(llm, prompt, schema))
+            return to_reply(client.generate(prompt, schema))
         send = resumed.next_attempt()
-        if can_stream(llm):
-            return _stream_sync(llm, prompt, send)
-        reply = to_reply(_invoke_once(llm, prompt, None))
+        if client.streams:
+            return client.stream(prompt, send)
+        reply = to_reply(client.generate(prompt, None))
         send(reply.text)
         return reply
 
@@ -580,7 +679,7 @@ def call_llm_detailed(
 
 
 async def acall_llm_detailed(
-    llm: Any,
+    llm: object,
     prompt: str,
     retries: int = 2,
     *,
@@ -599,14 +698,15 @@ async def acall_llm_detailed(
     """Async twin of :func:`call_llm_detailed` (same policy, tenacity's async driver)."""
 
     resumed = None if sink is None else _Resumed(sink)
+    client = resolve_llm(llm)
 
     async def once() -> LLMReply:
         if resumed is None:
-            return to_reply(await _ainvoke_once(llm, prompt, schema))
+            return to_reply(await client.agenerate(prompt, schema))
         send = resumed.next_attempt()
-        if can_stream(llm):
-            return await _stream_async(llm, prompt, send)
-        reply = to_reply(await _ainvoke_once(llm, prompt, None))
+        if client.streams:
+            return await client.astream(prompt, send)
+        reply = to_reply(await client.agenerate(prompt, None))
         send(reply.text)
         return reply
 
@@ -629,7 +729,7 @@ async def acall_llm_detailed(
 
 
 def _call_llm(
-    llm: Any,
+    llm: object,
     prompt: str,
     retries: int = 2,
     *,
@@ -646,7 +746,7 @@ def _call_llm(
 
 
 async def _acall_llm(
-    llm: Any,
+    llm: object,
     prompt: str,
     retries: int = 2,
     *,
@@ -687,54 +787,14 @@ def _chunk_usage(chunk: Any, reply: LLMReply) -> None:
         reply.output_tokens = (reply.output_tokens or 0) + int(usage.get("output_tokens") or 0)
 
 
-def can_stream(llm: Any) -> bool:
-    """Whether the LLM streams text: LangChain ``stream``, LlamaIndex ``stream_complete``,
-    or an object with ``stream(prompt) -> Iterator[str]`` / ``astream`` (pieces may also be
-    ``LLMOutput``, to report token counts; see :func:`_chunk_usage`)."""
-    return any(hasattr(llm, name) for name in ("stream", "astream", "stream_complete", "astream_complete"))
+def can_stream(llm: object) -> bool:
+    """Whether the LLM streams text (see :attr:`LLMClient.streams`)."""
+    return resolve_llm(llm).streams
 
 
-def _stream_sync(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
-    reply = LLMReply("")
-    parts: list[str] = []
-    if _is_llamaindex(llm) and hasattr(llm, "stream_complete"):
-        chunks: Any = llm.stream_complete(prompt)
-    elif hasattr(llm, "stream"):
-        chunks = llm.stream(prompt)
-    else:  # async-only streaming from sync code
-        return run_coroutine_sync(lambda: _stream_async(llm, prompt, sink))  # type: ignore[no-any-return]
-    for chunk in chunks:
-        text = _chunk_text(chunk)
-        _chunk_usage(chunk, reply)
-        if text:
-            parts.append(text)
-            sink(text)
-    reply.text = "".join(parts)
-    return reply
-
-
-async def _stream_async(llm: Any, prompt: str, sink: TokenSink) -> LLMReply:
-    reply = LLMReply("")
-    parts: list[str] = []
-    if _is_llamaindex(llm) and hasattr(llm, "astream_complete"):
-        chunks: Any = await llm.astream_complete(prompt)
-    elif hasattr(llm, "astream"):
-        chunks = llm.astream(prompt)
-        if inspect.isawaitable(chunks):
-            chunks = await chunks
-    else:
-        return await to_thread(_stream_sync, llm, prompt, sink)
-    async for chunk in chunks:
-        text = _chunk_text(chunk)
-        _chunk_usage(chunk, reply)
-        if text:
-            parts.append(text)
-            sink(text)
-    reply.text = "".join(parts)
-    return reply
-
-
-def stream_llm_detailed(llm: Any, prompt: str, sink: TokenSink, retries: int = 2, **options: Any) -> LLMReply:
+def stream_llm_detailed(
+    llm: object, prompt: str, sink: TokenSink, retries: int = 2, **options: Any
+) -> LLMReply:
     """Like :func:`call_llm_detailed`, sending text to ``sink`` as it is generated.
 
     A retried attempt streams again from the start; ``sink`` gets only what goes beyond
@@ -746,7 +806,7 @@ def stream_llm_detailed(llm: Any, prompt: str, sink: TokenSink, retries: int = 2
 
 
 async def astream_llm_detailed(
-    llm: Any, prompt: str, sink: TokenSink, retries: int = 2, **options: Any
+    llm: object, prompt: str, sink: TokenSink, retries: int = 2, **options: Any
 ) -> LLMReply:
     """Async :func:`stream_llm_detailed`."""
     return await acall_llm_detailed(llm, prompt, retries, sink=sink, **options)

@@ -10,6 +10,13 @@ something the library cannot call (as Haystack types its components' dependencie
 * :data:`BackendLike`: ``retrieve(query, top_k)`` (or ``aretrieve``), a LlamaIndex
   retriever (``retrieve(query)``), a LangChain retriever (``invoke``) or vector store
   (``similarity_search``), or a callable; see ``selfrag_core.retrieval``.
+
+These are the front door. Each object is resolved once into the one narrow contract the
+engine calls (``selfrag_core.retrieval.resolve_backend`` gives a ``Backend`` with
+``retrieve`` / ``aretrieve`` and, where the object has them, ``retrieve_many`` /
+``aretrieve_many``; ``selfrag_core.llm.resolve_llm`` an ``LLMClient`` with ``generate`` /
+``agenerate``, structured output and streaming); what LangChain and LlamaIndex objects
+are is recognised in ``selfrag_core.frameworks``.
 """
 
 from __future__ import annotations

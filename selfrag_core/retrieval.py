@@ -42,12 +42,14 @@ import inspect
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
+from selfrag_core import frameworks
 from selfrag_core.errors import ConfigurationError, RetrievalError, misconfiguration_hint, misconfigured
-from selfrag_core.llm import _from_package, _mro_names, is_coroutine_callable, run_coroutine_sync
+from selfrag_core.frameworks import Resolutions
+from selfrag_core.llm import is_coroutine_callable, run_coroutine_sync
 from selfrag_core.types import RetrievedDoc, ScoreKind
 from selfrag_core.workers import to_thread
 
@@ -283,7 +285,7 @@ def _summary(descriptions: list[str]) -> list[str]:
     return [*named[:_MAX_DESCRIBED], f"{rest} more of other kinds"]
 
 
-def _collect(backend: Any, query: str, raw: Any, kind: ScoreKind, top_k: int) -> Retrieved:
+def _collect(backend: object, query: str, raw: Any, kind: ScoreKind, top_k: int) -> Retrieved:
     """Normalise one query's ``raw`` output: copies merged, then the ``top_k`` best.
     Raises :class:`RetrievalError` when items came back and none could be read."""
     skipped: list[str] = []
@@ -324,28 +326,11 @@ def _parameters(fn: Any) -> frozenset[str] | None:
         return _signature_names(fn)
 
 
-def _accepts(fn: Any, name: str) -> bool:
-    names = _parameters(fn)
-    return names is not None and (name in names or "**" in names)
-
-
-def _declared_kind(backend: Any) -> ScoreKind:
+def _declared_kind(backend: object) -> ScoreKind:
     return _kind_of(getattr(backend, "score_kind", ScoreKind.UNKNOWN))
 
 
-def _is_lc_vectorstore(backend: Any) -> bool:
-    return "VectorStore" in _mro_names(backend) and hasattr(backend, "similarity_search_with_score")
-
-
-def _is_lc_retriever(backend: Any) -> bool:
-    return "BaseRetriever" in _mro_names(backend) and hasattr(backend, "invoke")
-
-
-def _is_li_retriever(backend: Any) -> bool:
-    return _from_package(backend, "llama_index") and hasattr(backend, "retrieve")
-
-
-def data_source_id(backend: Any) -> str:
+def data_source_id(backend: object) -> str:
     """What a retrieval searched (OpenTelemetry's ``gen_ai.data_source.id``): the backend's
     ``data_source_id``, ``collection_name`` or ``name`` (a Chroma or LangChain collection,
     say), the folder of a saved index (``path``; through a wrapper's ``rag``), else the
@@ -363,16 +348,7 @@ def data_source_id(backend: Any) -> str:
     return type(backend).__name__
 
 
-def _kwargs_for(fn: Any, top_k: int, extra: dict[str, Any]) -> dict[str, Any]:
-    kwargs = {k: v for k, v in extra.items() if v is not None and _accepts(fn, k)}
-    if _accepts(fn, "top_k"):
-        kwargs["top_k"] = top_k
-    return kwargs
-
-
-def ignored_options(
-    backend: Any, options: Mapping[str, Any], *, use_async: bool, many: bool = False
-) -> list[str]:
+def ignored_options(backend: object, options: Options, *, use_async: bool, many: bool = False) -> list[str]:
     """The names of the ``options`` set (not None) that a retrieval from ``backend`` does
     not pass on, because the function it calls does not take them: LangChain and
     LlamaIndex objects take none; other backends what their ``retrieve`` (``aretrieve``,
@@ -381,60 +357,7 @@ def ignored_options(
     names = [k for k, v in options.items() if v is not None]
     if not names:
         return []
-    fn = _options_target(backend, use_async, many)
-    return names if fn is None else [k for k in names if not _accepts(fn, k)]
-
-
-def _options_target(backend: Any, use_async: bool, many: bool) -> Any:
-    """The function a retrieval gives its options to (None: it gives none)."""
-    if many:
-        return _many_target(backend, use_async)[0]
-    if _is_lc_vectorstore(backend) or _is_lc_retriever(backend) or _is_li_retriever(backend):
-        return None
-    return (use_async and _async_target(backend)) or _sync_target(backend)
-
-
-def _sync_target(backend: Any) -> Any:
-    """What a sync retrieval calls on a backend that is not a LangChain or LlamaIndex
-    object: its ``retrieve``, else the backend itself when it is callable."""
-    fn = getattr(backend, "retrieve", None)
-    if fn is not None:
-        return fn
-    if callable(backend):
-        return backend
-    raise TypeError(f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)")
-
-
-def _async_target(backend: Any) -> Any:
-    """What an async retrieval awaits on such a backend: an async ``aretrieve`` or
-    ``retrieve``, else the backend itself when calling it gives a coroutine; None when
-    there is none (the sync call then runs in a worker thread)."""
-    for name in ("aretrieve", "retrieve"):
-        fn = getattr(backend, name, None)
-        if fn is not None and inspect.iscoroutinefunction(fn):
-            return fn
-    return backend if is_coroutine_callable(backend) else None
-
-
-def _many_target(backend: Any, use_async: bool) -> tuple[Any, bool]:
-    """The batch function a batched retrieval calls, and whether it is awaited there:
-    sync code prefers ``retrieve_many``, async code an async ``aretrieve_many``."""
-    if use_async:
-        fn = getattr(backend, "aretrieve_many", None)
-        if fn is not None and inspect.iscoroutinefunction(fn):
-            return fn, True
-        return getattr(backend, "retrieve_many", None), False
-    fn = getattr(backend, "retrieve_many", None)
-    if callable(fn):
-        return fn, False
-    return getattr(backend, "aretrieve_many", None), True
-
-
-def _invoke(fn: Any, first: Any, top_k: int, extra: dict[str, Any]) -> Any:
-    """``fn(first, top_k=top_k, **extra)`` with only the options ``fn`` accepts; ``top_k``
-    goes second by position to a ``fn`` that does not name it."""
-    kwargs = _kwargs_for(fn, top_k, extra)
-    return fn(first, **kwargs) if "top_k" in kwargs else fn(first, top_k, **kwargs)
+    return resolve_backend(backend).ignored(names, use_async=use_async, many=many)
 
 
 def store_search(
@@ -471,40 +394,8 @@ async def astore_search(
         return await store.asimilarity_search(query, k=k, **kwargs), ScoreKind.UNKNOWN
 
 
-def _sync_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
-    kind = _declared_kind(backend)
-    if _is_lc_vectorstore(backend):
-        found, found_kind = store_search(backend, query, top_k)
-        return found, found_kind or kind
-    if _is_lc_retriever(backend):
-        return backend.invoke(query), kind  # (top_k is taken after copies are merged)
-    if _is_li_retriever(backend):
-        return backend.retrieve(query), kind
-    fn = _sync_target(backend)
-    if is_coroutine_callable(fn):  # (an async function, or an object with an async __call__)
-        return run_coroutine_sync(lambda: _invoke(fn, query, top_k, extra)), kind
-    return _invoke(fn, query, top_k, extra), kind
-
-
-async def _async_call(backend: Any, query: str, top_k: int, extra: dict[str, Any]) -> tuple[Any, ScoreKind]:
-    kind = _declared_kind(backend)
-    if _is_lc_vectorstore(backend):
-        found, found_kind = await astore_search(backend, query, top_k)
-        return found, found_kind or kind
-    if _is_lc_retriever(backend):
-        return await backend.ainvoke(query), kind
-    if _is_li_retriever(backend) and hasattr(backend, "aretrieve"):
-        return await backend.aretrieve(query), kind
-    fn = _async_target(backend)
-    if fn is backend:
-        return await backend(query, **_kwargs_for(backend, top_k, extra)), kind
-    if fn is not None:
-        return await _invoke(fn, query, top_k, extra), kind
-    return await to_thread(_sync_call, backend, query, top_k, extra)
-
-
 @contextlib.contextmanager
-def _wrapped(backend: Any, query: str) -> Iterator[None]:
+def _wrapped(backend: object, query: str) -> Iterator[None]:
     """Raises the error of a failed retrieval: a :class:`ConfigurationError` for a
     programming or configuration error of the backend (no retry or fallback mends it),
     else a :class:`RetrievalError`."""
@@ -523,7 +414,273 @@ def _wrapped(backend: Any, query: str) -> Iterator[None]:
         ) from e
 
 
-def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Retrieved:
+# ------------------------------------------------------------------ the resolved backend
+
+#: what a backend's function takes: parameter names ("**" for **kwargs), None if unknown
+Names = frozenset[str] | None
+#: one query's raw output and its score kind (None: the backend's declared kind)
+Found = tuple[object, ScoreKind | None]
+_Getter = Callable[[], Any]
+#: a retrieval's options (e.g. ``metadata_filter``), for the functions that take them
+Options = Mapping[str, object]
+_Call = Callable[[str, int, Options], Found]
+_ACall = Callable[[str, int, Options], Awaitable[Found]]
+
+
+def _takes(names: Names, name: str) -> bool:
+    return names is not None and (name in names or "**" in names)
+
+
+def _options_for(names: Names, top_k: int, extra: Options) -> dict[str, object]:
+    """The options of ``extra`` (set, not None) that a function of ``names`` takes, and
+    ``top_k`` when it names it."""
+    kwargs = {k: v for k, v in extra.items() if v is not None and _takes(names, k)}
+    if _takes(names, "top_k"):
+        kwargs["top_k"] = top_k
+    return kwargs
+
+
+def _call_with(fn: Any, names: Names, first: object, top_k: int, extra: Options) -> Any:
+    """``fn(first, top_k=top_k, **extra)`` with only the options ``fn`` takes (``names``);
+    ``top_k`` goes second by position to a ``fn`` that does not name it."""
+    kwargs = _options_for(names, top_k, extra)
+    return fn(first, **kwargs) if "top_k" in kwargs else fn(first, top_k, **kwargs)
+
+
+def _raiser(message: str) -> _Call:
+    def fail(query: str, top_k: int, extra: Options) -> NoReturn:
+        raise TypeError(message)
+
+    return fail
+
+
+def _awaiting(get: _Getter, names: Names) -> _ACall:
+    async def call(q: str, k: int, extra: Options) -> Found:
+        return await _call_with(get(), names, q, k, extra), None
+
+    return call
+
+
+class Backend:
+    """A retrieval backend resolved once (:func:`resolve_backend`): the one contract the
+    engine calls. What the object is (a LangChain vector store or retriever, a LlamaIndex
+    retriever, an object with ``retrieve``/``aretrieve``, a sync or async callable), the
+    function each call reaches, the options that function takes (read from its signature)
+    and whether it answers several queries at once are decided when it is resolved; a
+    call only calls.
+
+    :meth:`retrieve` and :meth:`aretrieve` return a :class:`Retrieved` (normalised, copies
+    merged, the ``top_k`` best); ``options`` (e.g. ``metadata_filter``) reach only a
+    function that takes them (:meth:`ignored` names the others). :attr:`many` says whether
+    :meth:`retrieve_many` / :meth:`aretrieve_many` answer a list of queries in one call.
+    It holds the object weakly: it serves while the object lives.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_async",
+        "_async_names",
+        "_many_async",
+        "_many_sync",
+        "_source",
+        "_sync",
+        "_sync_names",
+        "many",
+        "score_kind",
+    )  # fmt: skip
+    _sync: _Call
+    _async: _ACall
+
+    def __init__(self, backend: object, hold: Callable[[str | None, object], _Getter]) -> None:
+        self._source = hold(None, backend)
+        self.score_kind = _declared_kind(backend)
+        #: whether the backend answers several queries in one call (:func:`supports_many`)
+        self.many = any(callable(getattr(backend, n, None)) for n in ("retrieve_many", "aretrieve_many"))
+        self._sync_names: Names | Exception = None  # the options a call passes on (None: none)
+        self._async_names: Names | Exception = None
+        if frameworks.is_langchain_vectorstore(backend):
+            self._sync, self._async = self._store_search, self._astore_search
+        elif frameworks.is_langchain_retriever(backend):  # (top_k is taken after copies are merged)
+            self._sync = self._by_query(hold("invoke", backend.invoke))  # type: ignore[attr-defined]
+            self._async = self._aby_query(hold("ainvoke", getattr(backend, "ainvoke", None)))
+        elif frameworks.is_llamaindex_retriever(backend):
+            self._sync = self._by_query(hold("retrieve", backend.retrieve))  # type: ignore[attr-defined]
+            if hasattr(backend, "aretrieve"):
+                self._async = self._aby_query(hold("aretrieve", backend.aretrieve))
+            else:
+                self._async = self._resolve_async(backend, hold)
+            self._async_names = None  # (a LlamaIndex retriever takes no options)
+        else:
+            self._sync = self._resolve_sync(backend, hold)
+            self._async = self._resolve_async(backend, hold)
+        self._many_sync = self._resolve_many(backend, hold, use_async=False)
+        self._many_async = self._resolve_many(backend, hold, use_async=True)
+
+    # -------------------------------------------------------------- resolution
+    def _resolve_sync(self, backend: object, hold: Callable[[str | None, object], _Getter]) -> _Call:
+        """A backend's ``retrieve``, else the backend itself when it is callable."""
+        fn = getattr(backend, "retrieve", None)
+        name: str | None = "retrieve"
+        if fn is None and callable(backend):
+            fn, name = backend, None
+        if fn is None:
+            message = f"{type(backend).__name__} is not a retrieval backend: it needs retrieve(query, top_k)"
+            self._sync_names = TypeError(message)
+            return _raiser(message)
+        names = self._sync_names = _parameters(fn)
+        get = hold(name, fn)
+        if is_coroutine_callable(fn):  # (an async function, or an object with an async __call__)
+            return lambda q, k, extra: (
+                run_coroutine_sync(lambda: _call_with(get(), names, q, k, extra)),
+                None,
+            )
+        return lambda q, k, extra: (_call_with(get(), names, q, k, extra), None)
+
+    def _resolve_async(self, backend: object, hold: Callable[[str | None, object], _Getter]) -> _ACall:
+        """An async ``aretrieve`` or ``retrieve``, else the backend itself when calling it
+        gives a coroutine; else the sync call, in a worker thread."""
+        for name in ("aretrieve", "retrieve"):
+            fn = getattr(backend, name, None)
+            if fn is not None and inspect.iscoroutinefunction(fn):
+                names = self._async_names = _parameters(fn)
+                return _awaiting(hold(name, fn), names)
+        if is_coroutine_callable(backend):
+            names = self._async_names = _parameters(backend)
+            source = self._source
+
+            async def called(q: str, k: int, extra: Options) -> Found:
+                return await source()(q, **_options_for(names, k, extra)), None
+
+            return called
+        self._async_names = self._sync_names
+        sync = self._sync
+
+        async def threaded(q: str, k: int, extra: Options) -> Found:
+            return await to_thread(sync, q, k, extra)  # type: ignore[no-any-return]
+
+        return threaded
+
+    @staticmethod
+    def _resolve_many(
+        backend: object, hold: Callable[[str | None, object], _Getter], *, use_async: bool
+    ) -> tuple[_Getter, Names, bool]:
+        """The batch function a batched retrieval calls, the options it takes, and whether
+        it is awaited: sync code prefers ``retrieve_many``, async code an async
+        ``aretrieve_many``."""
+        first, second = (
+            ("aretrieve_many", "retrieve_many") if use_async else ("retrieve_many", "aretrieve_many")
+        )
+        fn = getattr(backend, first, None)
+        wanted = inspect.iscoroutinefunction(fn) if use_async else callable(fn)
+        name = first if wanted else second
+        if not wanted:
+            fn = getattr(backend, second, None)
+        if fn is None:  # (then calling it raises TypeError, as calling None does)
+            return (lambda: None), None, name == "aretrieve_many"
+        return hold(name, fn), (None if fn is None else _parameters(fn)), name == "aretrieve_many"
+
+    def _store_search(self, query: str, top_k: int, extra: Options) -> Found:
+        return store_search(self._source(), query, top_k)
+
+    async def _astore_search(self, query: str, top_k: int, extra: Options) -> Found:
+        return await astore_search(self._source(), query, top_k)
+
+    @staticmethod
+    def _by_query(get: _Getter) -> _Call:
+        return lambda q, k, extra: (get()(q), None)
+
+    @staticmethod
+    def _aby_query(get: _Getter) -> _ACall:
+        async def call(q: str, k: int, extra: Options) -> Found:
+            return await get()(q), None
+
+        return call
+
+    # -------------------------------------------------------------- the contract
+    @property
+    def source(self) -> object:
+        """The object resolved."""
+        return self._source()
+
+    def ignored(self, names: Iterable[str], *, use_async: bool, many: bool = False) -> list[str]:
+        """Those of the option ``names`` that a retrieval does not pass on (its function
+        does not take them)."""
+        if many:
+            taken: Names | Exception = (self._many_async if use_async else self._many_sync)[1]
+        else:
+            taken = self._async_names if use_async else self._sync_names
+        if isinstance(taken, Exception):  # not a backend: the sync call raises
+            raise TypeError(str(taken))
+        return [k for k in names if not _takes(taken, k)]
+
+    def retrieve(self, query: str, top_k: int = 5, **options: object) -> Retrieved:
+        """The ``top_k`` documents for ``query`` (see :func:`_retrieve_safe`)."""
+        source = self._source()
+        with _wrapped(source, query):
+            raw, kind = self._sync(query, top_k, options)
+            return _collect(source, query, raw, kind or self.score_kind, top_k)
+
+    async def aretrieve(self, query: str, top_k: int = 5, **options: object) -> Retrieved:
+        """Async :meth:`retrieve`: the backend's async API where it has one."""
+        source = self._source()
+        with _wrapped(source, query):
+            raw, kind = await self._async(query, top_k, options)
+            return _collect(source, query, raw, kind or self.score_kind, top_k)
+
+    def retrieve_many(self, queries: list[str], top_k: int = 5, **options: object) -> list[Retrieved]:
+        """:meth:`retrieve` for each of ``queries``, in one call of the backend's
+        ``retrieve_many`` (or ``aretrieve_many``)."""
+        if not queries:
+            return []
+        source = self._source()
+        with _wrapped(source, _first_of(queries)):
+            get, names, awaited = self._many_sync
+            if awaited:
+                raw = run_coroutine_sync(lambda: _call_with(get(), names, queries, top_k, options))
+            else:
+                raw = _call_with(get(), names, queries, top_k, options)
+            return self._per_query(source, queries, raw, top_k)
+
+    async def aretrieve_many(self, queries: list[str], top_k: int = 5, **options: object) -> list[Retrieved]:
+        """Async :meth:`retrieve_many`: ``aretrieve_many`` where the backend has it, else
+        ``retrieve_many`` in a worker thread."""
+        if not queries:
+            return []
+        source = self._source()
+        with _wrapped(source, _first_of(queries)):
+            get, names, awaited = self._many_async
+            if awaited:
+                raw = await _call_with(get(), names, queries, top_k, options)
+            else:
+                raw = await to_thread(_call_with, get(), names, queries, top_k, options)
+            return self._per_query(source, queries, raw, top_k)
+
+    def _per_query(self, source: object, queries: list[str], raw: Any, top_k: int) -> list[Retrieved]:
+        found = list(raw)
+        if len(found) != len(queries):
+            raise RetrievalError(
+                f"{type(source).__name__}'s retrieve_many returned {len(found)} result lists for "
+                f"{len(queries)} queries; it must return one per query, in order",
+                query=queries[0],
+            )
+        kind = self.score_kind
+        return [_collect(source, q, results, kind, top_k) for q, results in zip(queries, found, strict=True)]
+
+
+_RESOLVED: Resolutions[Backend] = Resolutions()
+
+
+def resolve_backend(backend: object) -> Backend:
+    """``backend`` (anything :data:`~selfrag_core.protocols.BackendLike`) as the one
+    contract the engine calls, a :class:`Backend`: decided once per object (and kept
+    while it lives), so that a retrieval does no recognition, signature or attribute
+    work. A :class:`Backend` is returned as it is."""
+    if type(backend) is Backend:
+        return backend
+    return _RESOLVED.get(backend, Backend)
+
+
+def _retrieve_safe(backend: object, query: str, top_k: int = 5, **extra: object) -> Retrieved:
     """Retrieve ``top_k`` documents for ``query`` from any backend, normalised, copies
     merged (a :class:`Retrieved`: a list, with the items it could not read described).
 
@@ -531,65 +688,35 @@ def _retrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Re
     backends whose ``retrieve`` accepts them. Raises :class:`RetrievalError` if the
     backend raises, or returns items of which none can be read.
     """
-    with _wrapped(backend, query):
-        raw, kind = _sync_call(backend, query, top_k, extra)
-        return _collect(backend, query, raw, kind, top_k)
+    return resolve_backend(backend).retrieve(query, top_k, **extra)
 
 
-async def _aretrieve_safe(backend: Any, query: str, top_k: int = 5, **extra: Any) -> Retrieved:
+async def _aretrieve_safe(backend: object, query: str, top_k: int = 5, **extra: object) -> Retrieved:
     """Async :func:`_retrieve_safe`: uses the backend's async API where it has one."""
-    with _wrapped(backend, query):
-        raw, kind = await _async_call(backend, query, top_k, extra)
-        return _collect(backend, query, raw, kind, top_k)
+    return await resolve_backend(backend).aretrieve(query, top_k, **extra)
 
 
-def supports_many(backend: Any) -> bool:
+def supports_many(backend: object) -> bool:
     """Whether ``backend`` answers several queries in one call, with
     ``retrieve_many(queries, top_k)`` and/or an async ``aretrieve_many`` returning one
     result list per query (the embedded store's ``RAG`` has both)."""
-    return any(callable(getattr(backend, name, None)) for name in ("retrieve_many", "aretrieve_many"))
+    return resolve_backend(backend).many
 
 
-def _retrieve_many_safe(backend: Any, queries: list[str], top_k: int = 5, **extra: Any) -> list[Retrieved]:
+def _retrieve_many_safe(
+    backend: object, queries: list[str], top_k: int = 5, **extra: object
+) -> list[Retrieved]:
     """:func:`_retrieve_safe` for each of ``queries``, in one call of the backend's
     ``retrieve_many`` (or ``aretrieve_many``): see :func:`supports_many`."""
-    if not queries:
-        return []
-    with _wrapped(backend, _first_of(queries)):
-        fn, awaited = _many_target(backend, use_async=False)
-        if awaited:
-            raw = run_coroutine_sync(lambda: _invoke(fn, queries, top_k, extra))
-        else:
-            raw = _invoke(fn, queries, top_k, extra)
-        return _per_query(backend, queries, raw, top_k)
+    return resolve_backend(backend).retrieve_many(queries, top_k, **extra)
 
 
 async def _aretrieve_many_safe(
-    backend: Any, queries: list[str], top_k: int = 5, **extra: Any
+    backend: object, queries: list[str], top_k: int = 5, **extra: object
 ) -> list[Retrieved]:
     """Async :func:`_retrieve_many_safe`: ``aretrieve_many`` where the backend has it,
     else ``retrieve_many`` in a worker thread."""
-    if not queries:
-        return []
-    with _wrapped(backend, _first_of(queries)):
-        fn, awaited = _many_target(backend, use_async=True)
-        if awaited:
-            raw = await _invoke(fn, queries, top_k, extra)
-        else:
-            raw = await to_thread(_invoke, fn, queries, top_k, extra)
-        return _per_query(backend, queries, raw, top_k)
-
-
-def _per_query(backend: Any, queries: list[str], raw: Any, top_k: int) -> list[Retrieved]:
-    found = list(raw)
-    if len(found) != len(queries):
-        raise RetrievalError(
-            f"{type(backend).__name__}'s retrieve_many returned {len(found)} result lists for "
-            f"{len(queries)} queries; it must return one per query, in order",
-            query=queries[0],
-        )
-    kind = _declared_kind(backend)
-    return [_collect(backend, q, results, kind, top_k) for q, results in zip(queries, found, strict=True)]
+    return await resolve_backend(backend).aretrieve_many(queries, top_k, **extra)
 
 
 def _first_of(queries: list[str]) -> str:
