@@ -138,6 +138,9 @@ def _weakly(owner: weakref.ref[Any], name: str | None, found: object) -> Getter:
         return owner
     held: Callable[[], Any] | None = None
     if type(found) is types.MethodType:  # (not a proxy that says it is one: wrapt's, say)
+        if found.__self__ is owner():  # the owner's own method: its function, bound on each call
+            function, bind = found.__func__, types.MethodType
+            return lambda: bind(function, owner())
         held = weakref.WeakMethod(found)
     elif found is not None:
         with contextlib.suppress(TypeError):
