@@ -97,7 +97,7 @@ async def test_the_prompt_is_plain_rags_and_the_reply_is_returned_as_written(mod
     assert 'source="berlin">' in result.prompt and "relevance=" not in result.prompt
     assert result.answer == reply  # unchecked, unstripped: what RAG.query has always returned
     assert plain.answer == "Berlin is the capital of Germany."  # PlainRAG's checks clean it
-    with pytest.raises(ConfigurationError, match="prompt_template: .* placeholders"):
+    with pytest.raises(ConfigurationError, match=r"prompt_template: .* placeholders"):
         await ask(rag, mode, "What?", prompt_template="{question} alone")
 
 
