@@ -84,7 +84,7 @@ def test_four_times_the_capacity_is_answered_in_time_or_refused_at_once() -> Non
     assert len(answered) >= 0.5 * DEADLINE_S / per_query  # the model was kept busy
     assert all(seconds < DEADLINE_S for _, seconds in answered)
     for response, seconds in refused:
-        assert seconds < 0.5  # at once, not after waiting
+        assert seconds < DEADLINE_S / 3  # at once, not after waiting out the deadline
         assert int(response.headers["Retry-After"]) >= 1
         assert response.json()["error"]["type"] == "overloaded"
     for response, _ in answered:
