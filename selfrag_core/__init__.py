@@ -2,6 +2,7 @@
 
 from selfrag_core.config import (
     AdaptiveRAGConfig,
+    DraftsRAGConfig,
     ExecutionConfig,
     GroundingConfig,
     HyDERAGConfig,
@@ -48,6 +49,7 @@ from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importa
 from selfrag_core.retrieval import _deduplicate, _retrieve_safe
 from selfrag_core.strategies import (
     AdaptiveRAG,
+    DraftsRAG,
     HyDERAG,
     PlainRAG,
     RecursiveRAG,
@@ -100,6 +102,8 @@ __all__ = [
     "CachedLLM",
     "ConfigurationError",
     "ConversationMemory",
+    "DraftsRAG",
+    "DraftsRAGConfig",
     "EvaluationResult",
     "ExecutionConfig",
     "FaithfulnessMetric",

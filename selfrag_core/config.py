@@ -263,20 +263,38 @@ class PlainRAGConfig(_OneAnswerConfig):
         ``QueryTimeoutError``; the backend's or model's own error as ``__cause__``) instead
         of the fallback answer. ``RAG.query`` runs PlainRAG with ``check_answer=False,
         raise_errors=True``.
+    drafts: beside the answer over all the documents, a draft over each of the first
+        ``drafts`` documents alone, in the same round; the verifier keeps the best
+        (:mod:`selfrag_core.strategies.drafts`). 0: one answer, one call.
     """
 
     max_context_chars: int | None = None
     allow_llm_on_empty: bool = False
     check_answer: bool = True
     raise_errors: bool = False
+    drafts: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_int("drafts", self.drafts, 0)
         if self.max_context_chars is not None:
             check_int("max_context_chars", self.max_context_chars, 0)
         for flag in ("allow_llm_on_empty", "check_answer", "raise_errors"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+
+
+@dataclass(frozen=True)
+class DraftsRAGConfig(PlainRAGConfig):
+    """``drafts``' settings: PlainRAG's, with two drafts over single documents for a model
+    that does not follow JSON (a small one answers better from the one passage that holds
+    the answer), none for one that does (it reads several passages well: plain then)."""
+
+    drafts: int = 2
+
+    @classmethod
+    def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
+        return {"top_k": top_k, "drafts": 0 if profile.follows_json else 2}
 
 
 @dataclass(frozen=True)

@@ -97,3 +97,34 @@ def test_a_question_of_several_parts_gets_no_drafts() -> None:
     question = "What was the Apollo program's budget, and when did Apollo 11 land?"
     run_sync(drafted_answer(strategy, question, DOCS, 2, 0), Run(strategy.execution))
     assert len(llm.calls) == 1
+
+
+# ------------------------------------------------------------------ DraftsRAG: plain with drafts
+
+
+def test_drafts_strategy_answers_from_the_draft_the_verifier_prefers_in_one_round() -> None:
+    from selfrag_core.strategies.plain import DraftsRAG
+
+    backend = FakeRetriever([d.text for d in DOCS])
+    llm = FakeLLM(
+        script("The Saturn V was a rocket.", "It cost $25.4 billion.", "Apollo 11 landed in 1969."),
+        latency=0.05,
+    )
+    result = DraftsRAG(backend, llm).query(QUESTION)
+    assert result.answer == "It cost $25.4 billion."  # the draft over the first document alone
+    assert result.trace.llm_calls == 3 and llm.n_calls == 3
+    assert llm.rounds() == 1  # the three calls are one round
+    assert "draft_chosen" in [e.name for e in result.trace.events]
+
+
+def test_plain_without_drafts_is_one_call_and_the_drafts_config_is_sized_by_the_profile() -> None:
+    from selfrag_core.config import DraftsRAGConfig, PlainRAGConfig
+    from selfrag_core.profiles import CAPABLE, SMALL_LOCAL
+
+    backend = FakeRetriever([d.text for d in DOCS])
+    llm = FakeLLM(script("The Saturn V was a rocket.", "It cost $25.4 billion.", "Apollo 11 landed in 1969."))
+    result = PlainRAG(backend, llm).query(QUESTION)
+    assert llm.n_calls == 1 and result.answer == "The Saturn V was a rocket."  # PlainRAG unchanged
+    assert PlainRAGConfig().drafts == 0 and DraftsRAGConfig().drafts == 2
+    assert DraftsRAGConfig.for_profile(SMALL_LOCAL, top_k=3).drafts == 2  # a model that does not follow JSON
+    assert DraftsRAGConfig.for_profile(CAPABLE, top_k=5).drafts == 0  # a capable one: plain

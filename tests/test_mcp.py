@@ -80,7 +80,8 @@ async def test_the_official_client_calls_every_tool_over_stdio(index_dir: Path, 
         listed = await session.list_tools()
         assert {t.name for t in listed.tools} == {"ask", "search", "add_documents"}
         ask = next(t for t in listed.tools if t.name == "ask")
-        assert ask.input_schema["properties"]["strategy"]["enum"] == [BASELINE, *STRATEGIES, ADAPTIVE]
+        choices = ask.input_schema["properties"]["strategy"]["enum"]
+        assert choices == [BASELINE, *STRATEGIES, ADAPTIVE, "drafts"]
 
         answer = _payload(await session.call_tool("ask", {"question": "What do honeybees do?"}))
         assert answer["strategy"] == "self" and "dance" in answer["answer"]

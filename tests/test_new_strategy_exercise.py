@@ -140,7 +140,7 @@ def test_it_is_a_choice_of_selfrag_ask(
 ) -> None:
     index = _index(tmp_path, capsys)
     assert cli.strategy_help().endswith(
-        "adaptive (plain, or the strategy expected to gain most for its cost; see --router), "
+        "drafts (plain, and drafts over single documents in one round), "
         "twice (keeps the better supported of two drafts), or your own: package.module:Name or file.py:Name"
     )
     question = "What is the capital of France?"
@@ -194,7 +194,7 @@ async def test_it_is_a_choice_of_the_mcp_ask_tool(
     async with Client(served[0], cache=None) as client:
         listed = await client.list_tools()
         ask = next(t for t in listed.tools if t.name == "ask")
-        assert ask.input_schema["properties"]["strategy"]["enum"][-2:] == ["adaptive", twice]
+        assert ask.input_schema["properties"]["strategy"]["enum"][-2:] == ["drafts", twice]
         called = await client.call_tool(
             "ask", {"question": "What is the capital of France?", "strategy": twice}
         )

@@ -3,9 +3,18 @@
 from selfrag_core.strategies.adaptive import AdaptiveRAG
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
-from selfrag_core.strategies.plain import PlainRAG
+from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
 
-__all__ = ["AdaptiveRAG", "HyDERAG", "PlainRAG", "RecursiveRAG", "SelfHealingRAG", "SelfIRAG", "Strategy"]
+__all__ = [
+    "AdaptiveRAG",
+    "DraftsRAG",
+    "HyDERAG",
+    "PlainRAG",
+    "RecursiveRAG",
+    "SelfHealingRAG",
+    "SelfIRAG",
+    "Strategy",
+]

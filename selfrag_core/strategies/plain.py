@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from selfrag_core.config import ExecutionConfig, PlainRAGConfig, config_from
+from selfrag_core.config import DraftsRAGConfig, ExecutionConfig, PlainRAGConfig, config_from
 from selfrag_core.engine import Generate, Note, Plan, Retrieve
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
@@ -23,6 +23,7 @@ from selfrag_core.strategies.base import (
     retrieval_options,
     retrieve_or_empty,
 )
+from selfrag_core.strategies.drafts import drafted_answer
 from selfrag_core.types import Answer, RetrievedDoc
 
 
@@ -69,11 +70,15 @@ class PlainRAG(Strategy[Answer]):
                     "not_enough_information", "retrieval returned no documents", {"query": query[:200]}
                 )
                 return Answer(NOT_ENOUGH_ANSWER)
-            prompt = self.answer_prompt(query, docs)
-            reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
+            if cfg.drafts and docs:  # one round: the answer over all and the drafts (not streamed)
+                text = yield from drafted_answer(self, query, docs, cfg.drafts, cfg.llm_retries)
+            else:
+                prompt = self.answer_prompt(query, docs)
+                reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
+                text = reply.text
             if not cfg.check_answer:
-                return Answer(reply.text, docs)
-            answer = yield from checked_answer(reply.text.strip(), query, docs)
+                return Answer(text, docs)
+            answer = yield from checked_answer(text.strip(), query, docs)
         except RAGSystemError as e:
             if cfg.raise_errors:
                 raise
@@ -89,3 +94,22 @@ class PlainRAG(Strategy[Answer]):
             return (yield from retrieve_or_empty(self.rag_system, query, cfg.top_k, options))
         docs: list[RetrievedDoc] = yield Retrieve(self.rag_system, query, cfg.top_k, options)
         return docs
+
+
+class DraftsRAG(PlainRAG):
+    """PlainRAG with drafts (:class:`~selfrag_core.config.DraftsRAGConfig`): the answer over
+    all the retrieved documents and a draft over each of the first two alone, written in
+    one round (three LLM calls, one dependent round), the best kept by the verifier."""
+
+    config: DraftsRAGConfig
+
+    def __init__(
+        self,
+        rag_system: BackendLike,
+        llm: LLMLike,
+        config: DraftsRAGConfig | None = None,
+        *,
+        execution: ExecutionConfig | None = None,
+        prompts: Mapping[str, str] | Prompts | None = None,
+    ) -> None:
+        super().__init__(rag_system, llm, config or DraftsRAGConfig(), execution=execution, prompts=prompts)

@@ -13,12 +13,14 @@ module and one entry here (docs/how-to/custom-strategy.md; tests/test_new_strate
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from selfrag_core.config import (
     AdaptiveRAGConfig,
+    DraftsRAGConfig,
     HyDERAGConfig,
     PlainRAGConfig,
     RecursiveRAGConfig,
@@ -26,10 +28,10 @@ from selfrag_core.config import (
     SelfRAGConfig,
     StrategyConfig,
 )
-from selfrag_core.strategies.adaptive import AdaptiveRAG
+from selfrag_core.strategies.adaptive import AdaptiveRAG, load_router
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
-from selfrag_core.strategies.plain import PlainRAG
+from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
@@ -78,12 +80,21 @@ def _adaptive(
     rag: Any, llm: Any, config: Any, sized: Sized, shared: Options, routing: Options
 ) -> Strategy[Any]:
     """Plain, or one of the :func:`compared` strategies, chosen per question."""
-    candidates = {name: sized(name) for name in compared()}
+    names = [*compared(), *(n for n in _routed_to(routing.get("router")) if n in BUILT_IN and n != "plain")]
+    candidates = {name: sized(name) for name in dict.fromkeys(names)}
     return AdaptiveRAG(rag, llm, config, strategies=candidates, **routing, **shared)
 
 
+def _routed_to(router: Any) -> list[str]:
+    """The strategies a fitted router's file routes to (a built-in one that is not compared
+    by default, such as ``drafts``, becomes a candidate too); [] for no file or no router."""
+    if not isinstance(router, (str, os.PathLike)):
+        return []
+    return list(getattr(load_router(router), "strategies", {}) or {})
+
+
 #: by name, in the order the server lists them (its routes, its OpenAI models, the MCP tool's
-#: choices): ``plain``, the compared four, ``adaptive``
+#: choices): ``plain``, the compared four, ``adaptive``, ``drafts``
 BUILT_IN: dict[str, BuiltIn] = {
     "plain": BuiltIn(PlainRAG, PlainRAGConfig, "one retrieval, one answer"),
     "self": BuiltIn(SelfIRAG, SelfRAGConfig, compared=True),
@@ -96,4 +107,5 @@ BUILT_IN: dict[str, BuiltIn] = {
         "plain, or the strategy expected to gain most for its cost; see --router",
         compose=_adaptive,
     ),
+    "drafts": BuiltIn(DraftsRAG, DraftsRAGConfig, "plain, and drafts over single documents in one round"),
 }
