@@ -35,7 +35,7 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "ExecutionConfig", "FaithfulnessMetric", "FaithfulnessScore", "Generate", "Grounding",
          "GroundingConfig", "HealingAttempt", "HyDERAG", "HyDEResult", "LLMCallError", "LLMOutput",
          "LLMTimeoutError", "MissingDependencyError", "Note", "OpenAICompatibleLLM",
-         "Parallel", "ParseError", "Plan", "PlainRAG",
+         "Parallel", "ParseError", "Plan", "PlainRAG", "DraftsRAG", "DraftsRAGConfig",
          "QueryTimeoutError", "RAGSystemError", "RecursiveRAG", "RecursiveRAGConfig", "RecursiveRAGResult",
          "RefinementStep", "Result", "NO_ANSWER_REASONS",
          "RetrievalError", "RetrievalTimeoutError", "RetrievalWatch", "Retrieve",

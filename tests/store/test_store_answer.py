@@ -230,6 +230,7 @@ def test_plain_rags_defaults_are_unchanged() -> None:
         "allow_llm_on_empty": False,
         "check_answer": True,
         "raise_errors": False,
+        "drafts": 0,  # one answer, one call (DraftsRAG's config has two)
     }
     assert PlainRAG(FakeRetriever(BEES), FakeLLM()).config == config
 
