@@ -262,3 +262,32 @@ def test_a_comparison_by_date_goes_to_recursive_before_any_answer() -> None:
     assert first["signals"]["dated_comparison"] == 1.0
     assert result.answer.startswith("Jean-Loup Chrétien: 1938 [")
     assert result.trace.llm_calls == 1
+
+
+def test_drafts_go_on_from_the_plain_answer_instead_of_writing_it_again() -> None:
+    from selfrag_core import AdaptiveRAGConfig, DraftsRAG, DraftsRAGConfig
+
+    class After:
+        def route(self, stage: str, signals: Any, candidates: Any) -> Any:
+            if stage == BEFORE_ANSWER:
+                return RuleRouter().route(stage, signals, [])
+            asked.extend((c.name, c.calls, c.extra) for c in candidates)
+            return RuleRouter._to(candidates[0], "always")
+
+    def invents(prompt: str) -> str:  # over all three documents, an invention; over one, a copy of it
+        return "Bananas are blue." if prompt.count("<document") > 1 else first_document(prompt, "")
+
+    rag = FakeRetriever(["Paris is the capital of France.", "France is a country.", "The capital is large."])
+    asked: list[tuple[str, float, float]] = []
+    llm = FakeLLM(invents)
+    drafts = DraftsRAG(rag, llm, DraftsRAGConfig(top_k=3))
+    alone = DraftsRAG(rag, FakeLLM(invents), DraftsRAGConfig(top_k=3)).query(SUPPORTED)
+    config = AdaptiveRAGConfig(top_k=3)
+    result = AdaptiveRAG(rag, llm, config, strategies={"drafts": drafts}, router=After()).query(SUPPORTED)
+    assert result.answer == alone.answer == "Paris is the capital of France."
+    assert llm.n_calls == 3 and result.details["strategy"] == "drafts"  # the plain answer, two drafts
+    assert asked == [("drafts", 3.0, 2.0)]  # costed as drafts' calls, the plain answer among them
+    asked.clear()
+    other = DraftsRAG(rag, llm, DraftsRAGConfig(top_k=2))  # other documents: it answers afresh
+    AdaptiveRAG(rag, llm, config, strategies={"drafts": other}, router=After()).query(SUPPORTED)
+    assert llm.n_calls == 3 + 1 + 3 and asked == [("drafts", 4.0, 3.0)]

@@ -128,3 +128,28 @@ def test_plain_without_drafts_is_one_call_and_the_drafts_config_is_sized_by_the_
     assert PlainRAGConfig().drafts == 0 and DraftsRAGConfig().drafts == 2
     assert DraftsRAGConfig.for_profile(SMALL_LOCAL, top_k=3).drafts == 2  # a model that does not follow JSON
     assert DraftsRAGConfig.for_profile(CAPABLE, top_k=5).drafts == 0  # a capable one: plain
+
+
+# ------------------------------------------------------------------ going on from an answer already written
+
+
+def test_given_the_answer_over_all_only_the_drafts_are_written_and_the_choice_is_the_same() -> None:
+    replies = script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", "In 1969.")
+    whole, _ = drafted(FakeLLM(replies))
+    llm = FakeLLM(replies)
+    strategy = PlainRAG(FakeRetriever([]), llm)
+    run = Run(strategy.execution)
+    first = "The program cost $40 billion."
+    assert run_sync(drafted_answer(strategy, QUESTION, DOCS, 2, 0, first=first), run) == whole
+    assert len(llm.calls) == 2 and all("Saturn" not in c.prompt for c in llm.calls)  # the drafts alone
+
+
+def test_an_answer_no_draft_could_beat_costs_no_draft() -> None:
+    llm = FakeLLM("In 1969.")
+    strategy = PlainRAG(FakeRetriever([]), llm)
+    first, asked = "The Apollo program cost $25.4 billion.", "What did the Apollo program cost?"
+    answer = run_sync(drafted_answer(strategy, asked, DOCS, 2, 0, first=first), Run(strategy.execution))
+    assert answer == first and llm.calls == []  # an exact copy that answers the question: score 1
+    unusable = "What was the Apollo program's budget?"  # an echo: every usable draft beats it
+    answer = run_sync(drafted_answer(strategy, QUESTION, DOCS, 2, 0, first=unusable), Run(strategy.execution))
+    assert answer == "In 1969." and len(llm.calls) == 2

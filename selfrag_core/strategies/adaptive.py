@@ -57,14 +57,15 @@ from selfrag_core.grounding import assess, content_stems, is_refusal, question_c
 from selfrag_core.parsing import load_json
 from selfrag_core.prompts import Prompts
 from selfrag_core.protocols import BackendLike, LLMLike
-from selfrag_core.questions import split_question
+from selfrag_core.questions import is_multi_part, split_question
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
     PART_COVERAGE,
     Strategy,
+    checked_answer,
     context_text,
-    grounded_answer,
+    grounded_reply,
     missing_parts,
     retrieval_options,
     retrieve_or_empty,
@@ -180,13 +181,14 @@ def route_signals(question: str, docs: Sequence[RetrievedDoc], answer: str | Non
 
 def estimate_calls(strategy: Any, question: str) -> float:
     """A rough prior of the LLM calls ``strategy`` makes on ``question``, from its settings
-    (a fitted router replaces it with the calls measured on your data): plain 1; HyDE one
+    (a fitted router replaces it with the calls measured on your data): plain 1 (and one
+    a draft of DraftsRAG's, on a question of one part); HyDE one
     per hypothetical passage and the answer; RecursiveRAG one per part of a question it
     splits by rule (and the merge), else one, or four when it asks the LLM to decompose;
     SelfIRAG 2; SelfHealingRAG its first attempt and the metric, and half of the others';
     another strategy 2."""
-    if isinstance(strategy, PlainRAG):
-        return 1.0
+    if isinstance(strategy, PlainRAG):  # and DraftsRAG: its drafts in the answer's round
+        return 1.0 + (0.0 if is_multi_part(question) else float(strategy.config.drafts))
     if isinstance(strategy, HyDERAG):
         return float(strategy.config.num_hypothetical_docs + 1)
     if isinstance(strategy, RecursiveRAG):
@@ -236,15 +238,19 @@ class Decision:
 
 
 def stage_candidates(
-    stage: str, expected: Mapping[str, tuple[str, float]], budget: float | None
+    stage: str,
+    expected: Mapping[str, tuple[str, float]],
+    budget: float | None,
+    continues: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[list[Candidate], list[str]]:
     """The candidates at ``stage`` (``expected``: each name's class name and expected LLM
     calls) whose calls for the whole question fit ``budget`` (after the answer, plain's
-    call counts too), and the names of those that do not."""
-    spent = 0.0 if stage == BEFORE_ANSWER else 1.0
+    call counts too, except for those in ``continues``, which go on from the plain answer
+    instead of writing it again), and the names of those that do not."""
     within: list[Candidate] = []
     over: list[str] = []
     for name, (kind, calls) in expected.items():
+        spent = 0.0 if stage == BEFORE_ANSWER or name in continues else 1.0
         candidate = Candidate(name, kind, spent + calls, calls - 1.0 + spent)
         if budget is None or candidate.calls <= budget + 1e-9:
             within.append(candidate)
@@ -644,7 +650,20 @@ class AdaptiveRAG(Strategy[Answer]):
             name: (type(strategy).__name__, self.expected_calls(name, signals, question))
             for name, strategy in self.strategies.items()
         }
-        return stage_candidates(stage, expected, self.call_budget)
+        return stage_candidates(stage, expected, self.call_budget, self.continuing())
+
+    def continuing(self) -> set[str]:
+        """The candidates that go on from the plain answer rather than answer again
+        (``continue_answer``: :class:`~selfrag_core.strategies.plain.DraftsRAG` writes only
+        its drafts beside it): those over the same backend and LLM with the same ``top_k``."""
+        return {
+            name
+            for name, s in self.strategies.items()
+            if callable(getattr(s, "continue_answer", None))
+            and s.rag_system is self.rag_system
+            and s.llm is self.llm
+            and getattr(getattr(s, "config", None), "top_k", None) == self.config.top_k
+        }
 
     def decide(self, stage: str, question: str, signals: Mapping[str, float]) -> Plan[Decision]:
         """The router's decision at ``stage``, recorded as a ``route`` note."""
@@ -675,12 +694,15 @@ class AdaptiveRAG(Strategy[Answer]):
         docs = yield from retrieve_or_empty(self.rag_system, query, cfg.top_k, retrieval_options(context))
         decision = yield from self.decide(BEFORE_ANSWER, query, route_signals(query, docs))
         if decision.choice is not None:
-            chosen = yield from self._escalate(decision.choice, query, context, streamed=True)
+            plan = self.strategies[decision.choice].plan(query, context)
+            chosen = yield from self._escalate(decision.choice, plan, streamed=True)
             if chosen is not None:
                 return _answer(chosen, decision.choice, BEFORE_ANSWER)
+        reply = None
         if docs:
             try:
-                answer = yield from grounded_answer(self, query, docs, cfg.llm_retries)
+                reply = yield from grounded_reply(self, query, docs, cfg.llm_retries)
+                answer = yield from checked_answer(reply.strip(), query, docs)
             except RAGSystemError as e:
                 yield Note("generation_failed", f"{type(e).__name__}: {e}", {"then": "route the failure"})
                 answer, docs = GENERATION_FAILED_ANSWER, []
@@ -693,13 +715,17 @@ class AdaptiveRAG(Strategy[Answer]):
         decision = yield from self.decide(AFTER_ANSWER, query, route_signals(query, docs, answer))
         if decision.choice is None:
             return plain
-        chosen = yield from self._escalate(decision.choice, query, context, streamed=False)
+        strategy = self.strategies[decision.choice]
+        if reply is not None and decision.choice in self.continuing():
+            plan = strategy.continue_answer(query, docs, reply)
+        else:
+            plan = strategy.plan(query, context)
+        chosen = yield from self._escalate(decision.choice, plan, streamed=False)
         return plain if chosen is None else _answer(chosen, decision.choice, AFTER_ANSWER)
 
-    def _escalate(self, name: str, query: str, context: dict[str, Any], *, streamed: bool) -> Plan[Any]:
-        """The candidate's result, or None (with a fallback note) when it failed or said
-        nothing. Its answer streams when no answer was streamed before it."""
-        plan = self.strategies[name].plan(query, context)
+    def _escalate(self, name: str, plan: Plan[Any], *, streamed: bool) -> Plan[Any]:
+        """The result of candidate ``name``'s ``plan``, or None (with a fallback note) when
+        it failed or said nothing. Its answer streams when no answer was streamed before it."""
         try:
             result = yield from (plan if streamed else without_streaming(plan))
         except RAGSystemError as e:

@@ -212,14 +212,21 @@ def _part(
     return answer, docs
 
 
-def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc], retries: int) -> Plan[str]:
-    """The ``grounded_answer`` prompt's answer from ``docs`` (streamed), checked
-    (:func:`checked_answer`); a failed LLM call raises at its ``yield``."""
+def grounded_reply(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc], retries: int) -> Plan[str]:
+    """The ``grounded_answer`` prompt's reply from ``docs`` (streamed), unchecked; a failed
+    LLM call raises at its ``yield``."""
     prompt = strategy.prompts.render(
         "grounded_answer", detect_language(query), context=format_context(docs), question=query
     )
     reply: LLMReply = yield Generate(strategy.llm, prompt, "answer", retries, stream=True)
-    return (yield from checked_answer(reply.text.strip(), query, docs))
+    return reply.text
+
+
+def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc], retries: int) -> Plan[str]:
+    """The ``grounded_answer`` prompt's answer from ``docs`` (streamed), checked
+    (:func:`checked_answer`); a failed LLM call raises at its ``yield``."""
+    reply = yield from grounded_reply(strategy, query, docs, retries)
+    return (yield from checked_answer(reply.strip(), query, docs))
 
 
 def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -> str | None:

@@ -47,16 +47,41 @@ class Draft:
 
 
 def drafted_answer(
-    strategy: Strategy[Any], query: str, docs: list[RetrievedDoc], drafts: int, retries: int
+    strategy: Strategy[Any],
+    query: str,
+    docs: list[RetrievedDoc],
+    drafts: int,
+    retries: int,
+    *,
+    first: str | None = None,
 ) -> Plan[str]:
     """The answer over all ``docs`` (the ``grounded_answer`` prompt) and, in the same
     parallel round, a draft over each of the first ``drafts`` documents alone; the best
     by the verifier, the one over all unless a draft beats it by :data:`DRAFT_MARGIN`.
     A ``draft_chosen`` note records every draft's score when a draft wins. Raises the
-    first call's error when every call failed."""
+    first call's error when every call failed.
+
+    ``first``: the answer over all ``docs`` already written (the reply to that prompt):
+    only the drafts are written, and none when no draft could beat it (its score is
+    within :data:`DRAFT_MARGIN` of 1): the same choice at the drafts' calls alone."""
     subsets = [tuple(range(len(docs)))]
     if len(docs) > 1 and not is_multi_part(query):  # one document rarely holds every part
         subsets += [(i,) for i in range(min(drafts, len(docs)))]
+    texts = [d.text for d in docs]
+    context = context_text(docs)
+
+    def draft(subset: tuple[int, ...], reply: str) -> Draft:
+        answer = answer_text(reply)
+        unusable = degenerate_reason(answer, query, context)
+        score = None if unusable else verify_answer(answer, texts, question=query).score
+        return Draft(answer, subset, score, unusable)
+
+    candidates: list[Draft] = []
+    if first is not None:
+        candidates.append(draft(subsets[0], first))
+        if len(subsets) == 1 or candidates[0].rank() >= 1.0 - DRAFT_MARGIN:
+            return candidates[0].answer
+        subsets = subsets[1:]
     lang = detect_language(query)
     prompts = [
         strategy.prompts.render(
@@ -65,25 +90,17 @@ def drafted_answer(
         for s in subsets
     ]
     replies = yield Parallel(tuple(Generate(strategy.llm, p, "answer", retries) for p in prompts))
-    texts = [d.text for d in docs]
-    context = context_text(docs)
-    candidates: list[Draft] = []
     for subset, reply in zip(subsets, replies, strict=True):
-        if isinstance(reply, BaseException):
-            continue
-        answer = answer_text(reply.text)
-        unusable = degenerate_reason(answer, query, context)
-        score = None if unusable else verify_answer(answer, texts, question=query).score
-        candidates.append(Draft(answer, subset, score, unusable))
+        if not isinstance(reply, BaseException):
+            candidates.append(draft(subset, reply.text))
     if not candidates:
-        first = next(r for r in replies if isinstance(r, BaseException))
-        raise first
-    best = candidates[0]
-    for draft in candidates[1:]:
-        margin = DRAFT_MARGIN if best.documents == subsets[0] else 0.0
-        if draft.rank() > best.rank() + margin:
-            best = draft
-    if best.documents != subsets[0]:
+        raise next(r for r in replies if isinstance(r, BaseException))
+    best, everything = candidates[0], tuple(range(len(docs)))
+    for other in candidates[1:]:
+        margin = DRAFT_MARGIN if best.documents == everything else 0.0
+        if other.rank() > best.rank() + margin:
+            best = other
+    if best.documents != everything:
         detail = {
             "documents": [i + 1 for i in best.documents],
             "drafts": [

@@ -86,6 +86,19 @@ class PlainRAG(Strategy[Answer]):
             return Answer(GENERATION_FAILED_ANSWER)
         return Answer(answer, docs)
 
+    def continue_answer(self, query: str, docs: list[RetrievedDoc], first: str) -> Plan[Answer]:
+        """The answer this strategy gives from ``docs`` when ``first``, the reply to its
+        prompt over all of them, is already written (AdaptiveRAG's plain answer): with
+        drafts, only the drafts' calls (none when no draft could beat ``first``,
+        :func:`~selfrag_core.strategies.drafts.drafted_answer`); without, ``first`` checked."""
+        cfg = self.config
+        text = first
+        if cfg.drafts and docs:
+            text = yield from drafted_answer(self, query, docs, cfg.drafts, cfg.llm_retries, first=first)
+        if not cfg.check_answer:
+            return Answer(text, docs)
+        return Answer((yield from checked_answer(text.strip(), query, docs)), docs)
+
     def _retrieve(self, query: str, context: Mapping[str, Any]) -> Plan[list[RetrievedDoc]]:
         """The documents for ``query``; a failed retrieval raises with ``raise_errors``,
         else it is noted and no documents are found."""
