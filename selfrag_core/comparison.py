@@ -26,6 +26,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from selfrag_core.grounding import STOPWORDS
+
 _EARLIER = (
     r"first|earlier|earliest|older|oldest|sooner|longer ago|before the other"
     r"|أولا|أولاً|أقدم|أسبق|الأقدم|الأسبق"
@@ -162,6 +164,53 @@ def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolutio
     first = 0 if years[0] < years[1] else 1
     winner = first if comparison.earlier else 1 - first
     return Resolution(comparison, winner, (years[0], years[1]), (homes[0], homes[1]))
+
+
+def alternatives(question: str) -> tuple[str, str] | None:
+    """The two alternatives ``question`` offers, by date or not ("Which magazine is
+    published more often, Shonen Jump or Rolling Stone?" -> ``("Shonen Jump", "Rolling
+    Stone")``), or None."""
+    found = _ALTERNATIVES.search(" ".join(question.split()))
+    if found is None:
+        return None
+    a, b = (_LEADING.sub("", found.group(g).strip(" \"'“”‘’")).strip() for g in ("a", "b"))
+    return (a, b) if a and b and a.casefold() != b.casefold() else None
+
+
+def favoured(question: str, passages: Sequence[str]) -> int | None:
+    """The alternative whose own passage holds more of what the question asks of it
+    ("Which filmmaker was known for animation, Lev Yilmaz or Pamela B. Green?": the one
+    whose passage says "animation"), or None: the question offers no alternatives, or
+    compares by date (:func:`resolve` reads the dates), or words the passages cannot count
+    ("more", "older"), or they hold the same number. An alternative named in no passage's
+    opening loses to one that is."""
+    offered = alternatives(question)
+    if offered is None or comparison(question) is not None:
+        return None
+    rest = " ".join(question.split())
+    for alternative in offered:
+        rest = rest.replace(alternative, " ")
+    if _COMPARATIVE.search(rest):
+        return None
+    asked = {w[:5] for w in _words(rest) if w not in STOPWORDS and len(w) > 2}
+    held: list[float] = []
+    for alternative in offered:
+        ranked = sorted(range(len(passages)), key=lambda i: -_names(passages[i], alternative))
+        if not ranked or _names(passages[ranked[0]], alternative) < 1.0:
+            held.append(-1.0)
+            continue
+        words = {w[:5] for w in _words(passages[ranked[0]])}
+        held.append(float(len(asked & words)))
+    if held[0] == held[1]:
+        return None
+    return 0 if held[0] > held[1] else 1
+
+
+_COMPARATIVE = re.compile(
+    r"(?<!\w)(?:more|less|most|least|fewer|longer|shorter|larger|smaller|bigger|higher|lower|busier|"
+    r"older|younger|earlier|later|first|last|greater|better|worse|taller|closer|farther|further)(?!\w)",
+    re.IGNORECASE,
+)
 
 
 def chosen(comparison: Comparison, answer: str) -> int | None:

@@ -14,11 +14,23 @@ needs no LLM and no model:
   is read from (or the one before it, when that sentence refers back with a pronoun): a
   year the passage does not hold, or a name taken from another sentence, caps the score;
 * a **negation** the passage does not share (or drops) caps the score;
-* a **list** whose item the passage does not hold caps the score;
+* a **list** whose item the passage does not hold caps the score, and so does a **name of
+  several words** ("Washington County") the passage does not hold as one, though it
+  holds each word;
 * **degenerate text** (a repetition loop, an "Answer:" loop) is never supported;
 * with an ``embedder`` (the index's own, or the local MiniLM), the cosine similarity of
   the sentence and the passage's best window lifts paraphrases the word check misses;
   the checks above still cap it.
+
+With the question (:func:`verify_answer`'s ``question``), the answer is also held to it:
+its names and numbers are given, not claimed; the "no" of an answer to a yes/no question
+is its answer, not a negation a passage must share; a sentence that picks one of two
+alternatives restates the question's words, and is checked against the passages' dates
+(a comparison by date) or against what each alternative's own passage holds of the
+question; an answer that gives no date to a "when" question, no number to a "how many"
+one, neither alternative to a question offering two, or nothing the question did not say
+scores at most :data:`NOT_AN_ANSWER` (:func:`not_an_answer`); and each sentence's score is
+weighed by how far its passage speaks to the question.
 
 A score is in [0, 1]; a sentence is supported at ``threshold`` (0.5) and above. The
 answer's score is the mean of the mean and the minimum of its sentences' scores, so
@@ -42,7 +54,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from selfrag_core.comparison import chosen, comparison, resolve
+from selfrag_core.comparison import Comparison, alternatives, chosen, comparison, favoured, resolve
 from selfrag_core.grounding import STOPWORDS, question_coverage, repetition, strip_ar_prefix
 
 #: the score at which a sentence counts as supported
@@ -304,6 +316,7 @@ class _Passage:
     names: set[str]
     sentences: list[_Sentence]
     text: str
+    joined: str = ""  # its tokens, one space apart, with a space at each end
 
     @classmethod
     def of(cls, text: str) -> _Passage:
@@ -320,7 +333,7 @@ class _Passage:
             )
         stems = set().union(*(s.stems for s in sentences)) if sentences else set()
         names = {t for s in sentences for t in s.tokens} | {_number(t) for s in sentences for t in s.tokens}
-        return cls(stems, names, sentences, text)
+        return cls(stems, names, sentences, text, " " + " ".join(_tokens(text)) + " ")
 
 
 @dataclass
@@ -332,30 +345,80 @@ class _Claim:
     negated: bool
     items: list[set[str]]
     loop: str | None
+    phrases: list[str] = field(default_factory=list)
+    polar: bool = False  # it answers a yes/no question: its negation is the answer, not a claim
+    given: frozenset[str] = frozenset()  # the question's words, which a choice's restates
 
     @classmethod
-    def of(cls, sentence: str, given: frozenset[str] | set[str] = frozenset()) -> _Claim:
-        """The claim of ``sentence``; ``given``: names the question gave (not claims of it)."""
+    def of(cls, sentence: str, question: _Question | None = None) -> _Claim:
+        """The claim of ``sentence``; with the ``question``, its names and numbers are
+        given, not claimed, and so are its words when it picks an alternative or answers
+        yes or no ("Rolling Stone is published more often than Shonen Jump")."""
         text = clean_sentence(sentence)
         body = _YES_NO_START.sub("", text)  # "No, X is not Y": the leading "No" answers the question
         tokens = _tokens(body)
-        content = _content(tokens)
+        given = question.names if question else frozenset()
         return cls(
             text,
             tokens,
-            [_stem(t) for t in content],
+            [_stem(t) for t in _content(tokens)],
             _names(body) - given,
             _negated(tokens),
             _list_items(body),
             repetition(sentence),
+            [p for p in _phrases(body) if not set(p.split()) <= given],
+            bool(question and question.polar),
+            question.stems if question and (question.polar or question.choice) else frozenset(),
         )
+
+
+@dataclass(frozen=True)
+class _Question:
+    """What a question gives: its names and numbers, its content stems, whether it asks
+    yes or no."""
+
+    names: frozenset[str]
+    stems: frozenset[str]
+    polar: bool
+    choice: bool = False
+
+    @classmethod
+    def of(cls, question: str) -> _Question:
+        tokens = _tokens(question)
+        names = _names(question) | {_number(t) for t in tokens if _NUMBER.fullmatch(t)}
+        polar = bool(tokens) and tokens[0] in _AUXILIARIES
+        choice = alternatives(question) is not None
+        return cls(frozenset(names), frozenset(_stem(t) for t in _content(tokens)), polar, choice)
+
+
+_AUXILIARIES = frozenset([
+    "is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will",
+    "would", "should", "هل",
+])  # fmt: skip
+#: runs of two or more capitalised words ("Washington County"): a name of several words
+_PHRASE = re.compile(r"\b[A-Z][\w'’.-]*(?:\s+(?:of\s+|de\s+|von\s+|the\s+)?[A-Z][\w'’.-]*)+")
+
+
+def _phrases(sentence: str) -> list[str]:
+    """The names of several words of ``sentence``, as their tokens joined by spaces
+    ("washington county"), the sentence's first word left out when it is a stopword."""
+    found = []
+    for m in _PHRASE.finditer(unicodedata.normalize("NFKC", sentence)):
+        tokens = _tokens(m.group())
+        while tokens and (tokens[0] in STOPWORDS or tokens[0] in _PRONOUNS):
+            tokens = tokens[1:]
+        if len(tokens) >= 2:
+            found.append(" ".join(tokens))
+    return found
+
+
+#: what separates a list's items: a comma (not of "1,000"), "and", "or", the Arabic comma and "و"
+_ITEM_SEPARATOR = re.compile(r",(?!\d{3})\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|،\s*|\s+و")
 
 
 def _list_items(sentence: str) -> list[set[str]]:
     """The content stems of each item of a list in ``sentence`` ("A, B, and C"), or []."""
-    parts = [
-        p for p in re.split(r",\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|،\s*|\s+و", sentence) if p.strip()
-    ]
+    parts = [p for p in _ITEM_SEPARATOR.split(sentence) if p.strip()]
     if len(parts) < 3:
         return []
     items = [{_stem(t) for t in _content(_tokens(p)) if t not in _GENERIC} for p in parts[1:]]
@@ -382,8 +445,8 @@ class LexicalVerifier:
         self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
     ) -> list[list[Verdict]]:
         prepared = [_Passage.of(p) for p in passages]
-        given = _names(question) | {_number(t) for t in _tokens(question) if _NUMBER.fullmatch(t)}
-        claims = [_Claim.of(s, given) for s in sentences]
+        asked = _Question.of(question) if question else None
+        claims = [_Claim.of(s, asked) for s in sentences]
         semantic = (
             _semantic_matrix(self, claims, prepared) if self.embedder is not None and prepared else None
         )
@@ -404,7 +467,8 @@ class LexicalVerifier:
         if not claim.stems:
             return 0.0, "no_content"
         weights = [0.5 if s in _GENERIC else 1.0 for s in claim.stems]
-        hit = sum(w for s, w in zip(claim.stems, weights, strict=True) if s in passage.stems)
+        found = passage.stems | claim.given
+        hit = sum(w for s, w in zip(claim.stems, weights, strict=True) if s in found)
         miss = sum(weights) - hit
         score = hit / (hit + 2.0 * miss) if hit + miss else 0.0  # a missing word weighs twice a found one
         reason = None if score >= self.threshold else "low_overlap"
@@ -423,10 +487,13 @@ class LexicalVerifier:
             return 0.1, f"number_not_in_source:{numbers[0]}"
         if missing:
             return 0.25, f"name_not_in_source:{missing[0]}"
+        for phrase in claim.phrases:  # "Washington County" from "Washington" and "Fairfax County"
+            if f" {phrase} " not in passage.joined:
+                return 0.3, f"name_not_in_source:{phrase}"
         for number in sorted(n for n in claim.names if _NUMBER.fullmatch(n)):
             if not any(_bound(claim, w) for w in _windows(passage, number)):
                 return 0.3, f"misattributed:{number}"
-        window = _home(claim, passage)
+        window = None if claim.polar else _home(claim, passage)
         if window is not None:
             tokens = [t for s in window for t in s.tokens]
             if claim.negated != _negated(tokens, None if claim.negated else set(claim.stems)):
@@ -567,9 +634,59 @@ def verify_answer(
             for s, v in zip(sentences, verdicts, strict=True)
         ]
         verdicts = _compared(verdicts, sentences, question, texts)
+        why = not_an_answer(answer, question)
+        if why is not None:
+            verdicts = [
+                v if v.score <= NOT_AN_ANSWER else Verdict(NOT_AN_ANSWER, False, v.passage, why)
+                for v in verdicts
+            ]
     scores = [v.score for v in verdicts]
     score = 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
     return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold)
+
+
+#: an answer that is not of the kind the question asks for scores at most this
+NOT_AN_ANSWER = 0.2
+_ASKS_DATE = re.compile(
+    r"^\s*(?:when|متى)\b|\b(?:what|which)\s+(?:year|date|decade|century|month)\b|في\s+أي\s+عام", re.I
+)
+_ASKS_NUMBER = re.compile(
+    r"\bhow\s+(?:many|much|old|far|tall|high|large|big|deep|wide)\b|"
+    r"\bwhat\s+(?:percentage|percent|number|proportion|amount)\b|^\s*كم\b",
+    re.I,
+)
+_DATE_WORDS = re.compile(
+    r"\d|\b(?:january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"century|centuries|decade|ancient|medieval|bc|ad)\b",
+    re.I,
+)
+_NUMBER_WORDS = re.compile(
+    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|"
+    r"hundred|thousand|million|billion|dozens?|half|single|double|twice|none|no)\b",
+    re.I,
+)
+
+
+def not_an_answer(answer: str, question: str) -> str | None:
+    """Why ``answer`` is no answer to ``question`` whatever the passages say, or None: it
+    gives no date to a "when" question (``"not_a_date"``), no number to a "how many" one
+    (``"not_a_number"``), neither alternative to a question offering two
+    (``"no_alternative"``), or nothing the question did not already say
+    (``"restates_the_question"``; a yes/no question's answer may)."""
+    if _ASKS_DATE.search(question) and not _DATE_WORDS.search(answer):
+        return "not_a_date"
+    if _ASKS_NUMBER.search(question) and not _NUMBER_WORDS.search(answer):
+        return "not_a_number"
+    offered = alternatives(question)
+    if offered is not None:
+        return "no_alternative" if chosen(Comparison(offered, True, ""), answer) is None else None
+    asked = _Question.of(question)
+    if asked.polar:
+        return None
+    claims = [_Claim.of(s, asked) for s in split_sentences(answer)]
+    if any(set(c.stems) - asked.stems or c.names for c in claims):
+        return None
+    return "restates_the_question"
 
 
 #: a comparison answer the passages' dates contradict scores at most this; one they agree with at least
@@ -579,25 +696,56 @@ CONTRADICTED, AGREED = 0.1, 0.8
 def _compared(
     verdicts: list[Verdict], sentences: list[str], question: str, passages: list[str]
 ) -> list[Verdict]:
-    """``verdicts`` with the sentence that picks an alternative of a comparison by date
-    ("Who was born first, A or B?") checked against both passages' dates
-    (:mod:`selfrag_core.comparison`): capped when they favour the other alternative,
-    lifted when they favour it."""
+    """``verdicts`` with the sentence that picks an alternative checked against the
+    passages: of a comparison by date ("Who was born first, A or B?") against both
+    passages' dates (:mod:`selfrag_core.comparison`), else ("Which filmmaker was known for
+    animation, A or B?") against what each alternative's passage holds of the question
+    (:func:`~selfrag_core.comparison.favoured`); capped when they favour the other
+    alternative, lifted when they favour it."""
     resolution = resolve(comparison(question), passages)
-    if resolution is None:
+    if resolution is not None:
+        home = resolution.passages[resolution.winner]
+        why = f"comparison_contradicted:{resolution.winner_name}"
+        return _picked(
+            verdicts, sentences, resolution.comparison, resolution.winner, home, why, (AGREED, CONTRADICTED)
+        )
+    offered, winner = alternatives(question), favoured(question, passages)
+    if offered is None or winner is None:
         return verdicts
+    why = f"not_favoured:{offered[winner]}"
+    return _picked(
+        verdicts, sentences, Comparison(offered, True, ""), winner, None, why, (FAVOURED, DISFAVOURED)
+    )
+
+
+def _picked(
+    verdicts: list[Verdict],
+    sentences: list[str],
+    offer: Comparison,
+    winner: int,
+    home: int | None,
+    why: str,
+    bounds: tuple[float, float],
+) -> list[Verdict]:
+    """``verdicts`` with the first sentence that picks an alternative of ``offer`` lifted
+    to ``bounds[0]`` when it picks the ``winner``, else capped at ``bounds[1]`` (``why``);
+    read from passage ``home`` (None: its own)."""
     for i, sentence in enumerate(sentences):
-        pick = chosen(resolution.comparison, sentence)
+        pick = chosen(offer, sentence)
         if pick is None:
             continue
-        home = resolution.passages[resolution.winner]
-        if pick == resolution.winner:
-            lifted = Verdict(max(verdicts[i].score, AGREED), True, home, None)
-            return [*verdicts[:i], lifted, *verdicts[i + 1 :]]
-        why = f"comparison_contradicted:{resolution.winner_name}"
-        capped = Verdict(min(verdicts[i].score, CONTRADICTED), False, home, why)
-        return [*verdicts[:i], capped, *verdicts[i + 1 :]]
+        old = verdicts[i]
+        where = old.passage if home is None else home
+        if pick == winner:
+            verdict = Verdict(max(old.score, bounds[0]), True, where, None)
+        else:
+            verdict = Verdict(min(old.score, bounds[1]), False, where, why)
+        return [*verdicts[:i], verdict, *verdicts[i + 1 :]]
     return verdicts
+
+
+#: a pick of the alternative the passages favour scores at least this; of the other, at most this
+FAVOURED, DISFAVOURED = 0.7, 0.3
 
 
 #: how much of a sentence's score rests on its passage speaking to the question

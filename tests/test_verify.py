@@ -313,3 +313,80 @@ def test_selfirag_decides_support_and_cites_with_the_configured_verifier() -> No
     assert result.history[0].evaluation.grounding.supported and result.citations[0].supported_by == [1]
     with pytest.raises(TypeError, match="verifier must have verify"):
         GroundingConfig(verifier=object())
+
+
+# ----------------------------------------------------------------------------- answers to the question
+
+
+def asked(question: str, answer: str, *passages: str) -> tuple[float | None, list[str | None]]:
+    v = verify_answer(answer, list(passages), question=question)
+    return v.score, [x.reason for _, x in v.sentences]
+
+
+TYSONS = "Tysons Galleria is a shopping mall in Fairfax County, Virginia, near Washington, D.C."
+
+
+def test_a_name_of_several_words_made_of_words_of_others_is_flagged() -> None:
+    question = "Tysons Galleria is located in what county?"
+    invented = "Tysons Galleria is located in the Washington County of Virginia."
+    score, reasons = asked(question, invented, TYSONS)
+    assert score is not None and score < 0.5
+    assert reasons == ["name_not_in_source:washington county of virginia"]
+    score, _ = asked(question, "Tysons Galleria is located in Fairfax County, Virginia.", TYSONS)
+    assert score is not None and score >= 0.5
+
+
+def test_an_answer_of_the_wrong_kind_is_no_answer() -> None:
+    council = "In 1999 the European Council tasked a body with drafting a European Charter of Human Rights."
+    when = "When did the European Council task a body with drafting a charter?"
+    dateless = "The European Council tasked a body with drafting a European Charter."
+    score, reasons = asked(when, dateless, council)
+    assert score is not None and score <= 0.2 and reasons == ["not_a_date"]
+    assert (asked(when, "The European Council did so in 1999.", council)[0] or 0) >= 0.5
+    many = "How many digits does the largest known prime have?"
+    prime = "The largest known prime has 22,338,618 digits."
+    assert asked(many, "The largest known prime has many digits.", prime)[1] == ["not_a_number"]
+    assert (asked(many, "It has 22,338,618 digits.", prime)[0] or 0) >= 0.5
+
+
+def test_an_answer_that_only_restates_the_question_is_no_answer() -> None:
+    kyoto = "The Kyoto Protocol tried to address climate change by cutting emissions."
+    question = "What did the Kyoto Protocol try to address?"
+    assert asked(question, "The Kyoto Protocol did try to address it.", kyoto)[1] == ["restates_the_question"]
+    assert (asked(question, "The Kyoto Protocol tried to address climate change.", kyoto)[0] or 0) >= 0.5
+
+
+MAGAZINES = [
+    "Rolling Stone\nRolling Stone is an American biweekly magazine.",
+    "Shonen Jump\nWeekly Shonen Jump is a manga anthology.",
+]
+
+
+def test_a_pick_of_an_alternative_restates_the_question_and_naming_neither_is_no_answer() -> None:
+    question = "Which magazine is published more often, Shonen Jump or Rolling Stone?"
+    score, reasons = asked(question, "Rolling Stone is published more often than Shonen Jump.", *MAGAZINES)
+    assert score is not None and score >= 0.5 and reasons == [None]  # its words are the question's
+    assert asked(question, "A manga anthology is published weekly.", *MAGAZINES)[1] == ["no_alternative"]
+
+
+def test_the_alternative_whose_passage_holds_what_is_asked_is_favoured() -> None:
+    question = "Which filmmaker was known for animation, Lev Yilmaz or Pamela B. Green?"
+    passages = [
+        "Lev Yilmaz\nLev Yilmaz is a filmmaker known for his animation shorts.",
+        "Pamela B. Green\nPamela B. Green is a filmmaker and producer of documentaries.",
+    ]
+    score, _ = asked(question, "Lev Yilmaz.", *passages)
+    assert score is not None and score >= 0.7
+    score, reasons = asked(question, "Pamela B. Green.", *passages)
+    assert score is not None and score <= 0.3 and reasons == ["not_favoured:Lev Yilmaz"]
+
+
+def test_the_no_of_a_yes_no_answer_is_its_answer_not_a_negation_of_the_passage() -> None:
+    question = "Are both Dafeng District and Dazhou located in Jiangsu?"
+    passages = [
+        "Dafeng District\nDafeng District is located in Jiangsu.",
+        "Dazhou\nDazhou is a city in Sichuan.",
+    ]
+    answer = "No, Dafeng District and Dazhou are not both located in Jiangsu."
+    score, reasons = asked(question, answer, *passages)
+    assert score is not None and score >= 0.5 and reasons == [None]
