@@ -66,6 +66,7 @@ from selfrag_core.strategies.adaptive import (
     stage_candidates,
 )
 from selfrag_core.strategies.base import format_context, retrieve_or_empty
+from selfrag_core.strategies.registry import BUILT_IN
 
 #: the signals each stage's models read
 STAGE_SIGNALS = {BEFORE_ANSWER: QUESTION_SIGNALS, AFTER_ANSWER: SIGNALS}
@@ -225,6 +226,13 @@ def _strategy_model(
 # ----------------------------------------------------------------------------- replaying
 
 
+def continuing(names: Sequence[str] | Mapping[str, Any]) -> set[str]:
+    """The built-in strategies among ``names`` that go on from the plain answer after it
+    (``continue_answer``: ``drafts``): their recorded calls include the plain answer's."""
+    built = {n: BUILT_IN[n].strategy for n in names if n in BUILT_IN and n != BASELINE}
+    return {n for n, kind in built.items() if callable(getattr(kind, "continue_answer", None))}
+
+
 def routed(
     router: FittedRouter, question: _Question, baseline: str, metric: str, budget: float | None = None
 ) -> tuple[str, str | None, float | None, float | None, float | None]:
@@ -232,14 +240,15 @@ def routed(
     stage it was chosen at, its score, the question's calls and latency)."""
     plain = question.records.get(baseline)
     expected = {name: (name, router.calls(name, question.signals) or 1.0) for name in router.strategies}
+    going_on = continuing(router.strategies)
     for stage in (BEFORE_ANSWER, AFTER_ANSWER):
-        candidates, _ = stage_candidates(stage, expected, budget)
+        candidates, _ = stage_candidates(stage, expected, budget, going_on)
         choice = router.route(stage, question.signals, candidates).choice
         record = None if choice is None else question.records.get(choice)
         if record is None or _value(record, metric) is None:
             continue
         calls, latency = _cost(record, "llm_calls"), _cost(record, "latency_s")
-        if stage == AFTER_ANSWER:  # plain's answer came first
+        if stage == AFTER_ANSWER and choice not in going_on:  # plain's answer came first
             calls = None if calls is None else calls + (_cost(plain, "llm_calls") or 0.0)
             latency = None if latency is None else latency + (_cost(plain, "latency_s") or 0.0)
         return str(choice), stage, _value(record, metric), calls, latency
