@@ -184,3 +184,35 @@ def test_a_dry_run_makes_no_llm_call(parts: tuple[FakeRetriever, FakeLLM]) -> No
     assert expected["adaptive"]["calls"] == pytest.approx(1.5)
     assert expected["adaptive"]["calls_max"] > expected["adaptive"]["calls"]
     assert all(e["input_tokens"] > 0 for e in expected.values())
+
+
+def test_the_replay_costs_drafts_after_the_answer_at_its_own_calls() -> None:
+    from selfrag_core.evaluation.router import _Question, continuing, routed
+    from selfrag_core.strategies.adaptive import (
+        AFTER_ANSWER,
+        BEFORE_ANSWER,
+        FittedRouter,
+        Logistic,
+        StrategyModel,
+    )
+
+    def constant(bias: float) -> Logistic:
+        return Logistic((), (), (), (), bias)
+
+    after_only = StrategyModel(
+        {BEFORE_ANSWER: constant(-10.0), AFTER_ANSWER: constant(10.0)},
+        {BEFORE_ANSWER: constant(-10.0), AFTER_ANSWER: constant(-10.0)},
+        0.4,
+        0.0,
+        {"all": 3.0},
+    )
+    records = {
+        "plain": {"metrics": {"f1": 0.1}, "llm_calls": 1},
+        "drafts": {"metrics": {"f1": 0.5}, "llm_calls": 3},
+        "self": {"metrics": {"f1": 0.5}, "llm_calls": 3},
+    }
+    question = _Question("q", {}, records)
+    assert continuing(["plain", "drafts", "self"]) == {"drafts"}
+    for name, calls in (("drafts", 3.0), ("self", 4.0)):  # self writes the plain answer again
+        router = FittedRouter("f1", {name: after_only})
+        assert routed(router, question, "plain", "f1")[:4] == (name, AFTER_ANSWER, 0.5, calls)
