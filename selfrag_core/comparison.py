@@ -90,21 +90,38 @@ class Resolution:
         return self.comparison.alternatives[self.winner]
 
 
-def comparison(question: str) -> Comparison | None:
-    """The comparison ``question`` asks, or None when it asks none ("Who was born first,
-    Erika Jayne or Marco Da Silva?" -> ``("Erika Jayne", "Marco Da Silva")``, earlier, "born")."""
+def _offer(question: str) -> tuple[tuple[str, str], str, str] | None:
+    """The two alternatives ``question`` offers, the question without them (``rest``) and
+    the question on one line, or None."""
     text = " ".join(question.split())
     found = _ALTERNATIVES.search(text)
     if found is None:
         return None
-    rest = text[: found.start("a")] + " " + text[found.end("b") :]
+    a, b = (_LEADING.sub("", found.group(g).strip(" \"'“”‘’")).strip() for g in ("a", "b"))
+    if not a or not b or a.casefold() == b.casefold():
+        return None
+    return (a, b), text[: found.start("a")] + " " + text[found.end("b") :], text
+
+
+def alternatives(question: str) -> tuple[str, str] | None:
+    """The two alternatives ``question`` offers, by date or not ("Which magazine is
+    published more often, Shonen Jump or Rolling Stone?" -> ``("Shonen Jump", "Rolling
+    Stone")``), or None."""
+    offer = _offer(question)
+    return None if offer is None else offer[0]
+
+
+def comparison(question: str) -> Comparison | None:
+    """The comparison ``question`` asks, or None when it asks none ("Who was born first,
+    Erika Jayne or Marco Da Silva?" -> ``("Erika Jayne", "Marco Da Silva")``, earlier, "born")."""
+    offer = _offer(question)
+    if offer is None:
+        return None
+    (a, b), rest, text = offer
     direction = next(
         (d for d in _DIRECTION.finditer(rest) if not _DESCRIBES.search(rest, d.end())), None
     )  # "the first Russian composer to ..." describes; "born first," compares
     if direction is None:
-        return None
-    a, b = (_LEADING.sub("", found.group(g).strip(" \"'“”‘’")).strip() for g in ("a", "b"))
-    if not a or not b or a.casefold() == b.casefold():
         return None
     event = next(
         (e for e, words in _EVENT_OF_QUESTION.items() if re.search(rf"(?<!\w)(?:{words})(?!\w)", rest, re.I)),
@@ -150,13 +167,9 @@ def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolutio
     both years are equal."""
     if comparison is None:
         return None
-    homes: list[int] = []
-    for alternative in comparison.alternatives:
-        ranked = sorted(range(len(passages)), key=lambda i: -_names(passages[i], alternative))
-        if not ranked or _names(passages[ranked[0]], alternative) < 1.0:
-            return None
-        homes.append(ranked[0])
-    if homes[0] == homes[1]:
+    found = [_home(passages, alternative) for alternative in comparison.alternatives]
+    homes = [h for h in found if h is not None]
+    if len(homes) < 2 or homes[0] == homes[1]:
         return None
     years = [_year(passages[i], comparison.event) for i in homes]
     if years[0] is None or years[1] is None or years[0] == years[1]:
@@ -166,15 +179,10 @@ def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolutio
     return Resolution(comparison, winner, (years[0], years[1]), (homes[0], homes[1]))
 
 
-def alternatives(question: str) -> tuple[str, str] | None:
-    """The two alternatives ``question`` offers, by date or not ("Which magazine is
-    published more often, Shonen Jump or Rolling Stone?" -> ``("Shonen Jump", "Rolling
-    Stone")``), or None."""
-    found = _ALTERNATIVES.search(" ".join(question.split()))
-    if found is None:
-        return None
-    a, b = (_LEADING.sub("", found.group(g).strip(" \"'“”‘’")).strip() for g in ("a", "b"))
-    return (a, b) if a and b and a.casefold() != b.casefold() else None
+def _home(passages: Sequence[str], alternative: str) -> int | None:
+    """The passage that names ``alternative`` in its opening (all its words), or None."""
+    ranked = sorted(range(len(passages)), key=lambda i: -_names(passages[i], alternative))
+    return ranked[0] if ranked and _names(passages[ranked[0]], alternative) >= 1.0 else None
 
 
 def favoured(question: str, passages: Sequence[str]) -> int | None:
@@ -184,23 +192,17 @@ def favoured(question: str, passages: Sequence[str]) -> int | None:
     compares by date (:func:`resolve` reads the dates), or words the passages cannot count
     ("more", "older"), or they hold the same number. An alternative named in no passage's
     opening loses to one that is."""
-    offered = alternatives(question)
-    if offered is None or comparison(question) is not None:
+    offer = _offer(question)
+    if offer is None or comparison(question) is not None:
         return None
-    rest = " ".join(question.split())
-    for alternative in offered:
-        rest = rest.replace(alternative, " ")
+    offered, rest, _ = offer
     if _COMPARATIVE.search(rest):
         return None
     asked = {w[:5] for w in _words(rest) if w not in STOPWORDS and len(w) > 2}
     held: list[float] = []
     for alternative in offered:
-        ranked = sorted(range(len(passages)), key=lambda i: -_names(passages[i], alternative))
-        if not ranked or _names(passages[ranked[0]], alternative) < 1.0:
-            held.append(-1.0)
-            continue
-        words = {w[:5] for w in _words(passages[ranked[0]])}
-        held.append(float(len(asked & words)))
+        home = _home(passages, alternative)
+        held.append(-1.0 if home is None else float(len(asked & {w[:5] for w in _words(passages[home])})))
     if held[0] == held[1]:
         return None
     return 0 if held[0] > held[1] else 1

@@ -368,27 +368,27 @@ class _Claim:
             repetition(sentence),
             [p for p in _phrases(body) if not set(p.split()) <= given],
             bool(question and question.polar),
-            question.stems if question and (question.polar or question.choice) else frozenset(),
+            question.stems if question and (question.polar or question.offered) else frozenset(),
         )
 
 
 @dataclass(frozen=True)
 class _Question:
     """What a question gives: its names and numbers, its content stems, whether it asks
-    yes or no."""
+    yes or no, the two alternatives it offers (or None)."""
 
     names: frozenset[str]
     stems: frozenset[str]
     polar: bool
-    choice: bool = False
+    offered: tuple[str, str] | None = None
 
     @classmethod
     def of(cls, question: str) -> _Question:
         tokens = _tokens(question)
         names = _names(question) | {_number(t) for t in tokens if _NUMBER.fullmatch(t)}
         polar = bool(tokens) and tokens[0] in _AUXILIARIES
-        choice = alternatives(question) is not None
-        return cls(frozenset(names), frozenset(_stem(t) for t in _content(tokens)), polar, choice)
+        stems = frozenset(_stem(t) for t in _content(tokens))
+        return cls(frozenset(names), stems, polar, alternatives(question))
 
 
 _AUXILIARIES = frozenset([
@@ -677,10 +677,9 @@ def not_an_answer(answer: str, question: str) -> str | None:
         return "not_a_date"
     if _ASKS_NUMBER.search(question) and not _NUMBER_WORDS.search(answer):
         return "not_a_number"
-    offered = alternatives(question)
-    if offered is not None:
-        return "no_alternative" if chosen(Comparison(offered, True, ""), answer) is None else None
     asked = _Question.of(question)
+    if asked.offered is not None:
+        return "no_alternative" if chosen(Comparison(asked.offered, True, ""), answer) is None else None
     if asked.polar:
         return None
     claims = [_Claim.of(s, asked) for s in split_sentences(answer)]

@@ -60,6 +60,7 @@ from selfrag_core.strategies.adaptive import (
     FittedRouter,
     Logistic,
     StrategyModel,
+    continues_answers,
     estimate_calls,
     route_signals,
     shape,
@@ -229,8 +230,7 @@ def _strategy_model(
 def continuing(names: Sequence[str] | Mapping[str, Any]) -> set[str]:
     """The built-in strategies among ``names`` that go on from the plain answer after it
     (``continue_answer``: ``drafts``): their recorded calls include the plain answer's."""
-    built = {n: BUILT_IN[n].strategy for n in names if n in BUILT_IN and n != BASELINE}
-    return {n for n, kind in built.items() if callable(getattr(kind, "continue_answer", None))}
+    return {n for n in names if n in BUILT_IN and n != BASELINE and continues_answers(BUILT_IN[n].strategy)}
 
 
 def routed(

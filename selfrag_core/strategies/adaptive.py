@@ -179,6 +179,12 @@ def route_signals(question: str, docs: Sequence[RetrievedDoc], answer: str | Non
     return signals
 
 
+def continues_answers(strategy: Any) -> bool:
+    """Whether ``strategy`` (or a strategy class) can go on from a plain answer already
+    written (``continue_answer(query, docs, first)``: PlainRAG, DraftsRAG)."""
+    return callable(getattr(strategy, "continue_answer", None))
+
+
 def estimate_calls(strategy: Any, question: str) -> float:
     """A rough prior of the LLM calls ``strategy`` makes on ``question``, from its settings
     (a fitted router replaces it with the calls measured on your data): plain 1 (and one
@@ -659,7 +665,7 @@ class AdaptiveRAG(Strategy[Answer]):
         return {
             name
             for name, s in self.strategies.items()
-            if callable(getattr(s, "continue_answer", None))
+            if continues_answers(s)
             and s.rag_system is self.rag_system
             and s.llm is self.llm
             and getattr(getattr(s, "config", None), "top_k", None) == self.config.top_k
