@@ -53,6 +53,19 @@ from selfrag_core.llm import is_coroutine_callable, run_coroutine_sync
 from selfrag_core.types import RetrievedDoc, ScoreKind
 from selfrag_core.workers import to_thread
 
+#: the public names (what the adapters may import); the underscored helpers are the engine's
+__all__ = [
+    "Backend",
+    "Retrieved",
+    "astore_search",
+    "data_source_id",
+    "ignored_options",
+    "normalize_results",
+    "resolve_backend",
+    "store_search",
+    "supports_many",
+]
+
 _TEXT_KEYS = ("text", "content", "page_content", "document", "chunk", "passage")
 
 

@@ -42,6 +42,20 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+__all__ = [
+    "CALLS",
+    "TASKS",
+    "Limit",
+    "Workers",
+    "awaited_within",
+    "blocking",
+    "call_within",
+    "shutting_down",
+    "taking",
+    "to_thread",
+    "unsuspended",
+]
+
 T = TypeVar("T")
 
 _Work = tuple["concurrent.futures.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...]]

@@ -153,3 +153,20 @@ def test_an_answer_no_draft_could_beat_costs_no_draft() -> None:
     unusable = "What was the Apollo program's budget?"  # an echo: every usable draft beats it
     answer = run_sync(drafted_answer(strategy, QUESTION, DOCS, 2, 0, first=unusable), Run(strategy.execution))
     assert answer == "In 1969." and len(llm.calls) == 2
+
+
+def test_drafts_keep_the_context_limit_and_the_answer_over_all_is_plains_prompt() -> None:
+    """DraftsRAG with ``max_context_chars``: the answer over all documents is PlainRAG's
+    own prompt (its documents cut to the limit), and no draft's documents pass it."""
+    from selfrag_core import DraftsRAG, DraftsRAGConfig, PlainRAGConfig
+
+    limit = 60
+    llm = FakeLLM("The Apollo program cost $25.4 billion.")
+    backend = FakeRetriever([d.text for d in DOCS])
+    DraftsRAG(backend, llm, config=DraftsRAGConfig(top_k=3, max_context_chars=limit)).query(QUESTION)
+    plain = PlainRAG(backend, FakeLLM("unused"), config=PlainRAGConfig(top_k=3, max_context_chars=limit))
+    docs = plain.query(QUESTION).sources
+    prompts = [c.prompt for c in llm.calls]
+    assert len(prompts) == 3 and plain.answer_prompt(QUESTION, docs) in prompts
+    whole = plain.answer_prompt(QUESTION, docs).replace(QUESTION, "")
+    assert "Saturn" not in whole  # the limit cut the documents that did not fit

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,13 +47,38 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "RetrievedDoc", "Run", "ScoreKind", "SelfHealingRAG", "SelfHealingReport", "SelfIRAG",
          "SelfRAGConfig", "SelfRAGResult", "Step", "Strategy", "StrategyError", "StreamEvent", "SubAnswer",
          "Trace", "TraceEvent", "WritableBackend", "_call_llm", "_deduplicate", "_retrieve_safe",
-         "aingest", "arun_query", "astream_query",
+         "aingest", "aretrieve_documents", "arun_query", "astream_query", "retrieve_documents",
          "check_strategy", "chunk_id", "ingest",
          "observe_trace", "retrieve_or_empty", "run_query", "step_of", "stream_query"]
     )  # fmt: skip
     namespace: dict[str, object] = {}
     exec("from selfrag_core import *", namespace)  # every listed name exists
     assert set(selfrag_core.__all__) <= namespace.keys()
+
+
+def test_adapters_import_only_public_names() -> None:
+    """The LangChain and LlamaIndex adapters use the core's public API only: every name
+    they import from ``selfrag_core`` is in ``__all__`` of the module it comes from (the
+    package's, or a submodule's such as ``selfrag_core.retrieval``'s), never an underscored
+    helper or a module's incidental import."""
+    root = Path(__file__).resolve().parents[1] / "integrations"
+    private: list[str] = []
+    sources = sorted(root.glob("*/selfrag_*/**/*.py"))
+    assert len(sources) >= 10  # both adapters' packages were found
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "selfrag_core":
+                public = getattr(importlib.import_module(str(node.module)), "__all__", ())
+                private += [
+                    f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name not in public
+                ]
+    assert private == []
+
+
+def test_submodules_export_what_they_define() -> None:
+    for name in ("selfrag_core.retrieval", "selfrag_core.workers", "selfrag_core.backends.embedders"):
+        module = importlib.import_module(name)
+        assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
 
 
 def test_fake_llm_scripts() -> None:

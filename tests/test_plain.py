@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selfrag_core import LLMCallError, PlainRAG
+from selfrag_core import LLMCallError, PlainRAG, PlainRAGConfig, aretrieve_documents, retrieve_documents
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER
 from selfrag_core.testing import FakeLLM, FakeRetriever, first_document
 
@@ -52,3 +52,14 @@ async def test_async_and_streamed_give_the_same_answer() -> None:
 def test_top_k_is_validated(top_k: object) -> None:
     with pytest.raises((ValueError, TypeError), match="top_k"):
         PlainRAG(FakeRetriever(DOCS), FakeLLM(), top_k=top_k)  # type: ignore[arg-type]
+
+
+async def test_retrieve_documents_of_a_strategy_without_its_own_ranking_are_its_answers_sources() -> None:
+    """What both adapters' retrievers return for a strategy with no ``documents_plan``:
+    the sources of its answer, at most ``top_k``, sync and async alike."""
+    llm = FakeLLM(lambda prompt: first_document(prompt, "none"))
+    plain = PlainRAG(FakeRetriever(DOCS), llm, config=PlainRAGConfig(top_k=2))
+    docs = retrieve_documents(plain, "What is the waggle dance for?", top_k=1)
+    assert [d.text for d in docs] == [DOCS[0]] and len(llm.calls) == 1  # it answered once
+    both = await aretrieve_documents(plain, "What is the waggle dance for?")
+    assert [d.text for d in both] == [DOCS[0], DOCS[2]]

@@ -14,6 +14,8 @@ from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.local.embeddings import EMBEDDINGS_HINT, LocalEmbeddings, embeddings_available
 from selfrag_core.store.dense import resolve_embedder
 
+__all__ = ["EMBEDDER_NAMES", "SharedEmbedder"]
+
 #: the embedder names the framework adapters take: MiniLM (the default) and hashing
 EMBEDDER_NAMES = ("minilm", "hashing")
 

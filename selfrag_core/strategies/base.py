@@ -464,6 +464,40 @@ async def arun_query(
     return _finish_of(strategy)(result, run)
 
 
+def _documents_plan(strategy: Any, query: str, context: Mapping[str, Any] | None, top_k: int | None) -> Any:
+    """``strategy``'s own ranking plan for ``query`` when it has one (``documents_plan``:
+    HyDE's fused ranking), else None: the one place the retrievers' choice is made."""
+    own = getattr(strategy, "documents_plan", None)
+    return own(query, context, top_k) if callable(own) else None
+
+
+def _at_most(docs: Any, top_k: int | None) -> list[RetrievedDoc]:
+    return list(docs or ())[:top_k] if top_k is not None else list(docs or ())
+
+
+def retrieve_documents(
+    strategy: Any, query: str, top_k: int | None = None, context: Mapping[str, Any] | None = None
+) -> list[RetrievedDoc]:
+    """The documents ``strategy`` finds for ``query``, at most ``top_k``: what a retriever
+    returns (both adapters' retrievers call this). A strategy with its own ranking
+    (``documents_plan(query, context, top_k)``, as HyDERAG's fused ranking: one LLM round,
+    no answer) runs only that; any other runs its query and returns the answer's sources."""
+    plan = _documents_plan(strategy, query, context, top_k)
+    if plan is None:
+        return _at_most(run_query(strategy, query, context).sources, top_k)
+    return _at_most(run_sync(plan, Run(_execution_of(strategy))), top_k)
+
+
+async def aretrieve_documents(
+    strategy: Any, query: str, top_k: int | None = None, context: Mapping[str, Any] | None = None
+) -> list[RetrievedDoc]:
+    """Async :func:`retrieve_documents`."""
+    plan = _documents_plan(strategy, query, context, top_k)
+    if plan is None:
+        return _at_most((await arun_query(strategy, query, context)).sources, top_k)
+    return _at_most(await run_async(plan, Run(_execution_of(strategy))), top_k)
+
+
 def _execution_of(strategy: Any) -> ExecutionConfig:
     execution = getattr(strategy, "execution", None)
     return execution if isinstance(execution, ExecutionConfig) else ExecutionConfig()

@@ -54,6 +54,7 @@ def drafted_answer(
     retries: int,
     *,
     first: str | None = None,
+    max_chars: int | None = None,
 ) -> Plan[str]:
     """The answer over all ``docs`` (the ``grounded_answer`` prompt) and, in the same
     parallel round, a draft over each of the first ``drafts`` documents alone; the best
@@ -63,7 +64,9 @@ def drafted_answer(
 
     ``first``: the answer over all ``docs`` already written (the reply to that prompt):
     only the drafts are written, and none when no draft could beat it (its score is
-    within :data:`DRAFT_MARGIN` of 1): the same choice at the drafts' calls alone."""
+    within :data:`DRAFT_MARGIN` of 1): the same choice at the drafts' calls alone.
+    ``max_chars``: each prompt's documents within that many characters (PlainRAG's
+    ``max_context_chars``), so the answer over all is PlainRAG's own prompt."""
     subsets = [tuple(range(len(docs)))]
     if len(docs) > 1 and not is_multi_part(query):  # one document rarely holds every part
         subsets += [(i,) for i in range(min(drafts, len(docs)))]
@@ -85,7 +88,10 @@ def drafted_answer(
     lang = detect_language(query)
     prompts = [
         strategy.prompts.render(
-            "grounded_answer", lang, context=format_context([docs[i] for i in s]), question=query
+            "grounded_answer",
+            lang,
+            context=format_context([docs[i] for i in s], max_chars=max_chars),
+            question=query,
         )
         for s in subsets
     ]

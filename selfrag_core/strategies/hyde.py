@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selfrag_core.config import ExecutionConfig, HyDERAGConfig, config_from
-from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, Run, run_async, run_sync
+from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany
 from selfrag_core.errors import RAGSystemError
 from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
@@ -40,8 +40,10 @@ from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
+    aretrieve_documents,
     grounded_answer,
     retrieval_options,
+    retrieve_documents,
 )
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
 from selfrag_core.validation import check_int, validate_context, validate_query
@@ -173,13 +175,13 @@ class HyDERAG(Strategy[HyDEResult]):
         """The fused HyDE ranking for ``query`` (``top_k`` defaults to ``config.max_final_docs``),
         without generating an answer: one LLM round. Never raises for LLM or backend
         failures (an empty list when nothing could be retrieved)."""
-        return run_sync(self.documents_plan(query, context, top_k), Run(self.execution))
+        return retrieve_documents(self, query, top_k, context)
 
     async def aretrieve_documents(
         self, query: str, top_k: int | None = None, context: Mapping[str, Any] | None = None
     ) -> list[RetrievedDoc]:
         """Async :meth:`retrieve_documents`."""
-        return await run_async(self.documents_plan(query, context, top_k), Run(self.execution))
+        return await aretrieve_documents(self, query, top_k, context)
 
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[HyDEResult]:

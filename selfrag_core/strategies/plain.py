@@ -71,7 +71,9 @@ class PlainRAG(Strategy[Answer]):
                 )
                 return Answer(NOT_ENOUGH_ANSWER)
             if cfg.drafts and docs:  # one round: the answer over all and the drafts (not streamed)
-                text = yield from drafted_answer(self, query, docs, cfg.drafts, cfg.llm_retries)
+                text = yield from drafted_answer(
+                    self, query, docs, cfg.drafts, cfg.llm_retries, max_chars=cfg.max_context_chars
+                )
             else:
                 prompt = self.answer_prompt(query, docs)
                 reply: LLMReply = yield Generate(self.llm, prompt, "answer", cfg.llm_retries, stream=True)
@@ -94,7 +96,9 @@ class PlainRAG(Strategy[Answer]):
         cfg = self.config
         text = first
         if cfg.drafts and docs:
-            text = yield from drafted_answer(self, query, docs, cfg.drafts, cfg.llm_retries, first=first)
+            text = yield from drafted_answer(
+                self, query, docs, cfg.drafts, cfg.llm_retries, first=first, max_chars=cfg.max_context_chars
+            )
         if not cfg.check_answer:
             return Answer(text, docs)
         return Answer((yield from checked_answer(text.strip(), query, docs)), docs)

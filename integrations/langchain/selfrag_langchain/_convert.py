@@ -16,9 +16,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 
-from selfrag_core.errors import LLMCallError
-from selfrag_core.protocols import LLMOutput
-from selfrag_core.types import Result, RetrievedDoc, ScoreKind
+from selfrag_core import LLMCallError, LLMOutput, Result, RetrievedDoc, ScoreKind
 
 SCORE_KEY = "score"
 KIND_KEY = "score_kind"

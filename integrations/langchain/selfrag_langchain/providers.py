@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from selfrag_core.errors import ConfigurationError, MissingDependencyError
+from selfrag_core import ConfigurationError, MissingDependencyError
 
 #: provider -> (distribution, module, chat model class), used when ``langchain`` is absent
 PROVIDERS: dict[str, tuple[str, str, str]] = {

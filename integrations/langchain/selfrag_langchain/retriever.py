@@ -12,8 +12,14 @@ from langchain_core.runnables.config import set_config_context
 from langchain_core.runnables.utils import coro_with_context
 from pydantic import ConfigDict, Field, field_validator
 
-from selfrag_core import RetrievalWatch, arun_query, check_strategy, observe_trace, run_query
-from selfrag_core.types import RetrievedDoc
+from selfrag_core import (
+    RetrievalWatch,
+    RetrievedDoc,
+    aretrieve_documents,
+    check_strategy,
+    observe_trace,
+    retrieve_documents,
+)
 from selfrag_langchain._convert import to_documents
 
 
@@ -48,15 +54,11 @@ class StrategyRetriever(BaseRetriever):
 
     def _documents(self, query: str, limit: int | None, watch: RetrievalWatch) -> list[RetrievedDoc]:
         with observe_trace(watch):
-            if hasattr(self.strategy, "retrieve_documents"):
-                return list(self.strategy.retrieve_documents(query, top_k=limit))
-            return list(run_query(self.strategy, query).sources)
+            return retrieve_documents(self.strategy, query, limit)
 
     async def _adocuments(self, query: str, limit: int | None, watch: RetrievalWatch) -> list[RetrievedDoc]:
         with observe_trace(watch):
-            if hasattr(self.strategy, "aretrieve_documents"):
-                return list(await self.strategy.aretrieve_documents(query, top_k=limit))
-            return list((await arun_query(self.strategy, query)).sources)
+            return await aretrieve_documents(self.strategy, query, limit)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None

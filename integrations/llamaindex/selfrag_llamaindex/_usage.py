@@ -19,7 +19,7 @@ import llama_index.core.instrumentation as instrument
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
 
-from selfrag_core.protocols import LLMOutput
+from selfrag_core import LLMOutput
 from selfrag_llamaindex._convert import llm_output
 
 

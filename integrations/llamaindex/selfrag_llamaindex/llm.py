@@ -11,7 +11,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import PydanticProgramMode
 
-from selfrag_core.protocols import LLMOutput
+from selfrag_core import LLMOutput
 from selfrag_llamaindex import _events, _usage
 from selfrag_llamaindex._convert import llm_output, model_from_schema, note
 

@@ -8,8 +8,13 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from selfrag_core import RetrievalWatch, arun_query, check_strategy, observe_trace, run_query
-from selfrag_core.types import RetrievedDoc
+from selfrag_core import (
+    RetrievalWatch,
+    aretrieve_documents,
+    check_strategy,
+    observe_trace,
+    retrieve_documents,
+)
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import marked, node_from_doc, query_text
 
@@ -51,24 +56,12 @@ class StrategyRetriever(BaseRetriever):
         query, _ = query_text(query_bundle)  # what the bundle carries that is not used is logged
         watch = RetrievalWatch()
         with _events.observing(_events.Observation(self.callback_manager)) as seen, observe_trace(watch):
-            fused = getattr(self.strategy, "retrieve_documents", None)
-            if callable(fused):
-                docs = fused(query, self.top_k, self.context)
-            else:
-                docs = self._sources(run_query(self.strategy, query, self.context))
+            docs = retrieve_documents(self.strategy, query, self.top_k, self.context)
         return marked([node_from_doc(d, seen.nodes) for d in docs], watch.failure(self.strategy, query))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query, _ = query_text(query_bundle)
         watch = RetrievalWatch()
         with _events.observing(_events.Observation(self.callback_manager)) as seen, observe_trace(watch):
-            fused = getattr(self.strategy, "aretrieve_documents", None)
-            if callable(fused):
-                docs = await fused(query, self.top_k, self.context)
-            else:
-                docs = self._sources(await arun_query(self.strategy, query, self.context))
+            docs = await aretrieve_documents(self.strategy, query, self.top_k, self.context)
         return marked([node_from_doc(d, seen.nodes) for d in docs], watch.failure(self.strategy, query))
-
-    def _sources(self, result: Any) -> list[RetrievedDoc]:
-        docs = list(getattr(result, "sources", None) or [])
-        return docs if self.top_k is None else docs[: self.top_k]
