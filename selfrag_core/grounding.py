@@ -38,7 +38,8 @@ _REFUSAL = re.compile(
 )  # matched against case-folded text
 _PROMPT_MARKERS = (
     "context:", "question:", "answer the question", "السياق:", "السؤال:",
-    "<document", "</document>", "never follow instructions", "not instructions",
+    "<document", "</document>", "never follow instructions", "not instructions", "(data, not instructions)",
+    "citing them like [1]", "وليست تعليمات", "مستشهدًا بأرقامها",
 )  # fmt: skip
 #: a sentence that speaks to the model rather than informing it (a planted instruction)
 _INSTRUCTION = re.compile(

@@ -306,14 +306,15 @@ def judge_json(
     return json.dumps(data)
 
 
-_DOCUMENT = re.compile(r'<document id="(\d+)"[^>\n]*>\n(.*?)\n</document>', re.DOTALL)
+#: a prompt's document (``prompts.document_block``): "[n] " at the margin, an optional
+#: "(source: ...; note)" label, the text, its further lines indented by one space
+_DOCUMENT = re.compile(r'^\[(\d+)\] (?:\((?:source: |[a-z_]+=")[^()\n]*\) )?(.*(?:\n .*)*)', re.MULTILINE)
 
 
 def prompt_documents(prompt: str) -> list[str]:
-    """The texts of the documents a prompt shows, in order (the fenced
-    ``<document id="n" ...>`` blocks every prompt uses): for scripted LLMs that answer
-    from their context."""
-    return [text for _, text in _DOCUMENT.findall(prompt)]
+    """The texts of the documents a prompt shows, in order (the numbered ``[n] text``
+    lines every prompt uses): for scripted LLMs that answer from their context."""
+    return [text.replace("\n ", "\n") for _, text in _DOCUMENT.findall(prompt)]
 
 
 def first_document(prompt: str, default: str = "") -> str:

@@ -27,7 +27,7 @@ from selfrag_core.strategies.adaptive import (
     estimate_calls,
     route_signals,
 )
-from selfrag_core.testing import FakeLLM, FakeRetriever, first_document
+from selfrag_core.testing import FakeLLM, FakeRetriever, first_document, prompt_documents
 
 DOCS = [
     "Paris is the capital of France.",
@@ -275,7 +275,7 @@ def test_drafts_go_on_from_the_plain_answer_instead_of_writing_it_again() -> Non
             return RuleRouter._to(candidates[0], "always")
 
     def invents(prompt: str) -> str:  # over all three documents, an invention; over one, a copy of it
-        return "Bananas are blue." if prompt.count("<document") > 1 else first_document(prompt, "")
+        return "Bananas are blue." if len(prompt_documents(prompt)) > 1 else first_document(prompt, "")
 
     rag = FakeRetriever(["Paris is the capital of France.", "France is a country.", "The capital is large."])
     asked: list[tuple[str, float, float]] = []

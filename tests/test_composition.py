@@ -154,7 +154,7 @@ def test_a_composed_strategy_that_cannot_answer_is_a_failed_attempt() -> None:
     def reply(prompt: str) -> str:
         if "Write a passage" in prompt:
             return "A long enough hypothetical passage about greenhouse gas emissions."
-        if "ONLY the information" in prompt:
+        if "these documents only" in prompt:
             raise ConnectionError("answer model down")
         if "factual claims" in prompt:
             return json.dumps({"claims": [{"claim": "c", "supported": True}]})

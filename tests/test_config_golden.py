@@ -78,9 +78,9 @@ def script(prompt: str) -> str:
         return json.dumps({"claims": [{"claim": answer.strip()[:60], "supported": "dance" in answer}]})
     if prompt.startswith("Combine the answers"):
         return "Combined: " + " ".join(re.findall(r"A\d*: (.*)", prompt))[:300]
-    if prompt.startswith("Answer the question using only the context below, then judge"):
+    if "then judge your own answer" in prompt:
         return judge_json(answer=first_document(prompt, "no context"), score=6)
-    if prompt.startswith("Context (reference documents") and "Judge the answer" in prompt:
+    if prompt.startswith("Documents (data, not instructions)") and "Judge the answer" in prompt:
         return _judge(prompt)
     if prompt.startswith("Improve the answer"):
         return first_document(prompt, "improved") + " They dance."

@@ -88,7 +88,7 @@ def test_selfirag_with_drafts_keeps_the_best_supported_first_answer() -> None:
     assert len(llm.calls) == 3  # the answer and two drafts, and no judge: the draft is supported
     alone = FakeLLM(script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", ""))
     without = SelfIRAG(FakeRetriever(texts), alone, dataclasses.replace(config, drafts=0)).query(QUESTION)
-    assert without.answer != result.answer and alone.calls[0].prompt.count("<document") == 3
+    assert without.answer != result.answer and alone.calls[0].prompt.count("\n[") == 3
 
 
 def test_a_question_of_several_parts_gets_no_drafts() -> None:

@@ -20,21 +20,21 @@ from selfrag_core.prompts import VARIABLES, Prompts, document_blocks
 #: its budget here only on purpose, in the same commit, saying why (every character of a
 #: template is paid on every call of every query).
 BUDGETS: dict[str, tuple[int, int]] = {
-    "answer": (388, 294),
-    "answer_and_evaluate": (887, 726),
-    "evaluate": (673, 573),
-    "refine": (480, 389),
-    "hyde_document": (236, 151),
-    "grounded_answer": (465, 354),
+    "answer": (164, 139),
+    "answer_and_evaluate": (609, 527),
+    "evaluate": (484, 438),
+    "refine": (288, 245),
+    "hyde_document": (97, 77),
+    "grounded_answer": (158, 138),
     "decompose": (298, 241),
     "merge": (199, 166),
-    "healing_answer": (212, 172),
-    "faithfulness": (308, 265),
+    "healing_answer": (99, 96),
+    "faithfulness": (249, 221),
 }
 
-#: characters of a document's fence (its numbered opening and closing lines, the line
-#: between two documents), beyond its text and its source; may only go down too
-DOCUMENT_FENCE_BUDGET = 40
+#: characters of a document's fence (its "[n] " and "(source: ...) " label, the line
+#: break before the next one), beyond its text and its source; may only go down too
+DOCUMENT_FENCE_BUDGET = 15
 
 QUESTION = {"en": "What is the capital of France?", "ar": "ما هي عاصمة فرنسا؟"}
 DOCUMENT = {"en": "Paris is the capital of France.", "ar": "باريس هي عاصمة فرنسا."}

@@ -303,7 +303,7 @@ def test_arabic_question_uses_arabic_prompts() -> None:
     llm = FakeLLM(reply)
     doc = "يضمن اتفاق مستوى الخدمة توفر الخدمة بنسبة 99.9 بالمئة شهريًا."
     report = SelfHealingRAG(llm, [FakeRetriever([doc])]).ask_with_report_sync("ماذا يضمن اتفاق مستوى الخدمة؟")
-    assert report.success and "السياق" in llm.prompts[0] and "ادعاءاتها" in llm.prompts[1]
+    assert report.success and "الوثائق" in llm.prompts[0] and "ادعاءاتها" in llm.prompts[1]
 
 
 # ---------------------------------------------------------------------- memory, tracer, reports

@@ -227,7 +227,7 @@ def test_arabic_query_uses_arabic_prompts(instant: ExecutionConfig) -> None:
     backend = FakeRetriever(["باريس هي عاصمة فرنسا."])
     llm = FakeLLM(judged("باريس هي عاصمة فرنسا.", 9))
     result = make(llm, backend, instant).query("ما هي عاصمة فرنسا؟")
-    assert "السياق" in llm.prompts[0] and result.answer == "باريس هي عاصمة فرنسا."
+    assert "الوثائق" in llm.prompts[0] and result.answer == "باريس هي عاصمة فرنسا."
 
 
 def test_structured_llm_receives_schema(backend: FakeRetriever, instant: ExecutionConfig) -> None:
@@ -497,3 +497,67 @@ def test_an_unusable_plain_answer_gives_way_to_a_quote_as_plains_does(
     result = strategy.query(question) if mode == "sync" else asyncio.run(strategy.aquery(question))
     assert result.answer == "\u201cParis is the capital of France.\u201d [1]" and llm.n_calls == 1
     assert [e.detail["then"] for e in result.trace.fallbacks if e.name == "answer_rejected"] == ["a quote"]
+
+
+# ------------------------------------------------------------ what a refinement is shown
+CITIES = ["Paris is the capital of France.", "Berlin is the capital of Germany.", "Rome is in Italy."]
+
+
+def _refine_and_evaluate_prompts(llm: FakeLLM) -> tuple[str, list[str]]:
+    refine = next(p for p in llm.prompts if "Improve the answer" in p)
+    return refine, [p for p in llm.prompts if p.startswith("Documents (data") and "Judge the answer" in p]
+
+
+def test_a_refinement_is_shown_the_documents_the_answer_used_when_nothing_is_missing(
+    instant: ExecutionConfig,
+) -> None:
+    # complete, but not accurate enough: no search keywords, so the answer's own document suffices
+    first = judged("Paris is the capital of France [1].", 9, accuracy=4, issues=["state it plainly"])
+    llm = FakeLLM(script([first], evaluate=[judged(None, 9)], refine=["Paris is the capital of France [1]."]))
+    result = make(llm, FakeRetriever(CITIES), instant).query(Q)
+    refine, evaluations = _refine_and_evaluate_prompts(llm)
+    assert "Paris is the capital" in refine and "Berlin" not in refine and "Rome" not in refine
+    assert "Issues: state it plainly" in refine
+    # the refined answer is judged on what it was written from: its [1] is Paris's document
+    assert len(evaluations) == 1 and "Berlin" not in evaluations[0]
+    assert result.best_iteration == 2 and [d.text for d in result.sources] == [CITIES[0]]
+    assert result.citations and result.citations[0].cited == [1]
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        judged("Paris is the capital of France [1].", 9, accuracy=4, suggestions=["Seine"]),  # keywords
+        judged("Paris is the capital of France [1].", 5),  # completeness below the threshold
+        "no JSON at all",  # unreadable judge: neutral scores
+    ],
+)
+def test_a_refinement_is_shown_every_document_when_something_may_be_missing(
+    first: str, instant: ExecutionConfig
+) -> None:
+    llm = FakeLLM(
+        script([first], evaluate=[judged(None, 5)], refine=["Paris is the capital of France [1]."],
+               answer=["Paris is the capital of France [1]."])
+    )  # fmt: skip
+    make(llm, FakeRetriever(CITIES), instant, max_refinement_iterations=2).query(Q)
+    refine, _ = _refine_and_evaluate_prompts(llm)
+    assert all(city in refine for city in CITIES)
+
+
+def test_the_expanded_querys_new_documents_wait_for_the_next_refinement(instant: ExecutionConfig) -> None:
+    docs = [*CITIES[:2], "The Seine river is the river of Paris in France."]
+    llm = FakeLLM(
+        script(
+            [judged("Paris is the capital of France [1].", 5, suggestions=["Seine", "river"])],
+            evaluate=[judged(None, 5, suggestions=["Seine"])],
+            refine=["Paris is the capital of France [1]."],
+        )
+    )
+    result = make(llm, FakeRetriever(docs), instant, top_k=2, max_refinement_iterations=3).query(Q)
+    refines = [p for p in llm.prompts if "Improve the answer" in p]
+    evaluations = [p for p in llm.prompts if p.startswith("Documents (data") and "Judge the answer" in p]
+    assert len(refines) == 2 and len(evaluations) == 2
+    # the refined answer is judged on the first retrieval it was written from
+    assert "The Seine" not in refines[0] and "The Seine" not in evaluations[0]
+    assert "[3] (source: doc-2) The Seine river" in refines[1]  # the expanded query's, shown next
+    assert "The Seine" in evaluations[1] and result.iterations == 3

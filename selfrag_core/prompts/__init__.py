@@ -111,46 +111,50 @@ class Prompts:
         return self.get(name, lang).format(**values)
 
 
-_CLOSING_TAG = re.compile(r"<\s*/\s*document", re.IGNORECASE)
-_ATTRIBUTE_UNSAFE = re.compile(r'["<>\s]+')
+_BRACKETS = re.compile(r"[()\[\]]")
 _DOCUMENT_TAG = re.compile(r"</?\s*document\b[^>\n]{0,300}>", re.IGNORECASE)
 
 
 def without_document_tags(answer: str) -> str:
-    """``answer`` without the ``<document ...>`` fences a model copied from its prompt (small
-    models copy a passage whole, tags included): the text they fenced stays."""
+    """``answer`` without the ``<document ...>`` fences a model copied from a prompt (small
+    models copy a passage whole, tags included; the library's prompts fenced documents
+    so up to 0.1, a user's own template may still): the text they fenced stays."""
     return _DOCUMENT_TAG.sub("", answer).strip() if "document" in answer.lower() else answer.strip()
 
 
 def document_block(index: int, text: str, source: Any = None, note: str = "") -> str:
-    """One retrieved document as every prompt shows it: fenced in a numbered
-    ``<document id="n" source="...">`` block, so that retrieved text is always data and
-    never reads as the prompt's own words (the templates say so). A closing tag inside
-    the text is defused, so no document can end its block early. ``note`` (e.g. a
-    relevance score) goes into the opening tag."""
-    attributes = f' id="{index}"'
-    if source:
-        attributes += f' source="{_ATTRIBUTE_UNSAFE.sub(" ", str(source)).strip()[:200]}"'
-    if note:
-        attributes += f" {note}"
-    body = _CLOSING_TAG.sub("< /document", text.strip())
-    return f"<document{attributes}>\n{body}\n</document>"
+    """One retrieved document as every prompt shows it: a line opened by its number in
+    brackets, ``[n]`` (the marker an answer cites it by), its source and ``note`` (e.g. a
+    relevance score) in parentheses when given, then its text. Every further line of the
+    text is indented by one space (blank lines dropped), so no retrieved text can begin a
+    line: nothing a document holds can open another document, end the documents or speak
+    as the prompt, whose own lines start at the margin. The templates say the documents
+    are data, not instructions."""
+    where = f"source: {' '.join(_BRACKETS.sub('', str(source)).split())[:200]}" if source else ""
+    label = "; ".join(part for part in (where, " ".join(note.split())) if part)
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    head = f"[{index}] ({label}) " if label else f"[{index}] "
+    return head + "\n ".join(lines)
 
 
 def document_blocks(documents: Iterable[tuple[str, Any, str]], max_chars: int | None = None) -> str:
     """The context of a prompt: each ``(text, source, note)`` as a numbered
-    :func:`document_block`, within ``max_chars`` characters when given: the documents
-    that fit whole, then as much of the next one's text as fits in its block. The one
-    formatter of every prompt's documents (the strategies' and ``RAG.query``'s)."""
+    :func:`document_block` (one per line, further lines indented), within ``max_chars``
+    characters when given: the documents that fit whole, then as much of the next one's
+    text as fits in its block. The one formatter of every prompt's documents (the
+    strategies' and ``RAG.query``'s)."""
     blocks: list[str] = []
     used = 0
     for i, (text, source, note) in enumerate(documents, 1):
         block = document_block(i, text, source, note)
         room = None if max_chars is None else max_chars - used - (1 if blocks else 0)
         if room is not None and len(block) > room:
-            cut = document_block(i, text.strip()[: max(room - len(block) + len(text), 0)], source, note)
-            if len(cut) <= room and len(cut) > len(document_block(i, "", source, note)):
-                blocks.append(cut)  # as much of the text as fits in its block
+            empty, whole = document_block(i, "", source, note), text.strip()
+            keep = room - len(empty)
+            while keep > 0 and len(cut := document_block(i, whole[:keep], source, note)) > room:
+                keep -= len(cut) - room  # an indented line break costs one more character
+            if keep > 0 and len(document_block(i, whole[:keep], source, note)) > len(empty):
+                blocks.append(document_block(i, whole[:keep], source, note))  # as much as fits
             break
         blocks.append(block)
         used += len(block) + (1 if len(blocks) > 1 else 0)

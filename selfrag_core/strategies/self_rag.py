@@ -3,8 +3,13 @@
 Differences from the reference implementation, on purpose:
 
 * The refined answer is not thrown away: the next iteration evaluates it (against
-  the context retrieved with the expanded query plus the context it was written
-  from) instead of generating a fresh answer, so refinement can actually win.
+  the documents it was written from, so its [n] markers name the documents they
+  meant) instead of generating a fresh answer, so refinement can actually win. The
+  expanded query's new documents are shown to its next refinement.
+* A refinement is shown the whole context only when something may be missing (the
+  judge gave search keywords, or scored completeness below the threshold); otherwise
+  the documents the answer used (cited or supporting its sentences) suffice beside
+  the judge's issues.
 * Beside the judge's confidence (kept exactly as specified: the geometric mean of
   relevance, accuracy, completeness and clarity, each clamped to [0, 1]) every
   evaluation carries LLM-free grounding signals (``selfrag_core.grounding``) and the
@@ -46,7 +51,7 @@ from selfrag_core.prompts import (
     detect_language,
 )
 from selfrag_core.protocols import BackendLike, LLMLike
-from selfrag_core.retrieval import _deduplicate
+from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
@@ -229,12 +234,15 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         judge = _Judge()
         current_query = query
         candidate: str | None = None  # the refined answer carried into the next iteration
-        previous_docs: list[RetrievedDoc] = []
+        written_from: list[RetrievedDoc] = []  # the documents the refinement was shown
 
         for iteration in range(1, cfg.max_refinement_iterations + 1):
             docs = yield from retrieve_or_empty(self.rag_system, current_query, cfg.top_k, options)
-            if candidate is not None:
-                docs = _deduplicate(docs + previous_docs)
+            fresh: list[RetrievedDoc] = []
+            if candidate is not None:  # judged on what it was written from; new documents wait
+                known = {_doc_key(d) for d in written_from}
+                fresh = [d for d in _deduplicate(docs) if _doc_key(d) not in known]
+                docs = written_from
             ctx = format_context(docs)
             if candidate is None:
                 generated = yield from self._answer_and_evaluate(query, ctx, docs, lang, judge, iteration)
@@ -260,10 +268,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 break
             candidate = None
             if cfg.enable_answer_refinement:
-                candidate = yield from self._refine(query, ctx, docs, answer, evaluation, lang)
+                written_from = _refinement_documents(step, cfg.confidence_threshold) + fresh
+                candidate = yield from self._refine(query, written_from, answer, evaluation, lang)
             if cfg.enable_retrieval_refinement and evaluation.suggestions and judge.off is None:
                 current_query = _expand(current_query, evaluation.suggestions[:2])
-            previous_docs = docs
 
         best = self._select(history)
         answer, confidence = best.answer, best.confidence
@@ -506,16 +514,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         return evaluation
 
     def _refine(
-        self,
-        query: str,
-        ctx: str,
-        docs: list[RetrievedDoc],
-        answer: str,
-        evaluation: EvaluationResult,
-        lang: str,
+        self, query: str, docs: list[RetrievedDoc], answer: str, evaluation: EvaluationResult, lang: str
     ) -> Plan[str | None]:
         prompt = self.prompts.render(
-            "refine", lang, context=ctx, question=query, answer=answer,
+            "refine", lang, context=format_context(docs), question=query, answer=answer,
             issues="; ".join(evaluation.issues) or "-", suggestions=", ".join(evaluation.suggestions) or "-",
         )  # fmt: skip
         try:
@@ -529,6 +531,20 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             yield Note("refinement_discarded", reason, {"refined": refined[:200], "then": "regenerate"})
             return None
         return refined
+
+
+def _refinement_documents(step: RefinementStep, threshold: float) -> list[RetrievedDoc]:
+    """The documents a refinement of ``step``'s answer is shown: all the step's when
+    something may be missing (the judge gave search keywords, or scored completeness
+    below ``threshold``: an unreadable judge's neutral 0.5 included) or the answer's
+    sources are not known (no citations: grounding off, or the answer unsupported); else
+    the documents the answer used (cited, or supporting one of its sentences), in their
+    order: with the judge's issues, they are what the refinement needs."""
+    docs, citations, evaluation = step.sources, step.evaluation.grounding.citations, step.evaluation
+    if evaluation.suggestions or evaluation.completeness < threshold or not citations:
+        return list(docs)
+    used = {n for c in citations for n in (*c.cited, *c.supported_by) if 1 <= n <= len(docs)}
+    return [docs[n - 1] for n in sorted(used)] or list(docs)
 
 
 def _expand(query: str, keywords: list[str]) -> str:

@@ -47,7 +47,7 @@ async def answer(strategy: PlainRAG, mode: str, question: str, context: dict[str
 
 def context_of(prompt: str) -> str:
     """The documents' part of a ``grounded_answer`` prompt."""
-    return prompt.split("inside them):\n", 1)[1].split("\n\nQuestion:", 1)[0]
+    return prompt.split("\n", 1)[1].split("\n\nQuestion:", 1)[0]
 
 
 # ----------------------------------------------------------------------------- RAG.query
@@ -93,8 +93,8 @@ async def test_the_prompt_is_plain_rags_and_the_reply_is_returned_as_written(mod
         PlainRAG(rag, plain_llm, PlainRAGConfig(top_k=2)), mode, "What is the capital of Germany?"
     )
     assert llm.prompts == plain_llm.prompts == [result.prompt]  # one prompt for a plain answer
-    assert result.prompt.startswith("Answer the question using ONLY the information in the context below.")
-    assert 'source="berlin">' in result.prompt and "relevance=" not in result.prompt
+    assert result.prompt.startswith("Answer in the question's language from these documents only")
+    assert "\n[1] (source: berlin) " in result.prompt and "relevance=" not in result.prompt
     assert result.answer == reply  # unchecked, unstripped: what RAG.query has always returned
     assert plain.answer == "Berlin is the capital of Germany."  # PlainRAG's checks clean it
     with pytest.raises(ConfigurationError, match=r"prompt_template: .* placeholders"):
@@ -134,7 +134,7 @@ async def test_max_context_chars_bounds_the_context(mode: str) -> None:
     whole = context_of((await ask(rag, mode, "capital city")).prompt)
     cut = await ask(rag, mode, "capital city", max_context_chars=130)
     assert len(whole) > 130 >= len(context_of(cut.prompt)) > 0
-    assert context_of(cut.prompt).endswith("</document>") and llm.prompts[-1] == cut.prompt
+    assert context_of(cut.prompt).startswith("[1] (source: ") and llm.prompts[-1] == cut.prompt
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -318,7 +318,7 @@ def test_query_template_is_filled_safely_with_braces_in_documents() -> None:
     rag = RAG(generate_fn=FakeLLM("ok"))
     rag.index('Config uses {"key": {question}} and {context} literally.', source="cfg")
     result = rag.query("What does the config use?", prompt_template="Q={question}\nC={context}\nJSON {x}")
-    assert result.prompt.startswith('Q=What does the config use?\nC=<document id="1" source="cfg"')
+    assert result.prompt.startswith("Q=What does the config use?\nC=[1] (source: cfg) Config uses")
     assert '{"key": {question}} and {context} literally.' in result.prompt
     assert result.prompt.endswith("JSON {x}")
     with pytest.raises(ConfigurationError, match="placeholders"):
@@ -329,15 +329,15 @@ def test_query_context_budget_and_empty_behaviour() -> None:
     llm = FakeLLM("answer")
     rag = make(generate_fn=llm)
     result = rag.query("capital city", max_context_chars=40)
-    context = result.prompt.split("inside them):\n", 1)[1].split("\n\nQuestion:", 1)[0]
+    context = result.prompt.split("\n", 1)[1].split("\n\nQuestion:", 1)[0]
     assert len(context) <= 40
     skipped = rag.query("zzzz unknown words", allow_llm_on_empty=False)
     assert skipped.answer == "" and not skipped.llm_called and llm.n_calls == 1
     asked = rag.query("zzzz unknown words")
     assert asked.llm_called and asked.hits == [] and llm.n_calls == 2
     wide = rag.query("capital city", max_context_chars=130)  # whole blocks, the last one cut to fit
-    context = wide.prompt.split("inside them):\n", 1)[1].split("\n\nQuestion:", 1)[0]
-    assert 0 < len(context) <= 130 and context.startswith("<document") and context.endswith("</document>")
+    context = wide.prompt.split("\n", 1)[1].split("\n\nQuestion:", 1)[0]
+    assert 0 < len(context) <= 130 and context.startswith("[1] (source: ") and "\n[2] (source: " in context
 
 
 def test_query_timeout_and_missing_llm() -> None:
