@@ -123,13 +123,13 @@ def answer_and_evaluation(answer: str, score: int = 9) -> str:
 
 SELF_RAG_RULES = [
     ("then judge your own answer", answer_and_evaluation("Paris is the capital of France.")),
-    ("Answer the question using only the context below", "Paris is the capital of France."),
+    ("from these documents only", "Paris is the capital of France."),
 ]
 
 
 HYDE_RULES = [
     ("Write a passage", "Paris is the capital of France, on the Seine."),
-    ("Answer the question using ONLY", "Paris is the capital of France."),
+    ("from these documents only", "Paris is the capital of France."),
 ]
 RECURSIVE_RULES = [
     (

@@ -174,7 +174,7 @@ def _breaking_once(retry_text: str | None = None):  # type: ignore[no-untyped-de
         def stream_complete(self, prompt: str, formatted: bool = False, **kwargs):  # type: ignore[no-untyped-def]
             broken = self.__dict__.setdefault("_broken", [])
             chunks = list(super().stream_complete(prompt, formatted, **kwargs))
-            if "ONLY" not in prompt:
+            if "from these documents only" not in prompt:
                 return iter(chunks)
             if not broken:
                 broken.append(True)
