@@ -156,6 +156,26 @@ def _wake(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], _: Futu
         loop.call_soon_threadsafe(_resolve, waiter)
 
 
+def _to_wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode (readers never wait for a writer), waiting out other
+    processes that open it at the same moment. SQLite answers "database is locked" at once,
+    without its busy handler, when two connections convert a new file together (waiting
+    could deadlock them), so the wait is here, up to the same busy timeout."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            transient = any(word in str(e) for word in ("locked", "busy"))
+            if not transient or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 class CachedLLM:
     """An LLM that records the replies of ``llm`` in the SQLite file ``path`` and answers
     from it (see the module docstring).
@@ -256,7 +276,7 @@ class CachedLLM:
         except (OSError, sqlite3.Error) as e:
             raise ConfigurationError(f"cannot open the replay cache {self.path}: {e}") from e
         try:
-            db.execute("PRAGMA journal_mode = WAL")  # readers never wait for a writer
+            _to_wal(db)
             db.execute("PRAGMA synchronous = NORMAL")  # a cache may lose its last replies on power loss
             db.execute(_SCHEMA)
         except sqlite3.Error as e:

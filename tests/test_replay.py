@@ -478,6 +478,56 @@ def test_a_directory_is_a_configuration_error(tmp_path: Path) -> None:
         CachedLLM(FakeLLM(), tmp_path)
 
 
+class ConvertingElsewhere:
+    """A connection to a file another process is converting to WAL at the same moment:
+    SQLite answers "database is locked" at once, without its busy handler, ``busy`` times."""
+
+    def __init__(self, db: sqlite3.Connection, busy: int) -> None:
+        self.db, self.busy, self.refused = db, busy, 0
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        if sql.startswith("PRAGMA journal_mode") and self.refused < self.busy:
+            self.refused += 1
+            raise sqlite3.OperationalError("database is locked")
+        return self.db.execute(sql, args)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def connecting(monkeypatch: pytest.MonkeyPatch, busy: int) -> list[ConvertingElsewhere]:
+    made: list[ConvertingElsewhere] = []
+    real = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> ConvertingElsewhere:
+        made.append(ConvertingElsewhere(real(*args, **kwargs), busy))
+        return made[-1]
+
+    monkeypatch.setattr("selfrag_core.replay.sqlite3.connect", connect)
+    monkeypatch.setattr("selfrag_core.replay.time.sleep", no_sleep)
+    return made
+
+
+def test_a_file_another_process_is_converting_is_waited_for(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the CI failure this fixes: two processes opening a new cache together, one refused
+    made = connecting(monkeypatch, busy=3)
+    with CachedLLM(FakeLLM("x"), path) as cached:
+        cached.generate("p")
+        assert cached._execute("PRAGMA journal_mode")[0] == [("wal",)]
+    assert made[0].refused == 3
+
+
+def test_a_file_locked_past_the_busy_timeout_is_a_cache_locked_error(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connecting(monkeypatch, busy=10**9)
+    monkeypatch.setattr("selfrag_core.replay._BUSY_TIMEOUT_S", 0.05)
+    with pytest.raises(CacheLockedError, match="stayed locked"):
+        CachedLLM(FakeLLM(), path)
+
+
 def test_parent_folders_are_created_and_the_file_is_wal(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "replies.sqlite"
     with CachedLLM(FakeLLM(), path) as cached:
