@@ -181,6 +181,14 @@ class BackendConformance:
         w.delete(_BEES[0])
         assert set(w.sources()) == {_PARIS[0], _NILE[0]}
 
+    def test_texts_of_reads_a_source_back(self, backend: Any) -> None:
+        w = writer(backend)
+        if not w.can_read:
+            return
+        self.fill(backend)
+        assert "".join(w.texts_of(_NILE[0])).split() == _NILE[1].split()
+        assert w.texts_of("notes/never-added.md") == []
+
     # ---------------------------------------------------------------- ingest, save, async
 
     def test_ingest_writes_in_batches_and_reports(self, backend: Any) -> None:

@@ -10,8 +10,11 @@ write to is a :class:`WritableBackend`:
     count() -> int                    # the chunks stored
 
 and, where it has them, ``sources()`` (the stored source names: ``selfrag index`` drops
-the files gone from a folder with it), ``save()`` (make the writes durable: the embedded
-index writes its directory), and async twins ``aadd_documents`` / ``adelete`` /
+the files gone from a folder with it), ``texts_of(source)`` (a source's stored chunk
+texts: ``selfrag mcp`` serves them as resources), ``save()`` (make the writes durable:
+the embedded index writes its directory), ``changed_on_disk()`` and ``refresh()`` (another
+process saved the shared copy; reload it: the server's workers ask before each query),
+and async twins ``aadd_documents`` / ``adelete`` /
 ``acount`` / ``asave`` (otherwise the sync method runs in a worker thread).
 
 The rules every backend keeps, checked by the shipped conformance suite
@@ -153,8 +156,8 @@ def _chunks(value: Any) -> int | None:
 
 class Writer:
     """A backend resolved once for writing (:func:`writer`). ``can_delete``,
-    ``can_count``, ``can_list`` and ``can_save`` say what it has; the methods raise
-    ConfigurationError for what it has not."""
+    ``can_count``, ``can_list``, ``can_read``, ``can_save`` and ``can_refresh`` say what it
+    has; the methods raise ConfigurationError for what it has not."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -192,7 +195,10 @@ class Writer:
         self._delete = _method(backend, "delete")
         self._count = count
         self._sources = _method(backend, "sources")
+        self._texts = _method(backend, "texts_of")
         self._save = _method(backend, "save")
+        self._changed = _method(backend, "changed_on_disk")
+        self._refresh = _method(backend, "refresh")
         self._aadd = _twin(backend, "aadd_documents", self._add)
         self._adelete = _twin(backend, "adelete", self._delete)
         self._acount = _twin(backend, "acount", self._count)
@@ -200,7 +206,9 @@ class Writer:
         self.can_delete = self._delete is not None and _first_parameter(self._delete) != "ids"
         self.can_count = count is not None
         self.can_list = self._sources is not None
+        self.can_read = self.can_list and self._texts is not None
         self.can_save = self._save is not None
+        self.can_refresh = self._changed is not None and self._refresh is not None
 
     def __repr__(self) -> str:
         return f"Writer({self.name})"
@@ -242,6 +250,21 @@ class Writer:
         if self._sources is None:
             raise self._refuse("list its sources", "sources()")
         return sorted(self._sources())
+
+    def texts_of(self, source: str) -> list[str]:
+        """The stored chunk texts of ``source`` (empty for an unknown one)."""
+        if self._texts is None:
+            raise self._refuse("read a source's text", "texts_of(source)")
+        return list(self._texts(source))
+
+    def changed_on_disk(self) -> bool:
+        """Whether another process saved the backend's shared copy since it was loaded
+        (False for a backend that cannot tell): cheap, asked before each query."""
+        return self._changed is not None and bool(self._changed())
+
+    def refresh(self) -> bool:
+        """Reload what another process saved, where the backend can; whether it did."""
+        return self._refresh is not None and bool(self._refresh())
 
     def save(self, *target: Any) -> bool:
         """Make the writes durable where the backend can (``save(*target)``); whether it did."""

@@ -38,7 +38,7 @@ from selfrag_core.retrieval import _aretrieve_safe
 from selfrag_core.serve.errors import INTERNAL_ERROR
 from selfrag_core.serve.settings import ServeSettings
 from selfrag_core.strategies.base import arun_query
-from selfrag_core.types import RetrievedDoc
+from selfrag_core.types import Result, RetrievedDoc
 from selfrag_core.validation import validate_query
 
 try:
@@ -193,18 +193,13 @@ def _documents(given: Mapping[str, Any], settings: ServeSettings) -> list[Docume
 # ----------------------------------------------------------------------------- results
 
 
-def _source_name(doc: RetrievedDoc) -> str | None:
-    name = getattr(doc, "source", "") or doc.metadata.get("source") or doc.id
-    return None if name is None else str(name)
-
-
 def _score(doc: RetrievedDoc) -> float | None:
     return doc.score if doc.score is not None and math.isfinite(doc.score) else None
 
 
 def _document(doc: RetrievedDoc, n: int) -> dict[str, Any]:
     return {
-        "n": n, "source": _source_name(doc), "id": doc.id, "score": _score(doc),
+        "n": n, "source": doc.source, "id": doc.id, "score": _score(doc),
         "score_kind": doc.score_kind.value, "text": doc.text,
     }  # fmt: skip
 
@@ -212,7 +207,13 @@ def _document(doc: RetrievedDoc, n: int) -> dict[str, Any]:
 def answer_of(result: Any, strategy: str, budget: int | None) -> dict[str, Any]:
     """The ``ask`` tool's reply: the answer, its citations (``sources``: the 1-based numbers of
     the sources that support the sentence; ``cited``: those the model cited), the sources, the
-    cost and the failures the strategy absorbed (from its trace)."""
+    cost and the failures the strategy absorbed (from its trace). ``result`` is a
+    :class:`~selfrag_core.types.Result` (every strategy's is; TypeError otherwise)."""
+    if not isinstance(result, Result):
+        raise TypeError(
+            f"the strategy {strategy!r} answered with a {type(result).__name__}, not a selfrag Result "
+            "(answer, sources, citations, trace): return one from its plan"
+        )
     trace = result.trace
     return {
         "answer": result.answer.strip(),
@@ -223,9 +224,9 @@ def answer_of(result: Any, strategy: str, budget: int | None) -> dict[str, Any]:
                 "supported": c.supported, "support": round(c.support, 4), "flags": list(c.flags),
                 "llm_supported": c.llm_supported,
             }
-            for c in getattr(result, "citations", [])
+            for c in result.citations
         ],
-        "sources": [_document(d, i) for i, d in enumerate(getattr(result, "sources", []), 1)],
+        "sources": [_document(d, i) for i, d in enumerate(result.documents, 1)],
         "cost": {
             "llm_calls": trace.llm_calls, "input_tokens": trace.input_tokens,
             "output_tokens": trace.output_tokens, "seconds": round(trace.wall_s, 3), "max_llm_calls": budget,
@@ -304,10 +305,8 @@ class SelfragTools:
 
     def sources(self) -> list[str]:
         """The indexed sources, where the backend lists them (the embedded index does)."""
-        lister = getattr(self.rag, "sources", None)
-        if not callable(lister) or not callable(getattr(self.rag, "texts_of", None)):
-            return []
-        return sorted(lister())
+        w = self.documents.writer
+        return w.sources() if w is not None and w.can_read else []
 
     def read(self, uri: str) -> str:
         """The text of the source ``uri`` names. Raises InputError for another URI."""
@@ -316,7 +315,8 @@ class SelfragTools:
                 f"unknown resource {uri!r}; read one that resources/list names ({SOURCE_URI}...)"
             )
         source = urllib.parse.unquote(uri[len(SOURCE_URI) :])
-        texts: list[str] = self.rag.texts_of(source) if source in self.sources() else []
+        w = self.documents.writer
+        texts = w.texts_of(source) if w is not None and source in self.sources() else []
         if not texts:
             raise InputError(f"no indexed source {source!r}; resources/list names the indexed ones")
         return "\n\n".join(texts)

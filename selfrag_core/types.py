@@ -33,6 +33,12 @@ class RetrievedDoc:
     score_kind: ScoreKind = ScoreKind.UNKNOWN
 
     @property
+    def source(self) -> str | None:
+        """What the document is called: its ``source`` metadata, else its id (None: neither)."""
+        name = self.metadata.get("source") or self.id
+        return None if name is None else str(name)
+
+    @property
     def similarity(self) -> float | None:
         """The score as "higher is better", or None where that cannot be known."""
         if self.score is None:

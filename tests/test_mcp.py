@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from selfrag_core.local.factory import make_llm
-from selfrag_core.mcp_server import SelfragTools, create_server, source_uri
+from selfrag_core.mcp_server import SelfragTools, answer_of, create_server, source_uri
 from selfrag_core.presets import ADAPTIVE, BASELINE, STRATEGIES, build_strategy
 from selfrag_core.store import RAG
 
@@ -203,6 +203,11 @@ async def test_a_crash_is_a_tool_error_without_its_details() -> None:
     broken = create_server(SelfragTools(rag, {"broken": Broken()}))
     message = _refusal(await _call(broken, "ask", {"question": "q?", "strategy": "broken"}))
     assert message == "internal error; the server log has the details"
+
+
+def test_an_answer_that_is_not_a_result_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match="the strategy 'mine' answered with a dict, not a selfrag Result"):
+        answer_of({"answer": "x"}, "mine", None)
 
 
 async def test_reading_an_unknown_source_is_a_protocol_error(server: Any) -> None:

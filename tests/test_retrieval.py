@@ -105,6 +105,13 @@ def test_fields_are_kept() -> None:
     assert hay.metadata == {"src": "x"} and hay.score == 0.4
 
 
+def test_a_document_is_named_by_its_source_else_its_id() -> None:
+    assert RetrievedDoc("t", metadata={"source": "a.md"}, id="7").source == "a.md"
+    assert RetrievedDoc("t", metadata={"source": ""}, id="7").source == "7"
+    assert RetrievedDoc("t", metadata={"source": 3}).source == "3"
+    assert RetrievedDoc("t").source is None
+
+
 def test_score_kinds() -> None:
     (d,) = _retrieve_safe(Backend([{"text": "t", "distance": 0.2}]), "q", 5)
     assert d.score_kind is ScoreKind.DISTANCE and d.similarity == -0.2

@@ -78,9 +78,9 @@ class DocumentStore:
 
     async def sync(self) -> None:
         """Reload the backend if another process saved the shared index since."""
-        changed = getattr(self.backend, "changed_on_disk", None)
-        if self.index_dir is not None and callable(changed) and changed():
-            await asyncio.to_thread(self.backend.refresh)
+        w = self.writer
+        if self.index_dir is not None and w is not None and w.changed_on_disk():
+            await asyncio.to_thread(w.refresh)
 
     @contextlib.asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:

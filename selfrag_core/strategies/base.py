@@ -60,7 +60,7 @@ def format_context(docs: list[RetrievedDoc], limit: int | None = None, max_chars
     source (:func:`~selfrag_core.prompts.document_blocks`), the first ``limit`` of them,
     within ``max_chars`` characters."""
     chosen = docs if limit is None else docs[:limit]
-    return document_blocks(((d.text, d.metadata.get("source") or d.id, "") for d in chosen), max_chars)
+    return document_blocks(((d.text, d.source, "") for d in chosen), max_chars)
 
 
 def context_text(docs: list[RetrievedDoc]) -> str:

@@ -55,3 +55,18 @@ def test_the_suite_catches_a_backend_that_breaks_the_contract() -> None:
     suite = BackendConformance()
     with pytest.raises(AssertionError):
         suite.test_delete_removes_every_chunk_of_a_source(Forgetful())
+
+
+def test_a_writer_reloads_what_another_process_saved(tmp_path: Path) -> None:
+    # what each server worker asks before a query (serve/documents.py's sync)
+    from selfrag_core.ingest import ingest, writer
+
+    first = RAG(path=tmp_path / "index")
+    ingest(first, [{"text": "Paris is the capital of France.", "source": "fr.md"}], save=True)
+    w = writer(RAG.load(tmp_path / "index"))
+    assert w.can_refresh and not w.changed_on_disk()
+    ingest(first, [{"text": "The Nile flows north.", "source": "nile.md"}], save=True)
+    assert w.changed_on_disk() and w.refresh() and not w.changed_on_disk()
+    assert w.sources() == ["fr.md", "nile.md"] and w.texts_of("nile.md") == ["The Nile flows north."]
+    fake = writer(FakeRetriever())
+    assert not fake.can_refresh and not fake.changed_on_disk() and not fake.refresh()
