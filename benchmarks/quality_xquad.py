@@ -2,7 +2,7 @@
 (English), with a local model: SQuAD exact match and token F1 (best over the gold
 answers), the share of answers that contain a gold answer, the share that are a fallback
 ("error in generating answer", ...), and LLM calls per question. The strategies are
-sized as the CLI sizes them for a small model (``selfrag_core.cli.build_strategy``).
+sized as the CLI sizes them for a small model (``selfrag_core.presets.build_strategy``).
 
 Uses the public API only, so the same file measures another checkout of the library
 (``PYTHONPATH=/path/to/other/checkout python benchmarks/quality_xquad.py``): run it
@@ -21,7 +21,7 @@ from xquad_selfrag import best, load  # same folder: SQuAD normalisation and the
 
 import selfrag_core
 from selfrag_core import RecursiveRAG, RecursiveRAGConfig, StrategyError
-from selfrag_core.cli import build_strategy
+from selfrag_core.presets import build_strategy
 from selfrag_core.testing import FakeRetriever
 
 FALLBACKS = (

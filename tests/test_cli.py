@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
+import selfrag_core
 from selfrag_core import cli
+from selfrag_core.cli.commands import demo_questions
+from selfrag_core.cli.files import default_index_dir, read_text
 from selfrag_core.local import embeddings as local_embeddings
 from selfrag_core.local import models
+from selfrag_core.presets import STRATEGIES, open_index
 
 pytest.importorskip("bm25s")
 
@@ -84,9 +88,9 @@ def test_index_skips_hidden_and_tool_folders_and_binary_suffixes(capsys, docs, i
 def test_env_and_flag_choose_the_index_location(capsys, docs, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("SELFRAG_INDEX", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert cli.default_index_dir() == tmp_path / "xdg" / "selfrag" / "index"
+    assert default_index_dir() == tmp_path / "xdg" / "selfrag" / "index"
     monkeypatch.setenv("SELFRAG_INDEX", str(tmp_path / "env"))
-    assert cli.default_index_dir() == tmp_path / "env"
+    assert default_index_dir() == tmp_path / "env"
     flag = tmp_path / "flag"
     assert run(capsys, "index", str(docs / "bees.md"), "--index", str(flag), *FAST)[0] == 0
     assert (flag / "manifest.json").is_file() and not (tmp_path / "env").exists()
@@ -96,13 +100,13 @@ def test_default_location_without_any_setting(monkeypatch, tmp_path) -> None:  #
     monkeypatch.delenv("SELFRAG_INDEX", raising=False)
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert cli.default_index_dir() == tmp_path / ".local" / "share" / "selfrag" / "index"
+    assert default_index_dir() == tmp_path / ".local" / "share" / "selfrag" / "index"
 
 
 # ----------------------------------------------------------------------------- ask
 
 
-@pytest.mark.parametrize("strategy", cli.STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_ask_every_strategy(capsys, docs, index_dir, strategy) -> None:  # type: ignore[no-untyped-def]
     assert run(capsys, "index", str(docs), *FAST)[0] == 0
     code, out, _ = run(capsys, "ask", "Why do volcanoes erupt?", "--strategy", strategy, "--llm", "fake")
@@ -173,15 +177,15 @@ def test_demo_with_the_fake_llm(capsys, tmp_path) -> None:  # type: ignore[no-un
     assert err.count("[hyde]") == 3 and err.count("[healing]") == 3
     assert "indexed 14 sample documents" in err
     assert "[self] أين يلتقي النيل" in err
-    assert cli.open_index(target, create=False).count() > 14
+    assert open_index(target, create=False).count() > 14
     code, out, err = run(capsys, "demo", "--llm", "fake", "--index", str(target), *FAST)  # 2 questions
     assert code == 0 and "demo: 8 answers" in out and "أين" not in err
 
 
 def test_the_demo_corpus_ships_with_the_package() -> None:
-    questions = cli.demo_questions()
+    questions = demo_questions()
     assert len(questions) == 3 and any(cli_lang(q) == "ar" for q in questions)
-    corpus = Path(cli.__file__).parent / "data" / "demo"
+    corpus = Path(selfrag_core.__file__).parent / "data" / "demo"
     files = sorted(p.name for p in corpus.iterdir())
     assert 12 <= len(files) <= 15
     assert sum(cli_lang(p.read_text(encoding="utf-8")) == "ar" for p in corpus.iterdir()) == 2
@@ -261,7 +265,7 @@ def test_non_utf8_with_encoding_is_decoded_with_a_warning(capsys, tmp_path, inde
 def test_utf16_with_bom_is_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
     f = tmp_path / "u16.txt"
     f.write_bytes("hello wide world".encode("utf-16"))
-    assert cli.read_text(f) == "hello wide world"
+    assert read_text(f) == "hello wide world"
 
 
 def test_nothing_indexable_exits_1_without_creating_an_index(capsys, tmp_path, index_dir) -> None:  # type: ignore[no-untyped-def]
@@ -403,7 +407,8 @@ def test_a_minilm_index_reopens_with_minilm_and_stats_does_not_load_it(  # type:
 
 
 def test_serve_subcommand_is_wired() -> None:
-    from selfrag_core.cli import build_parser, cmd_serve
+    from selfrag_core.cli.commands import cmd_serve
+    from selfrag_core.cli.parser import build_parser
 
     args = build_parser().parse_args(["serve", "--port", "9001", "--llm", "fake", "--max-llm-calls", "5"])
     assert (

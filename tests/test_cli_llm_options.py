@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from selfrag_core import cli
+from selfrag_core.cli.commands import _llm
+from selfrag_core.cli.parser import build_parser
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.local import factory
 
@@ -47,14 +49,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     ],
 )
 def test_every_llm_command_passes_the_options_to_the_factory(calls, argv) -> None:  # type: ignore[no-untyped-def]
-    args = cli.build_parser().parse_args([*argv, "--llm", "fake", *OPTIONS])
-    cli._llm(args)
+    args = build_parser().parse_args([*argv, "--llm", "fake", *OPTIONS])
+    _llm(args)
     assert calls == [("fake", {"max_tokens": 64, "temperature": 0.7})]
 
 
 def test_options_not_given_are_not_passed(calls) -> None:  # type: ignore[no-untyped-def]
-    cli._llm(cli.build_parser().parse_args(["ask", "q", "--llm", "fake", "--threads", "3"]))
-    cli._llm(cli.build_parser().parse_args(["ask", "q", "--llm", "fake", "--llm-temperature", "0"]))
+    _llm(build_parser().parse_args(["ask", "q", "--llm", "fake", "--threads", "3"]))
+    _llm(build_parser().parse_args(["ask", "q", "--llm", "fake", "--llm-temperature", "0"]))
     assert calls == [("fake", {"n_threads": 3}), ("fake", {"temperature": 0.0})]
 
 
@@ -101,7 +103,7 @@ def test_the_local_models_get_them(monkeypatch: pytest.MonkeyPatch) -> None:
 
     made: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(local_llm, "LocalLLM", lambda name, **options: made.append((name, options)))
-    cli._llm(cli.build_parser().parse_args(["ask", "q", "--llm", "local", "--threads", "2", *OPTIONS]))
+    _llm(build_parser().parse_args(["ask", "q", "--llm", "local", "--threads", "2", *OPTIONS]))
     assert made == [("local", {"n_threads": 2, "max_tokens": 64, "temperature": 0.7})]
 
 
@@ -109,18 +111,18 @@ def test_openai_gets_them_and_the_flags_win_over_the_environment(monkeypatch: py
     pytest.importorskip("openai", reason="pip install 'selfrag[openai]'")
     monkeypatch.setenv("SELFRAG_LLM_BASE_URL", "http://from-env:1/v1")
     argv = ["ask", "q", "--llm", "openai:m", "--llm-base-url", "http://from-flag:2/v1", *OPTIONS]
-    llm = cli._llm(cli.build_parser().parse_args(argv))
+    llm = _llm(build_parser().parse_args(argv))
     assert llm.max_tokens == 64 and llm.temperature == 0.7
     assert "from-flag" in str(llm.base_url) and "from-env" not in str(llm.base_url)
-    llm = cli._llm(cli.build_parser().parse_args(["ask", "q", "--llm", "openai:m"]))
+    llm = _llm(build_parser().parse_args(["ask", "q", "--llm", "openai:m"]))
     assert "from-env" in str(llm.base_url) and llm.max_tokens == 512  # defaults without the flags
 
 
 def test_a_provider_gets_them_as_keywords(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setitem(factory.PROVIDERS, "echo", lambda model, **kw: made.append((model, kw)) or "llm")
-    assert cli._llm(cli.build_parser().parse_args(["ask", "q", "--llm", "echo:tiny", *OPTIONS])) == "llm"
-    assert cli._llm(cli.build_parser().parse_args(["ask", "q", "--llm", "echo:tiny", "--threads", "2"]))
+    assert _llm(build_parser().parse_args(["ask", "q", "--llm", "echo:tiny", *OPTIONS])) == "llm"
+    assert _llm(build_parser().parse_args(["ask", "q", "--llm", "echo:tiny", "--threads", "2"]))
     assert made == [("tiny", {"max_tokens": 64, "temperature": 0.7}), ("tiny", {})]
 
 

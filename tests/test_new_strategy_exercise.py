@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from selfrag_core import Answer, Generate, Parallel, Strategy, StrategyConfig, cli, presets, retrieve_or_empty
+from selfrag_core.cli.commands import serve_app
+from selfrag_core.cli.parser import build_parser, strategy_help
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import detect_language
@@ -100,7 +102,7 @@ def test_without_its_entry_there_is_no_such_strategy(monkeypatch: pytest.MonkeyP
     assert "twice" not in registry.BUILT_IN  # restored
     with pytest.raises(ConfigurationError, match="unknown strategy 'twice'; choose one of plain, self"):
         presets.build_strategy("twice", rag, llm)
-    assert "twice" not in cli.strategy_help() and attempt_name("Twice") == "plain retrieval"
+    assert "twice" not in strategy_help() and attempt_name("Twice") == "plain retrieval"
 
 
 def test_it_is_built_by_name_and_sized_by_the_model_profile(twice: str) -> None:
@@ -139,7 +141,7 @@ def test_it_is_a_choice_of_selfrag_ask(
     twice: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     index = _index(tmp_path, capsys)
-    assert cli.strategy_help().endswith(
+    assert strategy_help().endswith(
         "drafts (plain, and drafts over single documents in one round), "
         "twice (keeps the better supported of two drafts), or your own: package.module:Name or file.py:Name"
     )
@@ -160,8 +162,8 @@ async def test_it_is_served_and_an_openai_model(
     pytest.importorskip("fastapi")
     httpx = pytest.importorskip("httpx")
     index = _index(tmp_path, capsys)
-    args = cli.build_parser().parse_args(["serve", "--llm", "fake", "--index", str(index)])
-    app = cli.serve_app(args)
+    args = build_parser().parse_args(["serve", "--llm", "fake", "--index", str(index)])
+    app = serve_app(args)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://selfrag", timeout=30) as client:
         answered = await client.post("/query/twice", json={"question": "What is the capital of France?"})

@@ -526,15 +526,17 @@ def test_factory_openai_spec_without_a_server_says_what_to_set(monkeypatch: pyte
 
 
 def test_the_command_line_takes_a_base_url_only_for_openai() -> None:
-    from selfrag_core import cli
+    from selfrag_core.cli.commands import _llm
+    from selfrag_core.cli.files import CLIError
+    from selfrag_core.cli.parser import build_parser
 
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["ask", "q", "--llm", "local", "--llm-base-url", "http://localhost:1/v1"]
     )
-    with pytest.raises(cli.CLIError, match="--llm-base-url is for --llm openai:MODEL"):
-        cli._llm(args)
-    args = cli.build_parser().parse_args(
+    with pytest.raises(CLIError, match="--llm-base-url is for --llm openai:MODEL"):
+        _llm(args)
+    args = build_parser().parse_args(
         ["ask", "q", "--llm", "openai:m", "--llm-base-url", "http://localhost:1/v1"]
     )
-    llm = cli._llm(args)
+    llm = _llm(args)
     assert llm.model == "m" and "localhost:1" in str(llm.cache_identity["model"])

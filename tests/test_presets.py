@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from selfrag_core import cli, presets
+from selfrag_core import presets
+from selfrag_core.cli import commands
 from selfrag_core.config import (
     ExecutionConfig,
     HyDERAGConfig,
@@ -42,9 +43,9 @@ def settings(value: Any) -> Any:
 def test_the_cli_and_the_server_share_the_factory_and_the_opener() -> None:
     from selfrag_core import serve
 
-    assert cli.build_strategy is presets.build_strategy
-    assert cli.open_index is presets.open_index
-    assert cli.STRATEGIES == presets.STRATEGIES
+    assert commands.build_strategy is presets.build_strategy
+    assert commands.open_index is presets.open_index
+    assert commands.STRATEGIES == presets.STRATEGIES
     assert serve.default_strategies is presets.default_strategies
     assert serve.open_backend is presets.open_backend
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import selfrag_core
 from selfrag_core import cli
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ VACCINE = re.compile(r"immune|vaccin|antibod|pathogen", re.I)
 
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory: pytest.TempPathFactory) -> str:
-    corpus = Path(cli.__file__).parent / "data" / "demo"
+    corpus = Path(selfrag_core.__file__).parent / "data" / "demo"
     index = str(tmp_path_factory.mktemp("demo") / "idx")
     assert cli.main(["index", str(corpus), "--index", index, "--embedder", "hashing", "--plain"]) == 0
     return index

@@ -223,12 +223,13 @@ def test_the_cli_reports_a_bad_backend_in_its_style(capsys: pytest.CaptureFixtur
 
 def test_serve_with_an_external_backend_keeps_no_index_directory(chroma_url: str) -> None:
     pytest.importorskip("fastapi")
-    from selfrag_core import cli
+    from selfrag_core.cli.commands import serve_app
+    from selfrag_core.cli.parser import build_parser
 
-    args = cli.build_parser().parse_args(
+    args = build_parser().parse_args(
         ["serve", "--backend", chroma_url, "--embedder", "hashing", "--llm", "fake", "--index", "ignored"]
     )
-    app = cli.serve_app(args)
+    app = serve_app(args)
     service = app.state.service
     assert isinstance(service.rag, ChromaBackend) and service.settings.index_dir is None
     assert service.store.index_dir is None  # no file lock, no save: each worker its own client

@@ -61,7 +61,7 @@ def test_module_entry_point_serves_and_persists(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    from selfrag_core.cli import open_index  # reopens with the embedder the index was built with
+    from selfrag_core.presets import open_index  # reopens with the embedder the index was built with
 
     assert "norway.txt" in open_index(index_dir, create=False).sources()
 
@@ -90,7 +90,7 @@ def test_workers_share_the_index_and_lose_no_write(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    from selfrag_core.cli import open_index
+    from selfrag_core.presets import open_index
 
     assert set(open_index(index_dir, create=False).sources()) == {f"{c}.txt" for c in cities}
 
@@ -164,20 +164,20 @@ def test_workers_build_their_app_with_the_callers_builder(monkeypatch: pytest.Mo
     import json
     from types import SimpleNamespace
 
-    from selfrag_core import cli
+    from selfrag_core.cli import commands
     from selfrag_core.errors import ConfigurationError
     from selfrag_core.serve import server
 
     args = argparse.Namespace(index="idx", host="127.0.0.1", port=1, log_level="warning")
-    for bad in ("selfrag_core.cli", "selfrag_core.cli:no_such_builder", "no_such_module_xyz:build"):
+    for bad in ("selfrag_core.cli", "selfrag_core.cli.commands:no_such_builder", "no_such_module_xyz:build"):
         with pytest.raises(ConfigurationError, match="app builder"):
             server.serve_workers(bad, args, 2)
     started: dict[str, Any] = {}
     monkeypatch.setenv(server.WORKER_ENV, "")  # restored afterwards
     monkeypatch.setattr(server, "_uvicorn", lambda: SimpleNamespace(run=lambda app, **kw: started.update(kw)))
-    server.serve_workers("selfrag_core.cli:serve_app", args, 2)
+    server.serve_workers("selfrag_core.cli.commands:serve_app", args, 2)
     assert started["workers"] == 2 and started["factory"] is True
-    assert json.loads(os.environ[server.WORKER_ENV])["builder"] == "selfrag_core.cli:serve_app"
-    monkeypatch.setattr(cli, "serve_app", lambda parsed: ("app", parsed.index))
+    assert json.loads(os.environ[server.WORKER_ENV])["builder"] == "selfrag_core.cli.commands:serve_app"
+    monkeypatch.setattr(commands, "serve_app", lambda parsed: ("app", parsed.index))
     monkeypatch.setattr(server, "freeze_startup_objects", lambda: None)
     assert server.worker_app() == ("app", "idx")

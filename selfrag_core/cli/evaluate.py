@@ -1,0 +1,122 @@
+"""``selfrag eval``: the strategies against a plain retrieve-and-answer, ``--dry-run``, ``--fit-router``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from selfrag_core.cli.commands import _generation_options, _llm, _routing
+from selfrag_core.cli.files import CLIError, _external_backend, _open_external, default_index_dir
+from selfrag_core.display import one_line
+from selfrag_core.presets import preset_for
+from selfrag_core.progress import Progress
+
+
+def _cache_home() -> Path:
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser()
+    return Path.home() / ".cache"
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from selfrag_core.evaluation import evaluate, load_questions
+
+    data = load_questions(args.questions)
+    for problem in data.problems[:20]:
+        print(f"selfrag: skipped {problem}", file=sys.stderr)
+    limit = args.limit
+    if args.offset is not None:  # a slice in file order, not a sample: questions OFFSET .. OFFSET+LIMIT-1
+        if args.offset < 0:
+            raise CLIError(f"--offset must be 0 or more, got {args.offset}")
+        end = None if limit is None else args.offset + limit
+        data = dataclasses.replace(data, questions=data.questions[args.offset : end])
+        if not data.questions:
+            raise CLIError(f"--offset {args.offset} skips every question of {args.questions}")
+        limit = None
+    names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    spec = _external_backend(args)
+    if spec is not None and args.corpus is not None:
+        raise CLIError(
+            f"--corpus is indexed into an embedded index, --backend {spec} is searched as it is: give one"
+        )
+    rag = _open_external(args, spec) if spec is not None else None
+    index = args.index
+    if index is None and rag is None and args.corpus is None and data.corpus is None:
+        index = str(default_index_dir())  # the user's own index
+    out = Path(args.out) if args.out else Path("eval-results") / data.name
+    cache = Path(args.cache) if args.cache else _cache_home() / "selfrag" / "llm-calls.sqlite"
+    if args.dry_run:
+        return _dry_run(args, data.sample(limit, args.seed), names, rag, index)
+    progress = Progress(args.plain)
+    llm = _llm(args)
+    total = len(data.sample(limit, args.seed).questions)
+    with progress.task("eval", total, "questions") as advance:
+        report = evaluate(
+            data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
+            preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
+            limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
+                    "query_timeout": args.timeout or None, **_routing(args)},
+            judge=llm if args.judge else None, cache=None if args.no_cache else cache, replay=args.replay,
+            shared_replies=args.shared_replies, concurrency=args.concurrency,
+            limit=limit, seed=args.seed, output=out, embed=args.embedder,
+            progress=lambda done, n, question: advance(1, one_line(question, 60)),
+            settings={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
+        )  # fmt: skip
+    print(report.table())
+    if report.cache is not None:
+        hits, misses = report.cache["hits"], report.cache["misses"]
+        where = report.cache["path"] or "the run's replies"
+        print(f"\nLLM calls: {hits} replayed from {where}, {misses} made")
+    html = out / "report.html"
+    extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
+    print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
+    if args.fit_router:
+        _fit_router(args, report, out)
+    if args.baseline is None:
+        return 0
+    from selfrag_core.evaluation.gate import compare_runs, gate_report, regressions
+
+    comparisons = compare_runs(report, args.baseline, seed=args.seed)
+    print(f"\n{gate_report(comparisons)}")
+    return 1 if regressions(comparisons) else 0
+
+
+def _dry_run(args: argparse.Namespace, data: Any, names: list[str], rag: Any, index: str | None) -> int:
+    """``selfrag eval --dry-run``: the expected LLM calls and input tokens, before any call."""
+    from selfrag_core.evaluation.router import dry_run
+
+    expected = dry_run(
+        data, names, rag, corpus=args.corpus, index=index, embed=args.embedder, top_k=args.top_k,
+        preset=preset_for(args.llm), **_routing(args),
+    )  # fmt: skip
+    n = len(data.questions)
+    print(f"{data.name}: {n} question(s); expected before any LLM call (estimates: no model was called)")
+    print(f"{'contender':<12} {'calls/q':>8} {'at most':>8} {'input tokens/q':>15} {'calls in all':>13}")
+    for name, e in expected.items():
+        print(
+            f"{name:<12} {e['calls']:>8.2f} {e['calls_max']:>8.2f} {e['input_tokens']:>15,.0f} "
+            f"{e['calls'] * n:>13,.0f}"
+        )
+    print(f"in all: about {sum(e['calls'] for e in expected.values()) * n:,.0f} LLM calls")
+    return 0
+
+
+def _fit_router(args: argparse.Namespace, report: Any, out: Path) -> None:
+    """``--fit-router FILE``: the router fitted on this run, its held-out row, in FILE and summary.json."""
+    from selfrag_core.evaluation.router import fit_router
+
+    fit = fit_router(
+        report, metric=args.fit_metric, holdout=args.holdout, seed=args.seed, call_budget=args.call_budget
+    )
+    path = fit.write(args.fit_router)
+    print(f"\n{fit.table()}\nrouter: {path} (use it with --strategy adaptive --router {path})")
+    summary = out / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text(encoding="utf-8"))
+        data["router"] = {"path": str(path), **fit.figures()}
+        summary.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")

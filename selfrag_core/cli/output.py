@@ -1,0 +1,103 @@
+"""A result in words (answer, quality, sources, citations, usage) and a query's steps as they happen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from selfrag_core.display import one_line, score_label, snippet, step_text
+from selfrag_core.errors import StrategyError
+from selfrag_core.progress import Progress
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
+from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
+from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
+from selfrag_core.types import Result
+
+#: the strategies' answers when they found nothing to answer from
+NO_INFORMATION_ANSWERS = (INSUFFICIENT_ANSWER, NOT_ENOUGH_ANSWER, NO_CONTEXT_ANSWER)
+
+
+def run_strategy(strategy: Any, question: str) -> Any:
+    """The strategy's result object (SelfHealingRAG's report when every attempt failed)."""
+    try:
+        return run_query(strategy, question)
+    except StrategyError as e:
+        if e.report is None:
+            raise
+        return e.report
+
+
+def step_lines(progress: Progress) -> Callable[[Any], None]:
+    """A trace listener (:func:`~selfrag_core.engine.observe_trace`) that says each step of
+    a query (:func:`~selfrag_core.strategies.base.step_of`) on stderr as it happens."""
+
+    def say(event: Any) -> None:
+        step = step_of(event)
+        if step is not None:
+            progress.say(f"- {step_text(step)}")
+
+    return say
+
+
+def _sources(result: Result[Any], limit: int = 10, question: str = "") -> list[str]:
+    """The result's documents as numbered in its prompt (what ``[n]`` markers point to):
+    each with its file, its score and the score's kind, and the part of its text that
+    matched ``question`` (the start when none did)."""
+    lines = []
+    for doc in result.documents[:limit]:
+        source = doc.source or "?"
+        label = score_label(doc)
+        score = f" ({label})" if label else ""
+        lines.append(f"{source}{score}: {snippet(doc.text, question, 100)}")
+    return lines
+
+
+def _citations(result: Result[Any]) -> list[str]:
+    """How far sources support the answer's sentences, and the ones none supports."""
+    citations = result.citations
+    if not citations:
+        return []
+    supported = sum(1 for c in citations if c.supported)
+    cited = sum(1 for c in citations if c.cited)
+    lines = [
+        f"Citations: {supported} of {len(citations)} sentence(s) supported by a source "
+        f"({cited} cited by the model, {len(citations) - cited} attributed)"
+    ]
+    lines += [f"  unsupported: {one_line(c.sentence, 100)}" for c in citations if not c.supported]
+    return lines
+
+
+def _usage(result: Any) -> str:
+    t = result.trace
+    tokens = f"{t.input_tokens} in, {t.output_tokens} out"
+    return f"LLM calls: {t.llm_calls}; tokens: {tokens}; time: {t.wall_s:.1f} s"
+
+
+def print_result(result: Result[Any], question: str = "") -> None:
+    print(result.answer.strip() or "(no answer)")
+    print()
+    quality = result.summary()
+    if quality:
+        print(quality[0].upper() + quality[1:])
+    sources = _sources(result, question=question)
+    if sources:
+        print("Sources:")
+        for i, line in enumerate(sources, 1):
+            print(f"  [{i}] {line}")
+    for line in _citations(result):
+        print(line)
+    print(_usage(result))
+
+
+def unanswered(result: Any) -> str | None:
+    """Why no answer could be generated, or None when the result holds an answer: the
+    answer is empty, the generation-failed fallback, or a no-information fallback that
+    failures (not an index without the answer) led to. The reason is the trace's last
+    LLM or retrieval error."""
+    answer = result.answer.strip()
+    events = result.trace.events
+    errors: list[str] = [e.error for e in events if e.error and e.kind in ("llm", "retrieval")]
+    if answer not in ("", GENERATION_FAILED_ANSWER) and not (answer in NO_INFORMATION_ANSWERS and errors):
+        return None
+    notes: list[str] = [e.error for e in events if e.error]
+    return (errors or notes or ["the strategy produced no answer"])[-1]
