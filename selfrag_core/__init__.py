@@ -1,4 +1,17 @@
-"""selfrag: self-improving retrieval-augmented generation over any backend and LLM."""
+"""selfrag: self-improving retrieval-augmented generation over any backend and LLM.
+
+The layers, each importing only those below it (pyproject's import-linter contract):
+
+* application: ``cli/`` (parser, commands, evaluate, output, files), ``mcp_server``,
+  ``serve/``, ``evaluation/``, ``presets`` (the one strategy factory and index opener);
+* backends and models: ``backends/`` (by URL scheme), ``store/`` (the embedded index),
+  ``local/`` (the local LLMs and embedder);
+* display: ``display``, ``progress``;
+* the library, exported here: the engine (``engine``: effects and drivers; ``runner``:
+  run, stream and retrieve with a strategy), the strategies (``strategies/``), the edges
+  (``retrieval``: backends, ``llm``: LLMs, ``config``, ``types``: results, ``ingest``:
+  writing), and the signals (``verify``, ``citations``, ``grounding``, ``comparison``).
+"""
 
 from selfrag_core.config import (
     AdaptiveRAGConfig,
@@ -47,6 +60,18 @@ from selfrag_core.protocols import BackendLike, LLMLike, LLMOutput
 from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
 from selfrag_core.retrieval import _deduplicate, _retrieve_safe
+from selfrag_core.runner import (
+    Step,
+    StreamEvent,
+    aretrieve_documents,
+    arun_query,
+    astream_query,
+    check_strategy,
+    retrieve_documents,
+    run_query,
+    step_of,
+    stream_query,
+)
 from selfrag_core.strategies import (
     AdaptiveRAG,
     DraftsRAG,
@@ -57,19 +82,7 @@ from selfrag_core.strategies import (
     SelfIRAG,
     Strategy,
 )
-from selfrag_core.strategies.base import (
-    Step,
-    StreamEvent,
-    aretrieve_documents,
-    arun_query,
-    astream_query,
-    check_strategy,
-    retrieve_documents,
-    retrieve_or_empty,
-    run_query,
-    step_of,
-    stream_query,
-)
+from selfrag_core.strategies.base import retrieve_or_empty
 from selfrag_core.types import (
     NO_ANSWER_REASONS,
     Answer,

@@ -33,7 +33,7 @@ def one_line(text: str, limit: int = 160) -> str:
 
 
 def step_text(step: Any) -> str:
-    """A query's step (:class:`~selfrag_core.strategies.base.Step`) as one line, its
+    """A query's step (:class:`~selfrag_core.runner.Step`) as one line, its
     attempts and verdicts naming the strategy as the summary line does: ``attempt 1:
     plain retrieval``, ``verdict on hyde: 0.83 passes the threshold 0.75`` (not the class
     names ``RAG`` and ``HyDERAG``)."""

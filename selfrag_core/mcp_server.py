@@ -35,9 +35,9 @@ from selfrag_core import __version__
 from selfrag_core.engine import Run
 from selfrag_core.errors import InputError, MissingDependencyError, RAGSystemError, StrategyError
 from selfrag_core.retrieval import _aretrieve_safe
+from selfrag_core.runner import arun_query
 from selfrag_core.serve.errors import INTERNAL_ERROR
 from selfrag_core.serve.settings import ServeSettings
-from selfrag_core.strategies.base import arun_query
 from selfrag_core.types import Result, RetrievedDoc
 from selfrag_core.validation import validate_query
 

@@ -10,7 +10,7 @@ import pytest
 
 from selfrag_core import cli
 from selfrag_core.display import step_text
-from selfrag_core.strategies.base import Step
+from selfrag_core.runner import Step
 from selfrag_core.types import Answer, Trace, TraceEvent, route_line
 
 pytest.importorskip("bm25s")

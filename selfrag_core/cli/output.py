@@ -8,7 +8,8 @@ from typing import Any
 from selfrag_core.display import one_line, score_label, snippet, step_text
 from selfrag_core.errors import StrategyError
 from selfrag_core.progress import Progress
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER, run_query, step_of
+from selfrag_core.runner import run_query, step_of
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER
 from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
 from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
 from selfrag_core.types import Result
@@ -29,7 +30,7 @@ def run_strategy(strategy: Any, question: str) -> Any:
 
 def step_lines(progress: Progress) -> Callable[[Any], None]:
     """A trace listener (:func:`~selfrag_core.engine.observe_trace`) that says each step of
-    a query (:func:`~selfrag_core.strategies.base.step_of`) on stderr as it happens."""
+    a query (:func:`~selfrag_core.runner.step_of`) on stderr as it happens."""
 
     def say(event: Any) -> None:
         step = step_of(event)

@@ -36,8 +36,8 @@ from typing import Any
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.retrieval import normalize_results
+from selfrag_core.runner import run_query
 from selfrag_core.strategies.adaptive import route_signals
-from selfrag_core.strategies.base import run_query
 from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import Answer, Result, RetrievedDoc, Trace

@@ -19,9 +19,9 @@ from selfrag_core.engine import Run
 from selfrag_core.errors import ConfigurationError, StrategyError
 from selfrag_core.llm import within
 from selfrag_core.memory import ConversationMemory
+from selfrag_core.runner import _execution_of, arun_query, closing_events, step_of
 from selfrag_core.serve.models import QueryOptions, QueryRequest
 from selfrag_core.serve.settings import ServeSettings
-from selfrag_core.strategies.base import _execution_of, arun_query, closing_events, step_of
 from selfrag_core.types import Trace, TraceEvent
 
 #: the request's options that are strategy settings: the option's name in the HTTP API ->

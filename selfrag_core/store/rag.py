@@ -22,6 +22,7 @@ from typing import Any
 
 from selfrag_core.config import ExecutionConfig, PlainRAGConfig
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.runner import arun_query, run_query
 from selfrag_core.store.answer import QueryResult, Usage, format_hits, query_result
 from selfrag_core.store.chunking import Chunker, TextChunk
 from selfrag_core.store.config import CONFIG_KEYS, is_weight, read_config
@@ -45,7 +46,6 @@ from selfrag_core.store.persist import (
 )
 from selfrag_core.store.rerank import Reranker, make_reranker
 from selfrag_core.store.search import SearchHit, query_list, search_many
-from selfrag_core.strategies.base import arun_query, run_query
 from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import check_int, validate_query

@@ -37,13 +37,12 @@ from selfrag_core.errors import RAGSystemError
 from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.retrieval import _deduplicate, _doc_key
+from selfrag_core.runner import aretrieve_documents, retrieve_documents
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
-    aretrieve_documents,
     grounded_answer,
     retrieval_options,
-    retrieve_documents,
 )
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
 from selfrag_core.validation import check_int, validate_context, validate_query
