@@ -567,7 +567,10 @@ def _call_sync(effect: Call, run: Run) -> Any:
     )
 
 
-def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
+def _begin(effect: Effect, run: Run) -> Call | Parallel | None:
+    """What both drivers do with an effect before its call: a RetrieveMany whose backend
+    has no batch method becomes a Parallel of Retrieves, a Note is recorded and a
+    Deadline checked (None: nothing to call), anything else must be an effect."""
     if isinstance(effect, RetrieveMany) and not effect.batched():
         effect = effect.each()
     if isinstance(effect, Note):
@@ -576,31 +579,44 @@ def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
     if isinstance(effect, Deadline):
         effect.check(run)
         return None
-    if isinstance(effect, Parallel):
-        if len(effect.tasks) <= 1:
-            return _outcomes([_task_sync(t, run, sem) for t in effect.tasks], run)
+    if not isinstance(effect, (Generate, Retrieve, RetrieveMany, Parallel)):
+        raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+    return effect
+
+
+def _settle(effect: Call, error: Exception, run: Run) -> Any:
+    """A failed call: a RetrieveMany's failure is each of its queries' outcome; any other
+    is raised at the plan's ``yield``."""
+    if not isinstance(effect, RetrieveMany):
+        raise error
+    return _outcomes([error] * len(effect.queries), run)
+
+
+def _exec_sync(effect: Effect, run: Run, sem: threading.Semaphore) -> Any:
+    call = _begin(effect, run)
+    if call is None:
+        return None
+    if isinstance(call, Parallel):
+        if len(call.tasks) <= 1:
+            return _outcomes([_task_sync(t, run, sem) for t in call.tasks], run)
         # on the library's daemon threads: a task stuck in a call abandoned at its
         # timeout never holds up the interpreter's exit
-        futures = [TASKS.submit(_task_sync, t, run, sem) for t in effect.tasks]
+        futures = [TASKS.submit(_task_sync, t, run, sem) for t in call.tasks]
         return _outcomes([f.result() for f in futures], run)
-    if not isinstance(effect, (Generate, Retrieve, RetrieveMany)):
-        raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
     try:
-        if not isinstance(effect, Generate):
+        if not isinstance(call, Generate):
             run.check_deadline()
         with run.slot_sync(sem):
             start = time.perf_counter()
             try:
-                result = _call_sync(effect, run)
+                result = _call_sync(call, run)
             except Exception as e:
-                _record(run, effect, start, None, e, use_async=False)
+                _record(run, call, start, None, e, use_async=False)
                 raise
-            _record(run, effect, start, result, None, use_async=False)
+            _record(run, call, start, result, None, use_async=False)
             return result
     except Exception as e:
-        if not isinstance(effect, RetrieveMany):
-            raise
-        return _outcomes([e] * len(effect.queries), run)
+        return _settle(call, e, run)
 
 
 async def run_async(plan: Plan[T], run: Run) -> T:
@@ -652,32 +668,23 @@ async def _call_async(effect: Call, run: Run) -> Any:
 
 
 async def _exec_async(effect: Effect, run: Run, sem: asyncio.Semaphore) -> Any:
-    if isinstance(effect, RetrieveMany) and not effect.batched():
-        effect = effect.each()
-    if isinstance(effect, Note):
-        run.record_note(effect)
+    call = _begin(effect, run)
+    if call is None:
         return None
-    if isinstance(effect, Deadline):
-        effect.check(run)
-        return None
-    if isinstance(effect, Parallel):
-        results = await asyncio.gather(*(_task_async(t, run, sem) for t in effect.tasks))
+    if isinstance(call, Parallel):
+        results = await asyncio.gather(*(_task_async(t, run, sem) for t in call.tasks))
         return _outcomes(list(results), run)
-    if not isinstance(effect, (Generate, Retrieve, RetrieveMany)):
-        raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
     try:
-        if not isinstance(effect, Generate):
+        if not isinstance(call, Generate):
             run.check_deadline()
         async with run.slot_async(sem):
             start = time.perf_counter()
             try:
-                result = await _call_async(effect, run)
+                result = await _call_async(call, run)
             except Exception as e:
-                _record(run, effect, start, None, e, use_async=True)
+                _record(run, call, start, None, e, use_async=True)
                 raise
-            _record(run, effect, start, result, None, use_async=True)
+            _record(run, call, start, result, None, use_async=True)
             return result
     except Exception as e:
-        if not isinstance(effect, RetrieveMany):
-            raise
-        return _outcomes([e] * len(effect.queries), run)
+        return _settle(call, e, run)
