@@ -17,13 +17,18 @@ import dataclasses
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.profiles import ModelProfile
 from selfrag_core.validation import check_int, check_positive_or_none, check_unit
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 C = TypeVar("C", bound="StrategyConfig")
+#: any frozen settings dataclass (a strategy's config, ``EvalSettings``)
+D = TypeVar("D", bound="DataclassInstance")
 
 DEFAULT_COMPLEXITY_KEYWORDS: tuple[str, ...] = (
     # Arabic
@@ -167,13 +172,7 @@ class StrategyConfig:
         return frozenset(f.name for f in fields(cls))
 
     def replace(self: C, **changes: Any) -> C:
-        unknown = sorted(set(changes) - self.names())
-        if unknown:
-            raise ConfigurationError(
-                f"{type(self).__name__} has no setting {', '.join(unknown)}; "
-                f"its settings are {', '.join(sorted(self.names()))}"
-            )
-        return dataclasses.replace(self, **changes) if changes else self
+        return replaced(self, **changes)
 
     def with_overrides(self: C, context: Mapping[str, Any] | None) -> C:
         """This config as one query sees it: ``context``'s entries that name a setting
@@ -203,35 +202,68 @@ def profile_top_k(profile: ModelProfile) -> int:
     return SMALL_TOP_K if profile.small_context else DEFAULT_TOP_K
 
 
+def replaced(settings: D, **changes: Any) -> D:
+    """A copy of the frozen dataclass ``settings`` with ``changes``, validated (its
+    ``__post_init__`` runs); an unknown name raises ConfigurationError listing the known ones."""
+    names = {f.name for f in fields(settings)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise ConfigurationError(
+            f"{type(settings).__name__} has no setting {', '.join(unknown)}; "
+            f"its settings are {', '.join(sorted(names))}"
+        )
+    return dataclasses.replace(settings, **changes) if changes else settings
+
+
 def config_from(
-    kind: type[C],
-    config: C | None,
+    kind: type[D],
+    config: D | None,
     owner: str,
     given: Mapping[str, Any],
     *,
     renamed: Mapping[str, str] | None = None,
     deprecated: Collection[str] = (),
-) -> C:
+    parameter: str = "config",
+    keep_none: bool = False,
+    strict: bool = False,
+) -> D:
     """A strategy's config: ``config`` (default ``kind()``) with the keyword arguments
     ``given`` to ``owner``'s constructor (None: not given) applied on top, each under its
     canonical name (``renamed``: the specification's name -> the field). The names in
-    ``deprecated`` warn (DeprecationWarning): pass ``config=`` instead."""
+    ``deprecated`` warn (DeprecationWarning): pass ``config=`` instead.
+
+    The same for any frozen settings dataclass ``kind`` taken as ``parameter`` (the
+    warning's "pass settings=EvalSettings(k=...)"). ``keep_none``: a None in ``given`` is
+    a value, not a keyword left out (``given`` then holds only the keywords passed).
+    ``strict``: a keyword whose value differs from a field ``config`` sets (one not at
+    its default) is a ConfigurationError instead of replacing it."""
     if config is not None and not isinstance(config, kind):
-        raise TypeError(f"config must be a {kind.__name__}, got {type(config).__name__}")
+        raise TypeError(f"{parameter} must be a {kind.__name__}, got {type(config).__name__}")
     renamed = renamed or {}
     changes: dict[str, Any] = {}
     for name, value in given.items():
-        if value is None:
+        if value is None and not keep_none:
             continue
         canonical = renamed.get(name, name)
         if name in deprecated:
             warnings.warn(
-                f"{owner}({name}=...) is deprecated; pass config={kind.__name__}({canonical}=...)",
+                f"{owner}({name}=...) is deprecated; pass {parameter}={kind.__name__}({canonical}=...)",
                 DeprecationWarning,
                 stacklevel=3,
             )
         changes[canonical] = value
-    return (config or kind()).replace(**changes)
+    settings = replaced(config or kind(), **changes)  # an unknown name or a bad value raises here
+    if strict and config is not None:
+        default = kind()
+        for name, value in given.items():
+            canonical = renamed.get(name, name)
+            current = getattr(config, canonical)
+            if canonical in changes and current != getattr(default, canonical) and value != current:
+                raise ConfigurationError(
+                    f"{owner}({name}={value!r}) conflicts with {parameter}="
+                    f"{kind.__name__}({canonical}={current!r}); pass one of them"
+                )
+    return settings
 
 
 @dataclass(frozen=True)

@@ -225,11 +225,17 @@ def _stored_embedder(directory: Path) -> str | None:
     return identity.get("name") if isinstance(identity, dict) else None
 
 
+def check_embedder(choice: object) -> str:
+    """``choice`` when it names one of ``EMBEDDERS``, else a ConfigurationError naming them."""
+    if not isinstance(choice, str) or choice not in EMBEDDERS:
+        raise ConfigurationError(f"unknown embedder {choice!r}; choose one of {', '.join(EMBEDDERS)}")
+    return choice
+
+
 def _new_embedder(choice: str) -> Any:
     from selfrag_core.local.embeddings import LocalEmbeddings, default_embeddings
 
-    if choice not in EMBEDDERS:
-        raise ConfigurationError(f"unknown embedder {choice!r}; choose one of {', '.join(EMBEDDERS)}")
+    check_embedder(choice)
     if choice == "auto":
         return default_embeddings()
     if choice == "minilm":

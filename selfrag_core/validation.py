@@ -37,13 +37,20 @@ def validate_context(context: Any) -> dict[str, Any]:
     return dict(context)
 
 
-def check_int(name: str, value: object, minimum: int = 0) -> int:
-    """``value`` when it is an int (not a bool) of at least ``minimum``, else a
-    :class:`~selfrag_core.errors.ConfigurationError` naming ``name``."""
+def check_int(name: str, value: object, minimum: int | None = 0) -> int:
+    """``value`` when it is an int (not a bool) of at least ``minimum`` (None: any int),
+    else a :class:`~selfrag_core.errors.ConfigurationError` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` when it is True or False, else a ConfigurationError naming ``name``."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
     return value
 
 

@@ -206,12 +206,13 @@ async def test_it_is_a_choice_of_the_mcp_ask_tool(
 
 
 def test_it_is_a_selfrag_eval_contender(twice: str) -> None:
-    from selfrag_core.evaluation import EvalQuestion, evaluate
+    from selfrag_core.evaluation import EvalQuestion, EvalSettings, evaluate
 
     # the reader answers from the first document of its prompt, wrongly when the second is there
     llm = FakeLLM(lambda p: "Lyon." if RHINE in p else "Paris.")
     questions = [EvalQuestion("q1", "What is the capital of France?", ("Paris",))]
-    report = evaluate(questions, ["plain", twice], llm=llm, rag=FakeRetriever(DOCS), preset="standard")
+    standard = EvalSettings(preset="standard")
+    report = evaluate(questions, ["plain", twice], llm=llm, rag=FakeRetriever(DOCS), settings=standard)
     assert report.contenders == ["plain", twice]
     plain, mine = report.results[0]["plain"], report.results[0][twice]
     assert plain["answer"] == "Lyon." and mine["answer"] == "Paris."  # the supported draft kept

@@ -24,7 +24,7 @@ def _cache_home() -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from selfrag_core.evaluation import evaluate, load_questions
+    from selfrag_core.evaluation import EvalSettings, evaluate, load_questions
 
     data = load_questions(args.questions)
     for problem in data.problems[:20]:
@@ -54,18 +54,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _dry_run(args, data.sample(limit, args.seed), names, rag, index)
     progress = Progress(args.plain)
     llm = _llm(args)
+    settings = EvalSettings(
+        k=args.k, top_k=args.top_k, preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
+        limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
+                "query_timeout": args.timeout or None, **_routing(args)},
+        cache=None if args.no_cache else cache, replay=args.replay, shared_replies=args.shared_replies,
+        concurrency=args.concurrency, limit=limit, seed=args.seed, output=out, embed=args.embedder,
+        extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
+    )  # fmt: skip
     total = len(data.sample(limit, args.seed).questions)
     with progress.task("eval", total, "questions") as advance:
         report = evaluate(
-            data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, k=args.k, top_k=args.top_k,
-            preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
-            limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
-                    "query_timeout": args.timeout or None, **_routing(args)},
-            judge=llm if args.judge else None, cache=None if args.no_cache else cache, replay=args.replay,
-            shared_replies=args.shared_replies, concurrency=args.concurrency,
-            limit=limit, seed=args.seed, output=out, embed=args.embedder,
-            progress=lambda done, n, question: advance(1, one_line(question, 60)),
-            settings={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
+            data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, judge=llm if args.judge else None,
+            progress=lambda done, n, question: advance(1, one_line(question, 60)), settings=settings,
         )  # fmt: skip
     print(report.table())
     if report.cache is not None:

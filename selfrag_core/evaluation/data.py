@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TypeVar
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.parsing import load_json
+from selfrag_core.validation import check_int
 
 logger = logging.getLogger("selfrag")
 
@@ -86,12 +87,22 @@ class EvalData:
     def sample(self, limit: int | None, seed: int = 0) -> EvalData:
         """``limit`` questions drawn with ``seed``, kept in file order (all when
         ``limit`` is None or not below their number); corpus and problems unchanged."""
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1 (or None for all questions), got {limit}")
+        check_limit(limit)
         chosen: Sequence[int] = range(len(self.questions))
         if limit is not None and limit < len(self.questions):
             chosen = sorted(random.Random(seed).sample(chosen, limit))
         return EvalData(self.name, [self.questions[i] for i in chosen], self.corpus, list(self.problems))
+
+
+def check_limit(limit: object) -> int | None:
+    """``limit`` (a number of questions) when it is None or an int of at least 1, else a
+    ConfigurationError (a ``ValueError``)."""
+    if limit is None:
+        return None
+    number = check_int("limit", limit, None)
+    if number < 1:
+        raise ConfigurationError(f"limit must be at least 1 (or None for all questions), got {number}")
+    return number
 
 
 def load_questions(path: str | os.PathLike[str], *, split: str = "test") -> EvalData:

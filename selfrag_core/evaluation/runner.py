@@ -15,10 +15,12 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from selfrag_core.citations import cite, supported_share, without_markers
+from selfrag_core.config import config_from
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.contenders import Contender, Outcome, as_contender, timed
 from selfrag_core.evaluation.data import (
@@ -39,6 +41,7 @@ from selfrag_core.evaluation.metrics import (
     token_f1,
 )
 from selfrag_core.evaluation.report import EvalReport, MetricInfo
+from selfrag_core.evaluation.settings import EvalSettings
 from selfrag_core.grounding import assess, is_refusal
 from selfrag_core.ingest import ingest
 from selfrag_core.metrics import FaithfulnessMetric
@@ -46,7 +49,6 @@ from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_inde
 from selfrag_core.replay import CachedLLM
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, context_text
 from selfrag_core.types import RetrievedDoc
-from selfrag_core.validation import check_int
 
 #: the contenders of ``selfrag eval`` by default: the baseline and the four strategies
 DEFAULT_CONTENDERS = (BASELINE, *STRATEGIES)
@@ -103,25 +105,17 @@ def evaluate(
     rag: Any = None,
     corpus: str | os.PathLike[str] | Sequence[CorpusDoc] | None = None,
     index: str | os.PathLike[str] | None = None,
-    baseline: str = BASELINE,
-    k: int = 10,
-    top_k: int | None = 3,
-    preset: str = "small",
-    limits: Mapping[str, Any] | None = None,
-    retrieval_only: bool | None = None,
     judge: Any = None,
-    cache: str | os.PathLike[str] | None = None,
-    replay: bool = False,
-    shared_replies: bool = False,
-    concurrency: int = 2,
-    limit: int | None = None,
-    seed: int = 0,
-    output: str | os.PathLike[str] | None = None,
-    embed: str = "auto",
     progress: Progress | None = None,
-    settings: Mapping[str, Any] | None = None,
+    settings: EvalSettings | Mapping[str, Any] | None = None,
+    **deprecated: Any,
 ) -> EvalReport:
-    """Run every contender on every question and compare each with ``baseline``.
+    """Run every contender on every question and compare each with the baseline.
+
+    The arguments say what the run is about; ``settings``
+    (:class:`~selfrag_core.evaluation.EvalSettings`) how it runs: the baseline, ``k``,
+    the contenders' sizes and limits, the cache, the sample, the concurrency, the output
+    directory. The report's ``settings`` record them.
 
     ``questions``: a file or BEIR folder (:func:`~selfrag_core.evaluation.data.load_questions`),
     loaded data, or a list of questions. ``contenders``: names (``plain``, ``self``,
@@ -130,32 +124,41 @@ def evaluate(
     Named contenders answer with ``llm`` over ``rag``: an index given as ``index`` (a
     directory: opened, or built there from the corpus when it holds none), or the
     data's own corpus (``corpus``, a BEIR ``corpus.jsonl``, or the BEIR / SQuAD data's)
-    indexed into a temporary index. ``top_k`` and ``preset`` size them as the CLI does;
-    ``limits`` (``max_llm_calls``, ``llm_timeout``, ``query_timeout``) bound each question.
+    indexed into a temporary index. ``judge`` (an LLM) scores the faithfulness of each
+    answer; its replies are recorded apart. ``progress(done, total, question)`` is
+    called as each question finishes.
 
     Metrics are computed where the data allows: answer exact match and token F1 (gold
     answers), recall@``k``, nDCG@10 and MRR of the documents each contender used
     (relevance judgements), the share of answers the grounding signals flag as
     unsupported, the share of each answer's sentences a source supports
-    (:func:`~selfrag_core.citations.cite`), and with ``judge`` (an LLM) the judged
-    faithfulness. ``retrieval_only`` (default: when the data has judgements but no
-    answers) ranks ``k`` documents instead of answering, for the contenders that can
-    (``plain``, ``hyde``).
+    (:func:`~selfrag_core.citations.cite`), and with ``judge`` the judged faithfulness.
+    With ``shared_replies``, a contender's latency counts only the model calls it made
+    itself (``report.cache["contenders"]``).
 
-    ``cache``: every LLM call (``llm`` and ``judge``) goes through a
-    :class:`~selfrag_core.replay.CachedLLM` on that SQLite file; ``replay`` makes a
-    cache miss an error. Each contender's replies are recorded apart (its namespace is
-    its name). With ``shared_replies`` one prompt gets one reply in every contender (the
-    baseline's recording, else the contender's own, else the model's; without ``cache``,
-    in a temporary file), so a difference between contenders comes from what they send,
-    and a contender's latency counts only the model calls it made itself
-    (``report.cache["contenders"]``). The judge's replies are always recorded apart.
-    ``output``: a directory for ``results.jsonl`` (written as questions finish),
-    ``summary.json`` and ``report.html``.
+    Before :class:`~selfrag_core.evaluation.EvalSettings`, each setting was a keyword of
+    its own (``k=10``, ``cache=...``) and ``settings`` a mapping of further entries for
+    the report's settings. Both still work for one release, deprecated: each such
+    keyword warns and sets the field of its name (``settings={...}`` sets
+    ``EvalSettings.extra``), and one that differs from a field the ``settings`` given set
+    is a ConfigurationError. The parameter kept its name because the report's
+    ``settings`` are what it holds.
     """
-    data = _questions(questions).sample(limit, seed)
-    check_int("k", k, 1)
-    check_int("concurrency", concurrency, 1)
+    settings, given = _old_keywords(settings, deprecated)
+    settings = config_from(
+        EvalSettings,
+        settings,
+        "evaluate",
+        given,
+        renamed={"settings": "extra"},
+        deprecated=given,
+        parameter="settings",
+        keep_none=True,
+        strict=True,
+    )
+    baseline, k, concurrency = settings.baseline, settings.k, settings.concurrency
+    cache, replay, shared_replies = settings.cache, settings.replay, settings.shared_replies
+    data = _questions(questions).sample(settings.limit, settings.seed)
     problems = list(data.problems)
     names = list(contenders)
     if baseline not in names:
@@ -182,30 +185,32 @@ def evaluate(
         isinstance(v, str) for v in contenders.values()
     )
     if rag is None and needs_backend:
-        rag = _backend(data, corpus, index, embed, problems)
-    options = dict(limits or {}, top_k=top_k, preset=preset)
+        rag = _backend(data, corpus, index, settings.embed, problems)
+    options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset)
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
         store = Path(scratch.name) / "replies.sqlite"
     built = _contenders(contenders, rag, contender_llm, options)
+    retrieval_only = settings.retrieval_only
     ranking = (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
     metrics = _metrics(data, k, judge is not None, ranking, problems)
     judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
     scorer = _Scorer(k, None if judge is None else FaithfulnessMetric(judge if judged is None else judged))
     run_settings = {
         "k": k,
-        "top_k": top_k,
-        "preset": preset,
+        "top_k": settings.top_k,
+        "preset": settings.preset,
         "retrieval_only": ranking,
-        "limit": limit,
-        "seed": seed,
+        "limit": settings.limit,
+        "seed": settings.seed,
         "concurrency": concurrency,
         "replay": replay,
         "shared_replies": shared_replies,
-        **dict(settings or {}),
+        **settings.extra,
     }
     report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
     report.problems = problems
+    output = settings.output
     sink = _Sink(Path(output) if output is not None else None)
     logging.getLogger("selfrag").addFilter(_FALLBACK_NAMES)  # once; it acts only inside an evaluation
     report.machine = {"cpus": os.cpu_count(), "load_before": _load(), "concurrency": concurrency}
@@ -236,6 +241,24 @@ def evaluate(
         if output is not None:
             report.write(Path(output))
     return report
+
+
+#: evaluate()'s keywords before :class:`EvalSettings`, each now the field of its name (deprecated)
+_OLD_KEYWORDS = frozenset(f.name for f in fields(EvalSettings)) - {"extra"}
+
+
+def _old_keywords(
+    settings: EvalSettings | Mapping[str, Any] | None, keywords: Mapping[str, Any]
+) -> tuple[EvalSettings | None, dict[str, Any]]:
+    """The ``settings`` evaluate() was given, and its deprecated keywords (``settings`` as
+    a mapping among them: the report's further settings, ``EvalSettings.extra``). Another
+    keyword is a TypeError, as Python raises it."""
+    unknown = sorted(set(keywords) - _OLD_KEYWORDS)
+    if unknown:
+        raise TypeError(f"evaluate() got an unexpected keyword argument {unknown[0]!r}")
+    if isinstance(settings, Mapping):
+        return None, {**keywords, "settings": settings}
+    return settings, dict(keywords)
 
 
 # ----------------------------------------------------------------------------- setup

@@ -25,7 +25,7 @@ import pytest
 from headless import Chromium, find_chromium
 from test_evaluate import write_data
 
-from selfrag_core.evaluation import evaluate
+from selfrag_core.evaluation import EvalSettings, evaluate
 from selfrag_core.testing import FakeLLM
 
 pytestmark = pytest.mark.slow
@@ -77,9 +77,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
         names,
         llm=FakeLLM(_reply),
         corpus=corpus,
-        embed="none",
-        output=folder / "out",
-        concurrency=2,
+        settings=EvalSettings(embed="none", output=folder / "out", concurrency=2),
     )
     page = folder / "out" / "report.html"
     assert page.exists(), run.problems

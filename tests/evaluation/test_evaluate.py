@@ -16,7 +16,7 @@ from test_data import DEEP, TOO_DEEP, deny_reading
 
 from selfrag_core import ConfigurationError
 from selfrag_core.cli import main
-from selfrag_core.evaluation import EvalData, EvalQuestion, evaluate, load_jsonl
+from selfrag_core.evaluation import EvalData, EvalQuestion, EvalSettings, evaluate, load_jsonl
 from selfrag_core.replay import CacheMissError
 from selfrag_core.testing import FakeLLM
 from selfrag_core.types import Answer, RetrievedDoc
@@ -68,9 +68,22 @@ def data(tmp_path: Path) -> tuple[Path, Path]:
     return write_data(tmp_path)
 
 
-def run(data: tuple[Path, Path], contenders: Any, **kw: Any) -> Any:
+def run(
+    data: tuple[Path, Path],
+    contenders: Any,
+    *,
+    llm: Any = None,
+    judge: Any = None,
+    progress: Any = None,
+    **settings: Any,
+) -> Any:
+    """``evaluate`` on the data's questions and corpus, the lexical index, ``settings``
+    the fields of its :class:`EvalSettings`."""
     questions, corpus = data
-    return evaluate(questions, contenders, corpus=corpus, embed="none", **kw)
+    how = EvalSettings(embed="none", **settings)
+    return evaluate(
+        questions, contenders, llm=llm, corpus=corpus, judge=judge, progress=progress, settings=how
+    )
 
 
 def test_metrics_and_verdicts_against_hand_computed_values(data: tuple[Path, Path]) -> None:
@@ -256,7 +269,9 @@ def test_every_built_in_strategy_and_a_user_strategy_run(data: tuple[Path, Path]
         sys.path.pop(0)
     questions, corpus = data
     names = ["plain", "self", "hyde", "recursive", "healing"]
-    report = evaluate(questions, names, llm=reader(), corpus=corpus, embed="none", limit=4)
+    report = evaluate(
+        questions, names, llm=reader(), corpus=corpus, settings=EvalSettings(embed="none", limit=4)
+    )
     assert report.contenders == names and len(report.questions) == 4
     for name in names:
         s = report.summary()[name]
@@ -264,7 +279,8 @@ def test_every_built_in_strategy_and_a_user_strategy_run(data: tuple[Path, Path]
     # a strategy object of the user's, over the same index
     rag = report_rag = _index(corpus)
     mine = CorrectiveRAG(report_rag, FakeLLM({"Relevant:": "yes"}, default="Kenya"))
-    custom = evaluate(questions, {"plain": "plain", "corrective": mine}, llm=reader(), rag=rag, limit=3)
+    contenders = {"plain": "plain", "corrective": mine}
+    custom = evaluate(questions, contenders, llm=reader(), rag=rag, settings=EvalSettings(limit=3))
     assert custom.summary()["corrective"]["llm_calls"] > 1  # graded each document, then answered
 
 
@@ -406,7 +422,7 @@ def test_retrieval_only_data_ranks_with_plain_and_hyde(tmp_path: Path) -> None:
         "query-id\tcorpus-id\tscore\n" + "".join(f"{a}\td{i}\t1\n" for i, a in enumerate(ANIMALS[:3]))
     )
     hyde_llm = FakeLLM("A passage about where animals live, in some detail for the search.")
-    report = evaluate(folder, llm=hyde_llm, embed="none")
+    report = evaluate(folder, llm=hyde_llm, settings=EvalSettings(embed="none"))
     assert report.settings["retrieval_only"] is True
     assert [m.name for m in report.metrics] == ["recall@10", "ndcg@10", "mrr"]
     first = report.to_dict()["questions"][0]["results"]
@@ -470,7 +486,7 @@ def test_bad_arguments_are_clear_errors(data: tuple[Path, Path], tmp_path: Path)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(ConfigurationError, match="no valid documents"):
-        evaluate(data[0], ["plain"], llm=reader(), corpus=empty, embed="none")
+        evaluate(data[0], ["plain"], llm=reader(), corpus=empty, settings=EvalSettings(embed="none"))
     with pytest.raises(TypeError, match="contender 'x'"):
         run(data, {"plain": lambda q: "", "x": 42})
 
@@ -547,7 +563,7 @@ def test_squad_json_brings_its_paragraphs_as_the_corpus(tmp_path: Path) -> None:
     ]
     path = tmp_path / "squad.json"
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "Animals", "paragraphs": paragraphs}]}))
-    report = evaluate(path, ["plain"], llm=reader(), embed="none")
+    report = evaluate(path, ["plain"], llm=reader(), settings=EvalSettings(embed="none"))
     plain = report.summary()["plain"]["metrics"]
     assert plain["f1"]["mean"] == 1.0 and plain["recall@10"]["mean"] == 1.0
     assert report.results[1]["plain"]["sources"][0]["id"] == "Animals#1"  # the paragraph's id

@@ -10,7 +10,14 @@ import pytest
 
 from selfrag_core import ConfigurationError
 from selfrag_core.cli import main
-from selfrag_core.evaluation import EvalData, EvalQuestion, assert_no_regression, compare_runs, evaluate
+from selfrag_core.evaluation import (
+    EvalData,
+    EvalQuestion,
+    EvalSettings,
+    assert_no_regression,
+    compare_runs,
+    evaluate,
+)
 
 CAPITALS = {f"country{i}": f"city{i}" for i in range(40)}
 DATA = EvalData(
@@ -29,7 +36,9 @@ def answers(wrong: set[str]) -> Any:
 
 
 def run(folder: Path, wrong: set[str]) -> Any:
-    return evaluate(DATA, {"plain": answers(set()), "mine": answers(wrong)}, output=folder)
+    return evaluate(
+        DATA, {"plain": answers(set()), "mine": answers(wrong)}, settings=EvalSettings(output=folder)
+    )
 
 
 def test_a_real_drop_fails_the_gate_and_noise_passes(tmp_path: Path) -> None:
@@ -50,7 +59,9 @@ def test_a_real_drop_fails_the_gate_and_noise_passes(tmp_path: Path) -> None:
 def test_only_the_questions_both_runs_answered_are_compared(tmp_path: Path) -> None:
     run(tmp_path / "before", set())
     partial = evaluate(
-        EvalData("capitals", DATA.questions[:10]), {"plain": answers(set())}, output=tmp_path / "p"
+        EvalData("capitals", DATA.questions[:10]),
+        {"plain": answers(set())},
+        settings=EvalSettings(output=tmp_path / "p"),
     )
     [f1] = [c for c in compare_runs(partial, tmp_path / "before") if c.metric == "f1"]
     assert f1.contender == "plain" and f1.difference.n == 10

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_evaluate import TWINS, reader, run, varying, write_data
 
-from selfrag_core.evaluation import EvalData, EvalQuestion, evaluate
+from selfrag_core.evaluation import EvalData, EvalQuestion, EvalSettings, evaluate
 from selfrag_core.evaluation.metrics import mean_interval, paired_difference
 from selfrag_core.evaluation.report import metric_spread, under_load
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER
@@ -44,7 +44,7 @@ def test_the_failure_placeholder_scores_as_no_answer_and_is_counted() -> None:
             lambda q: GENERATION_FAILED_ANSWER if q.split()[-1] in ("2?", "5?") else "in Paris"
         ),
     }
-    report = evaluate(CITIES, contenders, concurrency=1)
+    report = evaluate(CITIES, contenders, settings=EvalSettings(concurrency=1))
     records = {q.id: r["flaky"] for q, r in zip(report.questions, report.results, strict=True) if r}
     for qid in failing:
         assert records[qid]["no_answer"] == "generation failed"
@@ -61,7 +61,7 @@ def test_a_metric_at_zero_for_every_answer_is_a_warning_not_a_verdict() -> None:
         "plain": _answers(lambda q: "Somewhere in France."),
         "other": _answers(lambda q: "It is in the north, maybe."),
     }
-    report = evaluate(CITIES, contenders, concurrency=1)
+    report = evaluate(CITIES, contenders, settings=EvalSettings(concurrency=1))
     assert report.spreads()["gold_in_answer"] == "constant"
     table = report.table()
     assert "gold answer in the answer 0.000" in table

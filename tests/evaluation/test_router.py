@@ -8,10 +8,19 @@ from typing import Any
 
 import pytest
 
-from selfrag_core import AdaptiveRAG, Answer, PlainRAG, RecursiveRAG, RecursiveRAGConfig, Strategy
+from selfrag_core import (
+    AdaptiveRAG,
+    AdaptiveRAGConfig,
+    Answer,
+    PlainRAG,
+    PlainRAGConfig,
+    RecursiveRAG,
+    RecursiveRAGConfig,
+    Strategy,
+)
 from selfrag_core.engine import Generate
 from selfrag_core.errors import ConfigurationError
-from selfrag_core.evaluation import EvalData, EvalQuestion, evaluate
+from selfrag_core.evaluation import EvalData, EvalQuestion, EvalSettings, evaluate
 from selfrag_core.evaluation.router import ROUTED, dry_run, fit_router
 from selfrag_core.strategies.adaptive import FittedRouter, load_router
 from selfrag_core.testing import FakeLLM, FakeRetriever, first_document
@@ -38,7 +47,9 @@ class Slow(Strategy[Answer]):
     """Two calls for plain's answer: it never helps, it only costs."""
 
     def _plan(self, query: str, context: dict[str, Any]) -> Any:
-        docs = yield from PlainRAG(self.rag_system, self.llm, top_k=1).plan(query, context)
+        docs = yield from PlainRAG(self.rag_system, self.llm, config=PlainRAGConfig(top_k=1)).plan(
+            query, context
+        )
         yield Generate(self.llm, "think again", "think")
         return docs
 
@@ -53,7 +64,7 @@ def parts() -> tuple[FakeRetriever, FakeLLM]:
 def contenders(rag: FakeRetriever, llm: FakeLLM) -> dict[str, Any]:
     split = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=1)
     return {
-        "plain": PlainRAG(rag, llm, top_k=1),
+        "plain": PlainRAG(rag, llm, config=PlainRAGConfig(top_k=1)),
         "parts": RecursiveRAG(rag, llm, split),  # answers each part: better on multi-part questions only
         "slow": Slow(rag, llm),
     }
@@ -77,7 +88,7 @@ def test_a_strategy_that_helps_only_on_multi_part_questions_is_routed_to_on_thos
     parts: tuple[FakeRetriever, FakeLLM], tmp_path: Path
 ) -> None:
     rag, llm = parts
-    report = evaluate(data(16), contenders(rag, llm), output=tmp_path / "run")
+    report = evaluate(data(16), contenders(rag, llm), settings=EvalSettings(output=tmp_path / "run"))
     plain_record = report.results[0]["plain"]  # type: ignore[index]
     assert set(plain_record["signals"]) >= {"multi_part", "top_score", "answer_supported"}
 
@@ -95,7 +106,7 @@ def test_a_strategy_that_helps_only_on_multi_part_questions_is_routed_to_on_thos
 
     path = fit.write(tmp_path / "router.json")
     candidates = {name: s for name, s in contenders(rag, llm).items() if name != "plain"}
-    strategy = AdaptiveRAG(rag, llm, strategies=candidates, router=path, top_k=1)
+    strategy = AdaptiveRAG(rag, llm, strategies=candidates, router=path, config=AdaptiveRAGConfig(top_k=1))
     for i in range(20, 24):  # questions of neither split
         chosen = strategy.query(multi(i)[0])
         assert chosen.details["strategy"] == "parts", route_notes(chosen)
@@ -114,7 +125,7 @@ def test_the_router_file_round_trips_and_the_summary_and_results_carry_what_was_
     parts: tuple[FakeRetriever, FakeLLM], tmp_path: Path
 ) -> None:
     rag, llm = parts
-    evaluate(data(8), contenders(rag, llm), output=tmp_path / "run")
+    evaluate(data(8), contenders(rag, llm), settings=EvalSettings(output=tmp_path / "run"))
     from_folder = fit_router(tmp_path / "run", holdout=0.25)  # a finished run's folder
     written = json.loads(from_folder.write(tmp_path / "r.json").read_text(encoding="utf-8"))
     assert written["schema"] == "selfrag.router/1"
