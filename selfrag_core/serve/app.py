@@ -56,6 +56,7 @@ from selfrag_core.serve.models import (
 from selfrag_core.serve.readiness import ReadinessProbe
 from selfrag_core.serve.responses import FastJSONResponse, dumps
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
+from selfrag_core.strategies.base import Strategy
 from selfrag_core.types import NO_ANSWER_REASONS, Trace
 from selfrag_core.validation import validate_query
 
@@ -109,7 +110,7 @@ class ServiceState:
 
     rag: Any
     llm: Any
-    strategies: dict[str, Any]
+    strategies: dict[str, Strategy[Any]]
     settings: ServeSettings
     store: DocumentStore
     counters: dict[str, int] = field(
@@ -157,16 +158,16 @@ def create_app(
     *,
     rag: Any,
     llm: Any,
-    strategies: Mapping[str, Any] | None = None,
+    strategies: Mapping[str, Strategy[Any]] | None = None,
     settings: ServeSettings | None = None,
 ) -> FastAPI:
     """The service over ``rag`` (the backend) and ``llm``.
 
-    ``strategies`` maps URL names to strategy instances (default: ``plain``, a ``PlainRAG``,
-    and ``default_strategies(rag, llm)``). ``settings`` defaults to
-    ``ServeSettings.from_env()``, as for ``selfrag serve`` (``SELFRAG_API_TOKEN`` guards
-    every endpoint but /healthz and /readyz); settings passed explicitly are used as given.
-    Without a token the app is open, and logs so.
+    ``strategies`` maps URL names to strategies, ``Strategy`` instances (default: ``plain``,
+    a ``PlainRAG``, and ``default_strategies(rag, llm)``; anything else is a TypeError).
+    ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``
+    (``SELFRAG_API_TOKEN`` guards every endpoint but /healthz and /readyz); settings passed
+    explicitly are used as given. Without a token the app is open, and logs so.
     """
     if settings is None:
         settings = ServeSettings.from_env()
@@ -184,6 +185,12 @@ def create_app(
         strategies = {BASELINE: PlainRAG(rag, llm), **default_strategies(rag, llm)}
     if not strategies:
         raise ConfigurationError("no strategies to serve: pass strategies={'self': SelfIRAG(rag, llm)}")
+    for name, strategy in strategies.items():
+        if not isinstance(strategy, Strategy):
+            raise TypeError(
+                f"strategies[{name!r}] is a {type(strategy).__name__}, not a Strategy: serve SelfIRAG, "
+                "HyDERAG, RecursiveRAG, SelfHealingRAG, PlainRAG or a Strategy subclass of yours"
+            )
     state = ServiceState(rag, llm, dict(strategies), settings, DocumentStore(rag, settings.index_dir))
 
     @asynccontextmanager
@@ -535,9 +542,8 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         return await delete_source(source, hint=True)
 
 
-def _strategy_stats(strategy: Any) -> dict[str, Any]:
-    getter = getattr(strategy, "get_stats", None)
-    return {"class": type(strategy).__name__, **(getter() if callable(getter) else {})}
+def _strategy_stats(strategy: Strategy[Any]) -> dict[str, Any]:
+    return {"class": type(strategy).__name__, **strategy.get_stats()}
 
 
 def _install_errors(app: FastAPI) -> None:

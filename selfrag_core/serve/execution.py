@@ -18,10 +18,10 @@ from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.engine import Run
 from selfrag_core.errors import ConfigurationError, StrategyError
 from selfrag_core.llm import within
-from selfrag_core.memory import ConversationMemory
 from selfrag_core.runner import _execution_of, arun_query, closing_events, step_of
 from selfrag_core.serve.models import QueryOptions, QueryRequest
 from selfrag_core.serve.settings import ServeSettings
+from selfrag_core.strategies.base import Strategy
 from selfrag_core.types import Trace, TraceEvent
 
 #: the request's options that are strategy settings: the option's name in the HTTP API ->
@@ -44,10 +44,10 @@ def request_settings(request: QueryOptions) -> dict[str, Any]:
     return {setting: value for setting, value in values.items() if value is not None}
 
 
-def check_settings(strategy: Any, settings: Mapping[str, Any]) -> None:
+def check_settings(strategy: Strategy[Any], settings: Mapping[str, Any]) -> None:
     """Raise UnsupportedOptionError for a setting ``strategy``'s config does not have, and
     ConfigurationError for a bad value, before the query runs."""
-    config = getattr(strategy, "config", None)
+    config = strategy.config
     names = config.names() if isinstance(config, StrategyConfig) else frozenset()
     for option, setting in SETTINGS.items():
         if setting in settings and setting not in names:
@@ -89,13 +89,15 @@ def _exceeded(trace: Trace, run: Run) -> str | None:
     return None
 
 
-def prepare(strategy: Any, request: QueryRequest, settings: ServeSettings) -> tuple[Any, ExecutionConfig]:
+def prepare(
+    strategy: Strategy[Any], request: QueryRequest, settings: ServeSettings
+) -> tuple[Strategy[Any], ExecutionConfig]:
     """The strategy the request runs (the shared one, or a shallow copy without its
     conversation memory) and its execution config: the strategy's, under the server's caps,
     lowered by the request. Raises on a bad option (:func:`check_settings`)."""
     check_settings(strategy, request_settings(request))
     clone = strategy
-    if isinstance(getattr(strategy, "memory", None), ConversationMemory):
+    if strategy.memory is not None:
         # a stateless service: one client's conversation must never reach another's prompt
         clone = copy.copy(strategy)
         clone.memory = None
@@ -131,7 +133,7 @@ def _tell(listener: Callable[[str, dict[str, Any]], None], event: TraceEvent) ->
 
 
 async def execute(
-    strategy: Any,
+    strategy: Strategy[Any],
     question: str,
     request: QueryRequest,
     execution: ExecutionConfig,

@@ -336,7 +336,7 @@ def add_openai_routes(app: FastAPI, state: ServiceState) -> None:
             ) from e
         turns = conversation(body.messages)
         memory = None
-        if turns and hasattr(state.strategies[name], "memory"):  # it takes a conversation
+        if turns and state.strategies[name].conversational:
             memory = ConversationMemory()
             for question, answer in turns:
                 memory.add(question, answer)

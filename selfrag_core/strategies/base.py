@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from selfrag_core.citations import cite, renumber
 from selfrag_core.config import ExecutionConfig, StrategyConfig
@@ -36,6 +36,9 @@ from selfrag_core.runner import StreamEvent, arun_query, astream_query, run_quer
 from selfrag_core.types import Result, RetrievedDoc, Trace
 from selfrag_core.validation import validate_context, validate_query
 from selfrag_core.verify import split_sentences
+
+if TYPE_CHECKING:
+    from selfrag_core.memory import ConversationMemory
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -273,8 +276,15 @@ class Strategy(Generic[R]):
     rag_system: BackendLike | None
     llm: LLMLike
     #: the strategy's settings (a StrategyConfig of the built-in ones; a query's context
-    #: overrides them by name, see for_call); a strategy of yours may have none
-    config: Any
+    #: overrides them by name, see for_call); None: a strategy of yours without any
+    config: StrategyConfig | None = None
+    #: the default conversation of calls whose context carries none (SelfHealingRAG's);
+    #: None: no history. A service clears it on the copy a request runs (a conversation
+    #: belongs to its caller)
+    memory: ConversationMemory | None = None
+    #: whether a query's ``context["memory"]`` (a ConversationMemory) reaches the prompts:
+    #: the OpenAI endpoint passes a chat's earlier turns only to such a strategy
+    conversational: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -317,7 +327,7 @@ class Strategy(Generic[R]):
         names settings of its ``config`` (a :class:`~selfrag_core.config.StrategyConfig`),
         a shallow copy whose config has them (``{"top_k": 3}``; validated, so a bad value
         raises ConfigurationError here, before anything runs)."""
-        config = getattr(self, "config", None)
+        config = self.config
         if not isinstance(config, StrategyConfig):
             return self
         overridden = config.with_overrides(context)
@@ -345,6 +355,11 @@ class Strategy(Generic[R]):
     def astream(self, query: str, context: Mapping[str, Any] | None = None) -> AsyncIterator[StreamEvent[R]]:
         """Async :meth:`stream`."""
         return astream_query(self, query, context)
+
+    def get_stats(self) -> dict[str, Any]:
+        """What the service's ``/stats`` shows of the strategy beside its class (SelfIRAG:
+        its settings); none by default."""
+        return {}
 
     def finish(self, result: R, run: Run) -> R:
         """The last step of every run: the result gets the run's trace and wall time.

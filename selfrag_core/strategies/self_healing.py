@@ -94,6 +94,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     """
 
     config: SelfHealingRAGConfig
+    conversational = True  # a query's context["memory"] goes into the answer prompts
 
     def __init__(
         self,

@@ -11,7 +11,8 @@ import httpx
 import pytest
 from serve_helpers import ScriptedLLM, Server, instant, serving, sse_events
 
-from selfrag_core import SelfIRAG
+from selfrag_core import SelfIRAG, Strategy
+from selfrag_core.serve import create_app
 from selfrag_core.strategies import SelfHealingRAG
 from selfrag_core.testing import FakeLLM, FakeRetriever
 
@@ -20,14 +21,25 @@ pytestmark = pytest.mark.integration
 QUESTION = "What is the capital of France?"
 
 
-class Broken:
+class Broken(Strategy[Any]):
     """A strategy with a bug: its plan raises something no fallback expects."""
 
-    llm = ScriptedLLM()
+    def __init__(self) -> None:
+        super().__init__(FakeRetriever([]), ScriptedLLM())
 
-    def plan(self, query: str, context: Any = None) -> Iterator[Any]:
+    def _plan(self, query: str, context: dict[str, Any]) -> Iterator[Any]:
         raise RuntimeError("secret internal detail")
         yield  # pragma: no cover
+
+
+def test_only_a_strategy_is_served() -> None:
+    class Lookalike:  # a plan and nothing else of a Strategy
+        def plan(self, query: str, context: Any = None) -> Iterator[Any]:
+            yield from ()
+
+    rag, llm = FakeRetriever([]), ScriptedLLM()
+    with pytest.raises(TypeError, match=r"strategies\['mine'\] is a Lookalike, not a Strategy: serve"):
+        create_app(rag=rag, llm=llm, strategies={"mine": Lookalike()})  # type: ignore[dict-item]
 
 
 @pytest.fixture(scope="module")

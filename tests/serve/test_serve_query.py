@@ -62,6 +62,12 @@ def test_healing_takes_threshold_and_top_k_per_request(client: httpx.Client) -> 
     assert client.get("/query/healing", params={"q": QUESTION}).json()["threshold"] == 0.75
 
 
+def test_stats_show_each_strategy_with_what_it_tells(client: httpx.Client) -> None:
+    shown = client.get("/stats").json()["strategies"]
+    assert shown["self"]["class"] == "SelfIRAG" and shown["self"]["max_refinement_iterations"] == 3
+    assert shown["hyde"] == {"class": "HyDERAG"}  # (Strategy.get_stats: nothing by default)
+
+
 def test_option_a_strategy_lacks_is_422(client: httpx.Client) -> None:
     response = client.post("/query/hyde", json={"question": QUESTION, "max_iterations": 2})
     assert response.status_code == 422
