@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import DEFAULT_TOP_K, ExecutionConfig
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.data import EvalData
@@ -452,10 +452,8 @@ def dry_run(
     totals: dict[str, dict[str, float]] = {
         n: {"calls": 0.0, "calls_max": 0.0, "input_tokens": 0.0} for n in names
     }
-    k = max(
-        [int(getattr(getattr(s, "config", None), "top_k", 0) or 0) for s in strategies.values()]
-        + [top_k or 5]
-    )
+    # build_strategy sizes every built-in strategy to search top_k deep (None: the profile's, at most 5)
+    k = top_k or DEFAULT_TOP_K
     for question in data.questions:
         text = question.question
         docs = run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
