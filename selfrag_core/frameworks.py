@@ -1,9 +1,11 @@
 """Recognising LangChain and LlamaIndex objects without importing either framework.
 
-The one home of the core's framework knowledge: what makes an object a LangChain chat
-model or runnable, a LlamaIndex LLM, a LangChain vector store or retriever, or a
-LlamaIndex retriever. ``selfrag_core.llm`` and ``selfrag_core.retrieval`` ask these
-predicates once per object, when they resolve it (``resolve_llm``, ``resolve_backend``).
+The one home of the core's framework knowledge: what makes an object a LangChain
+runnable (a chat model, an LLM, a chain), a LlamaIndex LLM, a LangChain vector store or
+retriever, a LlamaIndex retriever, query engine or response. ``selfrag_core.llm`` and
+``selfrag_core.retrieval`` ask these predicates once per object, when they resolve it
+(``resolve_llm``, ``resolve_backend``); the evaluation harness, of a contender and of
+what it answers.
 
 An object is recognised by the names of its classes (:func:`mro_names`) or the package
 they come from (:func:`from_package`), so a user's subclass (a ``CustomLLM``, a
@@ -22,10 +24,12 @@ from typing import Any, Generic, TypeVar
 __all__ = [
     "Resolutions",
     "from_package",
-    "is_langchain_llm",
     "is_langchain_retriever",
+    "is_langchain_runnable",
     "is_langchain_vectorstore",
     "is_llamaindex_llm",
+    "is_llamaindex_query_engine",
+    "is_llamaindex_response",
     "is_llamaindex_retriever",
     "mro_names",
 ]
@@ -54,10 +58,10 @@ def _class_packages(cls: type) -> frozenset[str]:
     return frozenset(str(c.__module__).partition(".")[0] for c in cls.__mro__)
 
 
-# ------------------------------------------------------------------------------- LLMs
+# ---------------------------------------------------------------- LLMs and chains
 
 
-def is_langchain_llm(obj: object) -> bool:
+def is_langchain_runnable(obj: object) -> bool:
     """A LangChain runnable (chat model, LLM, chain): ``invoke`` / ``ainvoke``."""
     return "Runnable" in mro_names(obj) and hasattr(obj, "invoke")
 
@@ -65,6 +69,17 @@ def is_langchain_llm(obj: object) -> bool:
 def is_llamaindex_llm(obj: object) -> bool:
     """A LlamaIndex LLM: ``complete`` / ``acomplete``."""
     return hasattr(obj, "complete") and from_package(obj, "llama_index")
+
+
+def is_llamaindex_query_engine(obj: object) -> bool:
+    """A LlamaIndex query engine: ``query(question)`` answers with a response."""
+    return hasattr(obj, "query") and from_package(obj, "llama_index")
+
+
+def is_llamaindex_response(obj: object) -> bool:
+    """A LlamaIndex query engine's ``Response``: the answer in ``response``, the documents
+    in ``source_nodes``."""
+    return hasattr(obj, "response") and hasattr(obj, "source_nodes") and from_package(obj, "llama_index")
 
 
 # --------------------------------------------------------------------------- backends

@@ -71,7 +71,7 @@ def is_async_capable(llm: object) -> bool:
 
 
 def _async_capable(llm: object) -> bool:
-    if frameworks.is_langchain_llm(llm):
+    if frameworks.is_langchain_runnable(llm):
         return hasattr(llm, "ainvoke")
     if frameworks.is_llamaindex_llm(llm):
         return hasattr(llm, "acomplete")
@@ -90,7 +90,7 @@ def llm_identity(llm: Any) -> dict[str, str]:
     if "CachedLLM" in names and getattr(llm, "llm", None) is not None:
         return llm_identity(llm.llm)
     provider, model, chat = getattr(llm, "provider", None), None, False
-    if frameworks.is_langchain_llm(llm):
+    if frameworks.is_langchain_runnable(llm):
         try:
             params = llm._get_ls_params()
         except (AttributeError, TypeError, ValueError, KeyError):  # a chain, not a model
@@ -239,7 +239,7 @@ class LLMClient:
         )
         #: whether the LLM has a native async path (no thread needed)
         self.native_async = _async_capable(llm)
-        langchain, llamaindex = frameworks.is_langchain_llm(llm), frameworks.is_llamaindex_llm(llm)
+        langchain, llamaindex = frameworks.is_langchain_runnable(llm), frameworks.is_llamaindex_llm(llm)
         plain: Getter | None = None
         aplain: Getter | None = None
         if langchain or llamaindex:

@@ -176,9 +176,16 @@ def test_the_framework_recognisers_live_in_frameworks_only() -> None:
 
     assert frameworks.is_langchain_vectorstore(Store())
     assert frameworks.is_langchain_retriever(BaseRetriever())
-    assert frameworks.is_langchain_llm(Runnable())
-    assert not frameworks.is_langchain_llm(BaseRetriever())
+    assert frameworks.is_langchain_runnable(Runnable())
+    assert not frameworks.is_langchain_runnable(BaseRetriever())
     assert frameworks.mro_names(Store()) >= {"Store", "VectorStore", "object"}
     assert frameworks.from_package(Store(), __name__.partition(".")[0])
     assert not frameworks.is_llamaindex_retriever(Slotted())  # has retrieve, not LlamaIndex's
+    # a query engine and its Response, by LlamaIndex's package
+    engine = type("Engine", (), {"query": lambda self, q: None, "__module__": "llama_index.core.x"})
+    answer = {"response": "", "source_nodes": [], "__module__": "llama_index.core.base.response.schema"}
+    assert frameworks.is_llamaindex_query_engine(engine()) and not frameworks.is_langchain_runnable(engine())
+    assert frameworks.is_llamaindex_response(type("Response", (), answer)())
+    assert not frameworks.is_llamaindex_query_engine(type("Engine", (), {"query": lambda self, q: None})())
+    assert not frameworks.is_llamaindex_response(type("Response", (), {**answer, "__module__": __name__})())
     assert not frameworks.is_llamaindex_llm(FakeLLM())

@@ -14,6 +14,9 @@ A contender is one of:
 * a LlamaIndex query engine (``query`` returning a ``Response`` with ``source_nodes``);
 * a callable ``f(question)`` returning any of the above, or a strategy's result.
 
+The frameworks' objects are recognised by :mod:`selfrag_core.frameworks`, without
+importing either framework.
+
 So an outside contender's answer is one of: a string; a message whose ``content`` is a
 string or text blocks (``{"type": "text", "text": ...}``); a mapping with one of those
 under ``answer``, ``result``, ``output`` or ``response`` (the first present); a
@@ -33,11 +36,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from selfrag_core import frameworks
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.retrieval import normalize_results
 from selfrag_core.runner import run_query
 from selfrag_core.strategies.adaptive import route_signals
+from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import Answer, Result, RetrievedDoc, Trace
@@ -107,7 +112,7 @@ def _from_result(result: Result[Any]) -> Outcome:
     return outcome
 
 
-def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
+def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> Contender:
     """A strategy as a contender; ``rag``, the backend it searches, lets ``plain``
     rank (one search); HyDE ranks with its fused ranking (one LLM round)."""
 
@@ -144,9 +149,9 @@ def strategy_contender(name: str, strategy: Any, rag: Any = None) -> Contender:
 
 def outside_contender(name: str, target: Any) -> Contender:
     """A LangChain runnable, a LlamaIndex query engine or a callable as a contender."""
-    if hasattr(target, "invoke") and not hasattr(target, "plan"):
+    if frameworks.is_langchain_runnable(target):
         return Contender(name, lambda question: _invoke_langchain(target, question))
-    if hasattr(target, "query") and not hasattr(target, "plan"):
+    if frameworks.is_llamaindex_query_engine(target):
         return Contender(name, lambda question: read_output(target.query(question)))
     if callable(target):
         return Contender(name, lambda question: read_output(target(question)))
@@ -174,9 +179,9 @@ def read_output(output: Any) -> Outcome:
         outcome = _from_result(output)
         outcome.sources = normalize_results(outcome.sources)
         return outcome
-    elif hasattr(output, "response"):  # a LlamaIndex Response
+    elif frameworks.is_llamaindex_response(output):
         answer = _text(output.response, f"{_a(output)} whose .response is ")
-        documents = getattr(output, "source_nodes", ())
+        documents = output.source_nodes
     else:  # a message
         answer, documents = _text(output), ()
     return Outcome(answer, normalize_results(list(documents or ())))
@@ -246,6 +251,6 @@ def as_contender(name: str, target: Any, rag: Any = None) -> Contender:
     """``target`` (a strategy, a framework object or a callable) as a contender."""
     if isinstance(target, Contender):
         return target
-    if callable(getattr(target, "plan", None)):
+    if isinstance(target, Strategy):
         return strategy_contender(name, target, rag)
     return outside_contender(name, target)

@@ -177,7 +177,10 @@ class Message:
 
 
 class Response:
-    """A LlamaIndex ``Response``: ``response`` (a string, or None) and ``source_nodes``."""
+    """A LlamaIndex ``Response``: ``response`` (a string, or None) and ``source_nodes``,
+    of LlamaIndex's package (``selfrag_core.frameworks`` recognises it by its package)."""
+
+    __module__ = "llama_index.core.base.response.schema"
 
     def __init__(self, response: str | None, source_nodes: list[Any] | None = None) -> None:
         self.response, self.source_nodes = response, source_nodes or []
@@ -489,6 +492,35 @@ def test_bad_arguments_are_clear_errors(data: tuple[Path, Path], tmp_path: Path)
         evaluate(data[0], ["plain"], llm=reader(), corpus=empty, settings=EvalSettings(embed="none"))
     with pytest.raises(TypeError, match="contender 'x'"):
         run(data, {"plain": lambda q: "", "x": 42})
+
+
+class Lookalike:
+    """Has ``invoke``, ``query`` and ``plan`` as a runnable, a query engine and a strategy
+    have them, and is none of them: only a callable."""
+
+    def invoke(self, question: str) -> str:
+        return "invoked"
+
+    def query(self, question: str) -> str:
+        return "queried"
+
+    def plan(self, question: str, context: Any = None) -> Any:
+        raise AssertionError("not a strategy: never planned")
+
+    def __call__(self, question: str) -> str:
+        return "Paris"
+
+
+def test_a_contender_is_recognised_by_its_type_not_by_its_method_names() -> None:
+    report = evaluate(CAPITAL, {"plain": lambda q: "Paris", "like": Lookalike()})
+    assert report.results[0]["like"]["answer"] == "Paris"  # called, not invoked, queried or planned
+    uncallable = type("Uncallable", (), {"invoke": Lookalike.invoke, "query": Lookalike.query})()
+    with pytest.raises(TypeError, match="contender 'odd' is a Uncallable: give a strategy"):
+        evaluate(CAPITAL, {"plain": lambda q: "Paris", "odd": uncallable})
+    # a Response of another package is no LlamaIndex Response: not an answer
+    other = type("Response", (), {"response": "Paris", "source_nodes": []})()
+    record = evaluate(CAPITAL, {"plain": lambda q: "Paris", "odd": lambda q: other}).results[0]["odd"]
+    assert record["error"].startswith("odd: ContenderOutputError: returned Response <")
 
 
 def test_the_command_line_writes_the_report_and_replays(

@@ -27,8 +27,10 @@ def test_langchain_objects_are_recognised_by_the_frameworks_module() -> None:
     retriever = store.as_retriever(search_kwargs={"k": 2})
     assert frameworks.is_langchain_vectorstore(store) and not frameworks.is_langchain_retriever(store)
     assert frameworks.is_langchain_retriever(retriever) and not frameworks.is_langchain_vectorstore(retriever)
-    assert frameworks.is_langchain_llm(model) and frameworks.is_langchain_llm(RunnableLambda(str))
+    assert frameworks.is_langchain_runnable(model) and frameworks.is_langchain_runnable(RunnableLambda(str))
     assert not frameworks.is_llamaindex_llm(model) and not frameworks.is_llamaindex_retriever(retriever)
+    chain = retriever | RunnableLambda(len)
+    assert frameworks.is_langchain_runnable(chain) and not frameworks.is_llamaindex_query_engine(chain)
 
 
 def test_a_vector_store_and_a_retriever_are_resolved_once_and_searched_as_before() -> None:

@@ -19,12 +19,22 @@ def test_llamaindex_objects_are_recognised_by_the_frameworks_module(
     index: VectorStoreIndex, make_llm: Callable[..., Any]
 ) -> None:
     llm, retriever = make_llm(), index.as_retriever(similarity_top_k=2)
-    assert frameworks.is_llamaindex_llm(llm) and not frameworks.is_langchain_llm(llm)
+    assert frameworks.is_llamaindex_llm(llm) and not frameworks.is_langchain_runnable(llm)
     assert frameworks.is_llamaindex_retriever(retriever)
     assert not frameworks.is_langchain_retriever(retriever) and not frameworks.is_langchain_vectorstore(
         retriever
     )
     assert frameworks.from_package(llm, "llama_index")  # a user's CustomLLM subclass, in the tests' module
+
+
+def test_a_query_engine_and_its_response_are_recognised(
+    index: VectorStoreIndex, make_llm: Callable[..., Any]
+) -> None:
+    engine = index.as_query_engine(llm=make_llm([("France", "Paris.")]))
+    response = engine.query("capital of France?")
+    assert frameworks.is_llamaindex_query_engine(engine) and frameworks.is_llamaindex_response(response)
+    assert not frameworks.is_llamaindex_query_engine(index) and not frameworks.is_llamaindex_response(engine)
+    assert not frameworks.is_langchain_runnable(engine)
 
 
 def test_a_retriever_is_resolved_once_and_read_as_before(index: VectorStoreIndex) -> None:
