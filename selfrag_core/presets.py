@@ -32,6 +32,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import Prompts
+from selfrag_core.retrieval import resolve_backend
 from selfrag_core.strategies import Strategy
 from selfrag_core.strategies.registry import BUILT_IN, compared
 
@@ -325,13 +326,6 @@ def backend_kind(spec: str | os.PathLike[str] | None) -> str:
     return "directory"
 
 
-def _retrievable(backend: Any) -> bool:
-    return any(
-        callable(getattr(backend, name, None))
-        for name in ("retrieve", "aretrieve", "invoke", "similarity_search_with_score")
-    ) or callable(backend)
-
-
 def load_backend(spec: str, *, embed: str = "auto") -> Any:
     """The backend a factory of your own makes: ``spec`` names a callable as
     ``"package.module:factory"`` or ``"path/to/file.py:factory"``; it is called with no
@@ -350,9 +344,9 @@ def load_backend(spec: str, *, embed: str = "auto") -> Any:
         takes = {}  # type: ignore[assignment]
     wants = "embedder" in takes or any(p.kind is p.VAR_KEYWORD for p in takes.values())
     backend = factory(embedder=backend_embedder(embed)) if wants else factory()
-    if not _retrievable(backend) and callable(getattr(backend, "as_retriever", None)):
+    if not resolve_backend(backend).retrieves and callable(getattr(backend, "as_retriever", None)):
         backend = backend.as_retriever()  # a LlamaIndex index
-    if backend is None or not _retrievable(backend):
+    if not resolve_backend(backend).retrieves:
         raise ConfigurationError(
             f"{spec!r} made a {type(backend).__name__}, which cannot retrieve: return a vector store, a "
             "retriever, an index with as_retriever(), or an object with retrieve(query, top_k)"

@@ -615,6 +615,12 @@ class Backend:
         """The object resolved."""
         return self._source()
 
+    @property
+    def retrieves(self) -> bool:
+        """Whether the object is a retrieval backend: it has a sync or an async retrieval
+        (else a retrieval raises TypeError saying what it needs)."""
+        return not isinstance(self._async_names, Exception)
+
     def ignored(self, names: Iterable[str], *, use_async: bool, many: bool = False) -> list[str]:
         """Those of the option ``names`` that a retrieval does not pass on (its function
         does not take them)."""

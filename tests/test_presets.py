@@ -196,6 +196,16 @@ class Index:  # a LlamaIndex-like index: it only gives a retriever
 
 def nothing():
     return 42
+
+
+class Invoker:  # invoke(query), as LangChain's retrievers have it, and no retriever
+    def invoke(self, query):
+        return []
+
+
+class AsyncOnly:  # an async retrieval only: a backend
+    async def aretrieve(self, query, top_k=5):
+        return ["Oslo is the capital of Norway."]
 """
 
 
@@ -214,6 +224,10 @@ def test_open_backend_calls_a_factory_by_file_or_module(
     assert presets.open_backend("my_backends:Index").documents == ["Lisbon is the capital of Portugal."]
     with pytest.raises(ConfigurationError, match="cannot retrieve"):
         presets.open_backend("my_backends:nothing")
+    # what retrieval resolves it to decides (retrieval.resolve_backend), not a method's name
+    with pytest.raises(ConfigurationError, match="made a Invoker, which cannot retrieve: return a vector"):
+        presets.open_backend("my_backends:Invoker")
+    assert type(presets.open_backend("my_backends:AsyncOnly")).__name__ == "AsyncOnly"
     with pytest.raises(ConfigurationError, match="cannot load the backend"):
         presets.open_backend("my_backends:no_such_factory")
     with pytest.raises(ConfigurationError, match="cannot load the backend"):

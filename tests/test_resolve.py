@@ -153,6 +153,14 @@ def test_a_non_backend_raises_the_same_error_on_each_call() -> None:
     held = NotABackend()  # (a resolution serves while its object lives)
     with pytest.raises(TypeError, match="NotABackend is not an LLM"):
         resolve_llm(held).generate("hi")
+    assert not resolve_backend(held).retrieves  # what presets.load_backend refuses
+
+    class AsyncOnly:
+        async def aretrieve(self, query: str, top_k: int) -> list[str]:
+            return [query]
+
+    assert resolve_backend(AsyncOnly()).retrieves and resolve_backend(Slotted()).retrieves
+    assert resolve_backend(lambda query: [query]).retrieves
 
 
 def test_the_framework_recognisers_live_in_frameworks_only() -> None:
@@ -189,3 +197,4 @@ def test_the_framework_recognisers_live_in_frameworks_only() -> None:
     assert not frameworks.is_llamaindex_query_engine(type("Engine", (), {"query": lambda self, q: None})())
     assert not frameworks.is_llamaindex_response(type("Response", (), {**answer, "__module__": __name__})())
     assert not frameworks.is_llamaindex_llm(FakeLLM())
+
