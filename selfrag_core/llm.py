@@ -208,17 +208,20 @@ class LLMClient:
 
     :meth:`generate` / :meth:`agenerate` return what the LLM returned (a string, an
     ``LLMOutput``, a message...: :func:`to_reply` reads it); :meth:`stream` /
-    :meth:`astream` send the text to a sink as it comes (when :attr:`streams`). It holds
-    the object weakly: it serves while the object lives.
+    :meth:`astream` send the text to a sink as it comes (when :attr:`streams`);
+    :meth:`aping` asks it whether it is up, without a generation (when :attr:`pings`). It
+    holds the object weakly: it serves while the object lives.
     """
 
     __slots__ = (
         "__weakref__",
         "_agenerate",
+        "_aping",
         "_astream",
         "_astream_awaited",
         "_astructured",
         "_generate",
+        "_ping",
         "_source",
         "_stream",
         "_structured",
@@ -236,6 +239,10 @@ class LLMClient:
         self._structured, self._astructured = (
             found.get("generate_structured"),
             found.get("agenerate_structured"),
+        )
+        self._aping, self._ping = (
+            hold(name, method) if callable(method := getattr(llm, name, None)) else None
+            for name in ("aping", "ping")
         )
         #: whether the LLM has a native async path (no thread needed)
         self.native_async = _async_capable(llm)
@@ -274,6 +281,21 @@ class LLMClient:
     def source(self) -> object:
         """The object resolved."""
         return self._source()
+
+    @property
+    def pings(self) -> bool:
+        """Whether the LLM says if it is up without a generation: an ``aping()`` or a
+        ``ping()`` (an ``OpenAICompatibleLLM`` asks its server for its models)."""
+        return self._aping is not None or self._ping is not None
+
+    async def aping(self) -> Any:
+        """The LLM's ``aping()``, else its ``ping()`` in a worker thread: what it answers
+        (False: it is not up). A TypeError when it has neither (see :attr:`pings`)."""
+        if self._aping is not None:
+            return await self._aping()()
+        if self._ping is not None:
+            return await to_thread(self._ping())
+        raise TypeError(f"{type(self.source).__name__} has no ping() or aping()")
 
     def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> Any:
         """One call: the structured method when there is a ``schema`` and the LLM has one."""

@@ -198,3 +198,20 @@ def test_the_framework_recognisers_live_in_frameworks_only() -> None:
     assert not frameworks.is_llamaindex_response(type("Response", (), {**answer, "__module__": __name__})())
     assert not frameworks.is_llamaindex_llm(FakeLLM())
 
+
+async def test_an_llm_ping_is_resolved_with_it() -> None:
+    class Pinged(FakeLLM):
+        def ping(self) -> bool:
+            return False
+
+    class APinged(Pinged):
+        async def aping(self) -> str:
+            return "up"
+
+    plain = FakeLLM()
+    assert not resolve_llm(plain).pings
+    with pytest.raises(TypeError, match="FakeLLM has no ping"):
+        await resolve_llm(plain).aping()
+    pinged, apinged = Pinged(), APinged()
+    assert resolve_llm(pinged).pings and await resolve_llm(pinged).aping() is False  # in a thread
+    assert await resolve_llm(apinged).aping() == "up"  # the async one first

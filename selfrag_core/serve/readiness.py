@@ -3,8 +3,8 @@ checks, run together under ``ServeSettings.readiness_timeout``:
 
 * ``backend``: a ``top_k=1`` retrieval through the library's own retrieval path
   (``_aretrieve_safe``); an empty result is still "ok".
-* ``llm``: the LLM's ``aping()`` (or ``ping()``, in a thread) where it has one, else
-  "unchecked": no probe ever spends a generation.
+* ``llm``: the LLM's ``aping()`` (or ``ping()``, in a thread) where it has one
+  (``LLMClient.aping``), else "unchecked": no probe ever spends a generation.
 
 A probe's result is kept for ``ttl`` seconds, and concurrent requests share one probe.
 """
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from selfrag_core.llm import within
+from selfrag_core.llm import resolve_llm, within
 from selfrag_core.retrieval import _aretrieve_safe
 
 _MAX_ERROR = 300  # characters of a check's error message
@@ -86,11 +86,12 @@ class ReadinessProbe:
         return (await self._run(probe, "the backend did not answer a top_k=1 retrieval", "it is"))[:2]
 
     async def _check_llm(self) -> tuple[str, str | None]:
-        aping, ping = getattr(self.llm, "aping", None), getattr(self.llm, "ping", None)
-        if not callable(aping) and not callable(ping):
+        client = resolve_llm(self.llm)
+        if not client.pings:
             return "unchecked", None
-        probe = aping() if callable(aping) else asyncio.to_thread(ping)  # type: ignore[arg-type]
-        status, error, answer = await self._run(probe, "the LLM did not answer its ping", "its server is")
+        status, error, answer = await self._run(
+            client.aping(), "the LLM did not answer its ping", "its server is"
+        )
         if status == "ok" and answer is False:
             return "failed", f"{type(self.llm).__name__}.ping() answered False"
         return status, error
