@@ -375,10 +375,11 @@ class SelfHealingRAGConfig(StrategyConfig):
     """SelfHealingRAG's settings.
 
     confidence_threshold: the score (the metric's, blended with the evidence) at which an
-        attempt's answer is accepted (the specification's ``quality_threshold``).
+        attempt's answer is accepted (the specification's ``quality_threshold``, a
+        deprecated keyword of ``SelfHealingRAG``).
     max_retries: strategies tried after the first. system_prompt: the instruction of a
         backend attempt's answer. top_k: documents a backend attempt retrieves (the
-        specification's ``retrieval_top_k``). evidence_weight: the weight of the LLM-free
+        specification's ``retrieval_top_k``, deprecated too). evidence_weight: the weight of the LLM-free
         evidence in the score (0: the metric alone, as the specification scores).
     """
 

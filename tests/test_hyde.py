@@ -163,9 +163,11 @@ def test_validation() -> None:
 
 
 def test_max_workers_is_the_concurrency_limit_unless_execution_is_given() -> None:
-    assert HyDERAG(FakeRetriever(), script(), max_workers=2).execution.max_concurrency == 2
+    with pytest.warns(DeprecationWarning, match=r"pass execution=ExecutionConfig\(max_concurrency=\.\.\.\)"):
+        assert HyDERAG(FakeRetriever(), script(), max_workers=2).execution.max_concurrency == 2
     ex = ExecutionConfig(max_concurrency=7)
-    assert HyDERAG(FakeRetriever(), script(), max_workers=2, execution=ex).execution is ex
+    with pytest.warns(DeprecationWarning, match="max_workers"):
+        assert HyDERAG(FakeRetriever(), script(), max_workers=2, execution=ex).execution is ex
 
 
 # ---------------------------------------------------------------------- fusion

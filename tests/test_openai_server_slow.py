@@ -26,6 +26,7 @@ from selfrag_core import (
     RecursiveRAG,
     RecursiveRAGConfig,
     SelfHealingRAG,
+    SelfHealingRAGConfig,
     SelfIRAG,
     SelfRAGConfig,
 )
@@ -118,7 +119,9 @@ def _strategy(name: str, llm: OpenAICompatibleLLM, execution: ExecutionConfig) -
     if name == "recursive":
         config = RecursiveRAGConfig(max_depth=1, max_sub_questions=2, min_query_length=20, top_k=2)
         return RecursiveRAG(backend, llm, config, execution=execution)
-    return SelfHealingRAG(llm, [backend], max_retries=0, retrieval_top_k=2, execution=execution)
+    return SelfHealingRAG(
+        llm, [backend], config=SelfHealingRAGConfig(max_retries=0, top_k=2), execution=execution
+    )
 
 
 QUESTIONS = {

@@ -15,6 +15,7 @@ from selfrag_core import (
     HealingAttempt,
     LLMOutput,
     SelfHealingRAG,
+    SelfHealingRAGConfig,
     StrategyError,
 )
 from selfrag_core.errors import ConfigurationError
@@ -138,7 +139,11 @@ def test_heals_with_the_next_strategy_and_reports_each_attempt() -> None:
 
 def test_no_strategy_clears_the_threshold_returns_the_best() -> None:
     llm = judge_llm({OFF_DOC: claims(True, False), GOOD_DOC: claims(True, True, False)})
-    rag = SelfHealingRAG(llm, [FakeRetriever([OFF_DOC]), KeywordBackend([GOOD_DOC])], quality_threshold=0.9)
+    rag = SelfHealingRAG(
+        llm,
+        [FakeRetriever([OFF_DOC]), KeywordBackend([GOOD_DOC])],
+        config=SelfHealingRAGConfig(confidence_threshold=0.9),
+    )
     report = rag.ask_with_report_sync(QUESTION)
     assert not report.success and report.attempts == 2
     assert report.strategy == "KeywordBackend"
@@ -160,7 +165,9 @@ def test_the_metric_alone_does_not_replace_the_first_answer() -> None:
     # the second answer is supported (by a document on another subject) but covers less of the question
     monitored = "The company office is located in Berlin near the river, and its uptime is monitored."
     backends = [FakeRetriever([GOOD_DOC]), FakeRetriever([monitored])]
-    report = SelfHealingRAG(FakeLLM(reply), backends, quality_threshold=0.95).ask_with_report_sync(QUESTION)
+    report = SelfHealingRAG(
+        FakeLLM(reply), backends, config=SelfHealingRAGConfig(confidence_threshold=0.95)
+    ).ask_with_report_sync(QUESTION)
     first, second = report.attempt_details
     assert (first.metric_score, second.metric_score) == (0.5, 1.0)
     assert first.evidence is not None and second.evidence is not None and first.evidence > second.evidence
@@ -286,7 +293,7 @@ def test_validation() -> None:
         SelfHealingRAG(llm, [])
     with pytest.raises(ValueError):
         SelfHealingRAG(None, [FakeRetriever()])
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError), pytest.warns(DeprecationWarning):
         SelfHealingRAG(llm, [FakeRetriever()], quality_threshold=1.5)
     with pytest.raises(ConfigurationError):
         SelfHealingRAG(llm, [FakeRetriever()], max_retries=-1)

@@ -113,28 +113,44 @@ def _no_warning(build: Any) -> Any:
 
 def test_the_specifications_hyde_arguments_build_the_config_without_a_warning() -> None:
     rag, llm = FakeRetriever(list(DOCS)), FakeLLM(_script)
-    positional = _no_warning(lambda: HyDERAG(rag, llm, 4, False, 7, 12, 1, 2))
+    positional = _no_warning(lambda: HyDERAG(rag, llm, 4, False, 7, 12, 1))
     assert positional.config == HyDERAGConfig(4, False, 7, 12, 1)
-    assert positional.execution.max_concurrency == 2  # max_workers: the one limit
     keywords = _no_warning(
         lambda: HyDERAG(rag_system=rag, llm=llm, num_hypothetical_docs=4, top_k=7, max_final_docs=12)
     )
     assert keywords.config == HyDERAGConfig(num_hypothetical_docs=4, top_k=7, max_final_docs=12)
+
+
+MAX_WORKERS = r"HyDERAG\(max_workers=\.\.\.\) is deprecated; pass execution=ExecutionConfig\(max_concurrency="
+
+
+def test_max_workers_is_a_deprecated_name_of_the_concurrency_limit() -> None:
+    rag, llm = FakeRetriever(list(DOCS)), FakeLLM(_script)
+    with pytest.warns(DeprecationWarning, match=MAX_WORKERS) as caught:
+        positional = HyDERAG(rag, llm, 4, False, 7, 12, 1, 2)
+    assert caught[0].filename == __file__  # the caller's line
+    assert positional.config == HyDERAGConfig(4, False, 7, 12, 1)
+    assert positional.execution.max_concurrency == 2  # max_workers: the one limit
     # an execution given explicitly wins over max_workers
-    explicit = HyDERAG(rag, llm, max_workers=2, execution=ExecutionConfig(max_concurrency=6))
+    with pytest.warns(DeprecationWarning, match=MAX_WORKERS):
+        explicit = HyDERAG(rag, llm, max_workers=2, execution=ExecutionConfig(max_concurrency=6))
     assert explicit.execution.max_concurrency == 6
 
 
-def test_the_specifications_healing_keywords_build_the_config_without_a_warning() -> None:
+def test_the_specifications_healing_keywords_build_the_config_the_synonyms_deprecated() -> None:
     rag, llm = FakeRetriever(list(DOCS)), FakeLLM(_script)
-    healing = _no_warning(
-        lambda: SelfHealingRAG(
-            llm, [rag], quality_threshold=0.9, max_retries=1, system_prompt="Be brief.", retrieval_top_k=2
-        )
-    )
-    assert healing.config == SelfHealingRAGConfig(
-        confidence_threshold=0.9, max_retries=1, system_prompt="Be brief.", top_k=2
-    )
+    canonical = _no_warning(lambda: SelfHealingRAG(llm, [rag], max_retries=1, system_prompt="Be brief."))
+    assert canonical.config == SelfHealingRAGConfig(max_retries=1, system_prompt="Be brief.")
+    for name, value, setting in (
+        ("quality_threshold", 0.9, "confidence_threshold"),
+        ("retrieval_top_k", 2, "top_k"),
+    ):
+        replacement = rf"pass config=SelfHealingRAGConfig\({setting}=\.\.\.\)"
+        with pytest.warns(
+            DeprecationWarning, match=rf"SelfHealingRAG\({name}=\.\.\.\) is deprecated; {replacement}"
+        ):
+            healing = SelfHealingRAG(llm, [rag], max_retries=1, **{name: value})
+        assert healing.config == SelfHealingRAGConfig(max_retries=1, **{setting: value})
 
 
 @pytest.mark.parametrize(
@@ -281,9 +297,9 @@ def test_hyde_built_by_the_factory_with_eight_passages_takes_two_rounds() -> Non
     assert llm.n_calls == 9 and llm.rounds() == 2
 
 
-def test_max_workers_is_the_one_concurrency_limit() -> None:
+def test_max_concurrency_is_the_one_concurrency_limit() -> None:
     llm = _passages_llm()
-    hyde = HyDERAG(FakeRetriever(list(DOCS)), llm, 8, max_workers=4)
+    hyde = HyDERAG(FakeRetriever(list(DOCS)), llm, 8, execution=ExecutionConfig(max_concurrency=4))
     start = time.perf_counter()
     hyde.query(QUESTION)
     # two rounds of four passages, then the answer: never faster than three latencies

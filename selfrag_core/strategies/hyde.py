@@ -115,11 +115,11 @@ class HyDERAG(Strategy[HyDEResult]):
     ``HyDERAG(rag_system, llm, *, config=None, execution=None, prompts=None)``, the
     settings in a :class:`~selfrag_core.config.HyDERAGConfig`. The specification's
     arguments, positional or keyword (``num_hypothetical_docs=3, use_original_query=True,
-    top_k=5, max_final_docs=10, llm_retries=2, max_workers=4``), still build it (without
-    a warning). The passages go out under the one concurrency limit,
-    ``execution.max_concurrency`` (default 8); ``max_workers`` is that limit when no
-    ``execution`` is given (an ``execution`` passed explicitly wins). Raises
-    ``ValueError`` when ``llm`` is falsy. ``query`` / ``aquery`` never raise for backend
+    top_k=5, max_final_docs=10, llm_retries=2``), still build it (without a warning). The
+    passages go out under the one concurrency limit, ``execution.max_concurrency``
+    (default 8); the specification's ``max_workers`` is deprecated (a DeprecationWarning):
+    it is that limit when no ``execution`` is given (an ``execution`` passed explicitly
+    wins). Raises ``ValueError`` when ``llm`` is falsy. ``query`` / ``aquery`` never raise for backend
     or LLM failures: the fallback answer is returned and the failure is in
     ``result.trace``.
     """
@@ -143,8 +143,11 @@ class HyDERAG(Strategy[HyDEResult]):
     ) -> None:
         if max_workers is not None:
             check_int("max_workers", max_workers, 1)
-            if execution is None:
-                execution = ExecutionConfig(max_concurrency=max_workers)
+            limited = config_from(
+                ExecutionConfig, None, "HyDERAG", {"max_workers": max_workers}, parameter="execution",
+                renamed={"max_workers": "max_concurrency"}, deprecated={"max_workers"},
+            )  # fmt: skip
+            execution = limited if execution is None else execution
         super().__init__(rag_system, llm, execution=execution, prompts=prompts)
         given = {
             "num_hypothetical_docs": num_hypothetical_docs,

@@ -64,9 +64,10 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     """``SelfHealingRAG(llm, strategies, *, config=None, memory=None, tracer=None,
     metric=None, execution=None, prompts=None)``, the settings in a
     :class:`~selfrag_core.config.SelfHealingRAGConfig`. The specification's keywords
-    ``quality_threshold`` (the config's ``confidence_threshold``), ``max_retries``,
-    ``system_prompt`` and ``retrieval_top_k`` (its ``top_k``) still build it, without a
-    warning; ``evidence_weight`` too, deprecated.
+    ``max_retries`` and ``system_prompt`` still build it, without a warning;
+    ``quality_threshold`` (the config's ``confidence_threshold``), ``retrieval_top_k`` (its
+    ``top_k``) and ``evidence_weight`` too, deprecated (a DeprecationWarning naming the
+    config's setting).
 
     A :class:`Strategy` like the others: ``query``/``aquery``/``stream``/``astream``
     answer with a :class:`SelfHealingReport`; ``context`` may carry any setting of the
@@ -128,7 +129,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             "evidence_weight": evidence_weight,
         }
         renamed = {"quality_threshold": "confidence_threshold", "retrieval_top_k": "top_k"}
-        deprecated = {"evidence_weight"}
+        deprecated = {"quality_threshold", "retrieval_top_k", "evidence_weight"}
         self.config = config_from(
             SelfHealingRAGConfig, config, "SelfHealingRAG", given, renamed=renamed, deprecated=deprecated
         )

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from selfrag_core import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
+from selfrag_core import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfHealingRAGConfig, SelfIRAG
 from selfrag_core.errors import ConfigurationError, LLMTimeoutError, MissingDependencyError
 from selfrag_core.retrieval import _aretrieve_safe, _retrieve_safe
 from selfrag_core.store import RAG, HashingEmbeddings, QueryResult, SearchHit
@@ -403,7 +403,7 @@ def test_rag_is_a_backend_for_all_four_strategies() -> None:
     assert docs[0].text == DOCS["paris"] and docs[0].score_kind is ScoreKind.SIMILARITY
     llm = FakeLLM("Paris is the capital of France.")
     self_rag = SelfIRAG(rag, llm)
-    healing = SelfHealingRAG(llm, [rag], quality_threshold=0.0)
+    healing = SelfHealingRAG(llm, [rag], config=SelfHealingRAGConfig(confidence_threshold=0.0))
     for strategy in (self_rag, HyDERAG(rag, llm), RecursiveRAG(rag, llm), healing):
         run = getattr(strategy, "query", None) or healing.ask_with_report_sync
         result: Any = run("What is the capital of France?")

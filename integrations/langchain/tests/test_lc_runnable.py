@@ -286,7 +286,7 @@ def test_a_strategy_of_ones_own_runs_in_a_chain_and_streams() -> None:
     import importlib.util
     from pathlib import Path
 
-    from selfrag_core import SelfHealingRAG
+    from selfrag_core import SelfHealingRAG, SelfHealingRAGConfig
 
     path = Path(__file__).resolve().parents[3] / "examples" / "corrective_rag.py"
     spec = importlib.util.spec_from_file_location("corrective_rag_lc", path)
@@ -299,5 +299,7 @@ def test_a_strategy_of_ones_own_runs_in_a_chain_and_streams() -> None:
     assert out["answer"] == ANSWER and out["strategy"] == "Answer" and out["details"]["relevant"] == 2
     chunks = list(SelfRAGRunnable(strategy=ours).stream(QUERY))
     assert "".join(c.get("answer", "") for c in chunks).strip() == ANSWER
-    healer = SelfHealingRAG(LangChainLLM(grading), [ours], quality_threshold=0.0)
+    healer = SelfHealingRAG(
+        LangChainLLM(grading), [ours], config=SelfHealingRAGConfig(confidence_threshold=0.0)
+    )
     assert SelfRAGRunnable(strategy=healer).invoke(QUERY)["answer"] == ANSWER

@@ -12,6 +12,7 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.selectors import LLMSingleSelector
 from llama_index.core.tools import QueryEngineTool
 
+from selfrag_core.config import SelfHealingRAGConfig
 from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
 from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
 
@@ -61,7 +62,7 @@ def test_recursive_metadata_holds_the_sub_questions(make_llm, index) -> None:
 
 def test_self_healing_report_becomes_a_response(make_llm, index) -> None:
     llm = LlamaIndexLLM(make_llm(HEALING_RULES))
-    strategy = SelfHealingRAG(llm, [as_backend(index)], quality_threshold=0.5)
+    strategy = SelfHealingRAG(llm, [as_backend(index)], config=SelfHealingRAGConfig(confidence_threshold=0.5))
     response = SelfRAGQueryEngine(strategy=strategy, context={"top_k": 2}).query(FRANCE)
     assert str(response) == "Paris is the capital of France."
     assert response.metadata["success"] is True and response.metadata["scores"] == [1.0]
@@ -512,5 +513,5 @@ async def test_a_strategy_of_ones_own_answers_as_a_query_engine(make_llm, index)
     assert str(await SelfRAGQueryEngine(strategy=ours).aquery(FRANCE)) == answer
     streamed = SelfRAGQueryEngine(strategy=ours, streaming=True).query(FRANCE)
     assert "".join(streamed.response_gen).strip() == answer
-    healer = SelfHealingRAG(llm, [ours], quality_threshold=0.0)
+    healer = SelfHealingRAG(llm, [ours], config=SelfHealingRAGConfig(confidence_threshold=0.0))
     assert str(SelfRAGQueryEngine(strategy=healer).query(FRANCE)) == answer

@@ -2,6 +2,7 @@ import pytest
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 
+from selfrag_core.config import SelfHealingRAGConfig
 from selfrag_core.strategies import HyDERAG, SelfIRAG
 from selfrag_llamaindex import LlamaIndexLLM, StrategyRetriever, as_backend
 
@@ -60,7 +61,9 @@ async def test_self_healing_sources_sync_and_async(make_llm, index) -> None:
 
     from .li_fakes import HEALING_RULES
 
-    strategy = SelfHealingRAG(LlamaIndexLLM(make_llm(HEALING_RULES)), [as_backend(index)], retrieval_top_k=3)
+    strategy = SelfHealingRAG(
+        LlamaIndexLLM(make_llm(HEALING_RULES)), [as_backend(index)], config=SelfHealingRAGConfig(top_k=3)
+    )
     retriever = StrategyRetriever(strategy, context={"top_k": 2})
     assert [n.node_id for n in retriever.retrieve(FRANCE)][:1] == ["paris"]
     assert len(await retriever.aretrieve(FRANCE)) == 2

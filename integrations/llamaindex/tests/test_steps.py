@@ -10,7 +10,7 @@ import llama_index.core.instrumentation as instrument
 import pytest
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 
-from selfrag_core import TraceEvent, step_of
+from selfrag_core import SelfHealingRAGConfig, TraceEvent, step_of
 from selfrag_core.strategies import HyDERAG, RecursiveRAG, SelfHealingRAG, SelfIRAG
 from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, SelfRAGStepEvent, as_backend
 
@@ -93,7 +93,9 @@ def test_event_handlers_hear_each_step_in_the_order_of_the_trace(
 
 def test_a_healing_attempt_and_its_verdict_are_steps(steps: Steps, make_llm: Any, index: Any) -> None:
     strategy = SelfHealingRAG(
-        LlamaIndexLLM(make_llm(HEALING_RULES)), [as_backend(index)], quality_threshold=0.5
+        LlamaIndexLLM(make_llm(HEALING_RULES)),
+        [as_backend(index)],
+        config=SelfHealingRAGConfig(confidence_threshold=0.5),
     )
     response = SelfRAGQueryEngine(strategy=strategy).query(FRANCE)
     [verdict] = [s for s in steps.seen if s.kind == "verdict"]
