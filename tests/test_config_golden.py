@@ -170,11 +170,11 @@ CASES.update(
 
 #: served with per-request options: (strategy name in default_strategies or plain, options)
 SERVED: dict[str, tuple[str, dict[str, Any]]] = {
-    "serve-self-options": ("self", {"top_k": 2, "max_iterations": 1, "threshold": 0.5}),
+    "serve-self-options": ("self", {"top_k": 2, "max_refinement_iterations": 1, "confidence_threshold": 0.5}),
     "serve-hyde-top1": ("hyde", {"top_k": 1}),
     "serve-recursive-depth0": ("recursive", {"max_depth": 0, "top_k": 2}),
     "serve-healing-options": ("healing", {"top_k": 1, "threshold": 0.99}),
-    "serve-healing-iterations": ("healing", {"max_iterations": 2}),
+    "serve-healing-iterations": ("healing", {"max_iterations": 2}),  # (the old names: deprecated)
     "serve-hyde-threshold": ("hyde", {"threshold": 0.5}),
     "serve-plain-top1": ("plain", {"top_k": 1}),
 }

@@ -19,19 +19,10 @@ from selfrag_core.engine import Run
 from selfrag_core.errors import ConfigurationError, StrategyError
 from selfrag_core.llm import within
 from selfrag_core.runner import _execution_of, arun_query, closing_events, step_of
-from selfrag_core.serve.models import QueryOptions, QueryRequest
+from selfrag_core.serve.models import QueryOptions, QueryRequest, StrategyOptions
 from selfrag_core.serve.settings import ServeSettings
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.types import Trace, TraceEvent
-
-#: the request's options that are strategy settings: the option's name in the HTTP API ->
-#: the setting's name in the strategies' configs (``selfrag_core.config``)
-SETTINGS = {
-    "top_k": "top_k",
-    "max_iterations": "max_refinement_iterations",
-    "threshold": "confidence_threshold",
-    "max_depth": "max_depth",
-}
 
 
 class UnsupportedOptionError(ConfigurationError):
@@ -39,9 +30,9 @@ class UnsupportedOptionError(ConfigurationError):
 
 
 def request_settings(request: QueryOptions) -> dict[str, Any]:
-    """The settings the request overrides, by the configs' names (its options not given are left out)."""
-    values = {setting: getattr(request, option) for option, setting in SETTINGS.items()}
-    return {setting: value for setting, value in values.items() if value is not None}
+    """The settings the request overrides (its :class:`StrategyOptions` given), by the
+    configs' names."""
+    return request.model_dump(include=set(StrategyOptions.model_fields), exclude_none=True)
 
 
 def check_settings(strategy: Strategy[Any], settings: Mapping[str, Any]) -> None:
@@ -49,9 +40,9 @@ def check_settings(strategy: Strategy[Any], settings: Mapping[str, Any]) -> None
     ConfigurationError for a bad value, before the query runs."""
     config = strategy.config
     names = config.names() if isinstance(config, StrategyConfig) else frozenset()
-    for option, setting in SETTINGS.items():
-        if setting in settings and setting not in names:
-            raise UnsupportedOptionError(f"option {option!r} does not apply to {type(strategy).__name__}")
+    for setting in settings:
+        if setting not in names:
+            raise UnsupportedOptionError(f"option {setting!r} does not apply to {type(strategy).__name__}")
     if isinstance(config, StrategyConfig):
         config.with_overrides(settings)
 

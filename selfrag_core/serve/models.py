@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 Scalar = str | int | float | bool
 
@@ -15,17 +15,30 @@ class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class QueryOptions(BaseModel):
-    """Per-request options; each applies only to the strategies that have it (422 otherwise)."""
+class StrategyOptions(BaseModel):
+    """The options that are strategy settings, by their names in the strategies' configs
+    (``selfrag_core.config``): a query's per-call overrides. Each applies only to the
+    strategies whose config has it (422 otherwise). ``max_iterations`` and ``threshold``,
+    the old names of two, are still accepted for one release (deprecated)."""
 
     model_config = ConfigDict(extra="forbid")
 
     top_k: int | None = Field(None, ge=1, description="documents retrieved per search")
-    max_iterations: int | None = Field(None, ge=1, le=10, description="SelfIRAG refinement iterations")
-    threshold: float | None = Field(
-        None, ge=0.0, le=1.0, description="SelfIRAG confidence / SelfHealingRAG quality threshold"
-    )
+    max_refinement_iterations: int | None = Field(
+        None, ge=1, le=10, validation_alias=AliasChoices("max_refinement_iterations", "max_iterations"),
+        description="SelfIRAG refinement iterations (`max_iterations`: its deprecated old name)",
+    )  # fmt: skip
+    confidence_threshold: float | None = Field(
+        None, ge=0.0, le=1.0, validation_alias=AliasChoices("confidence_threshold", "threshold"),
+        description="the score at which SelfIRAG or SelfHealingRAG accepts an answer "
+        "(`threshold`: its deprecated old name)",
+    )  # fmt: skip
     max_depth: int | None = Field(None, ge=0, le=5, description="RecursiveRAG decomposition depth")
+
+
+class QueryOptions(StrategyOptions):
+    """Per-request options: the strategy settings, and the query's limits and form."""
+
     max_llm_calls: int | None = Field(None, ge=1, description="LLM-call budget (may only lower the server's)")
     timeout: float | None = Field(None, gt=0, description="seconds (may only lower the server's)")
     stream: bool = Field(False, description="answer as server-sent events (trace, answer tokens, result)")

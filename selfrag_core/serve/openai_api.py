@@ -39,7 +39,15 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from selfrag_core.memory import ConversationMemory
@@ -50,6 +58,14 @@ from selfrag_core.serve.responses import FastJSONResponse, dumps
 PREFIX = "selfrag-"
 #: the request fields that are /query options, allowed in the ``selfrag`` extension
 OPTIONS = frozenset(QueryRequest.model_fields) - {"question", "stream"}
+#: those and the deprecated old names some of them still take (``threshold``, ...)
+ACCEPTED = OPTIONS | {
+    alias
+    for option in QueryRequest.model_fields.values()
+    if isinstance(option.validation_alias, AliasChoices)
+    for alias in option.validation_alias.choices
+    if isinstance(alias, str)
+}
 DONE = "data: [DONE]\n\n"
 
 
@@ -95,8 +111,8 @@ class ChatCompletionRequest(BaseModel):
     n: int = Field(1, description="1 (selfrag answers with one choice)")
     selfrag: dict[str, Any] | None = Field(
         None,
-        description="extension: /query options (top_k, max_iterations, threshold, max_depth, max_llm_calls, "
-        "timeout, metadata_filter) and live_tokens (stream the tokens as generated)",
+        description="extension: /query options (top_k, max_refinement_iterations, confidence_threshold, "
+        "max_depth, max_llm_calls, timeout, metadata_filter) and live_tokens (the tokens as generated)",
     )
 
     @field_validator("n")
@@ -322,7 +338,7 @@ def add_openai_routes(app: FastAPI, state: ServiceState) -> None:
         live = options.pop("live_tokens", False)
         if not isinstance(live, bool):
             raise ApiError(422, f"selfrag.live_tokens is {live!r}; send true or false")
-        if unknown := sorted(set(options) - OPTIONS):
+        if unknown := sorted(set(options) - ACCEPTED):
             raise ApiError(
                 422, f"selfrag.{unknown[0]} is not an option; the options are {', '.join(sorted(OPTIONS))}"
             )

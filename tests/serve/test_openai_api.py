@@ -208,6 +208,15 @@ def test_an_invalid_request_says_what_to_send(
     assert caught.value.param == param
 
 
+def test_an_unknown_option_is_refused_naming_the_options(client: Any) -> None:
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.chat.completions.create(model="selfrag-self", extra_body={"selfrag": {"depth": 1}}, **_ask())
+    assert "selfrag.depth is not an option; the options are confidence_threshold, max_depth" in str(
+        caught.value.message
+    )
+    assert "threshold," not in caught.value.message.replace("confidence_threshold,", "")  # no old names
+
+
 def test_a_too_long_question_and_a_too_large_body(client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as caught:  # the server's max_question_chars
         client.chat.completions.create(
@@ -252,8 +261,9 @@ def test_a_refusal_keeps_its_status_and_retry_after(client: Any, server: Server)
     assert caught.value.response.headers["Retry-After"] == str(server.state.settings.retry_after_s)
 
 
-def test_a_query_over_its_budget_is_an_error_in_both_modes(client: Any) -> None:
-    options = {"selfrag": {"max_llm_calls": 1, "threshold": 1.0}}  # SelfIRAG wants a refinement call
+@pytest.mark.parametrize("threshold", ["confidence_threshold", "threshold"])  # (its old name, deprecated)
+def test_a_query_over_its_budget_is_an_error_in_both_modes(client: Any, threshold: str) -> None:
+    options = {"selfrag": {"max_llm_calls": 1, threshold: 1.0}}  # SelfIRAG wants a refinement call
     with pytest.raises(openai.InternalServerError) as caught:
         client.chat.completions.create(model="selfrag-self", extra_body=options, **_ask())
     assert caught.value.status_code == 504 and caught.value.code == "budget_exceeded"

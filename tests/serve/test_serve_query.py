@@ -47,16 +47,27 @@ def test_top_k_option_reaches_the_retrieval(client: httpx.Client) -> None:
     assert {e["detail"]["top_k"] for e in body["trace"]["events"] if e["kind"] == "retrieval"} == {2}
 
 
-def test_threshold_and_iterations_change_the_loop_per_request_only(client: httpx.Client) -> None:
-    strict = {"question": QUESTION, "threshold": 1.0, "max_iterations": 2}
-    body = client.post("/query/self", json=strict).json()
+#: the options under the configs' names, and under their old names (deprecated, still accepted)
+STRICT = [
+    {"confidence_threshold": 1.0, "max_refinement_iterations": 2},
+    {"threshold": 1.0, "max_iterations": 2},
+]
+
+
+@pytest.mark.parametrize("options", STRICT, ids=["config names", "old names"])
+def test_threshold_and_iterations_change_the_loop_per_request_only(
+    client: httpx.Client, options: dict[str, float]
+) -> None:
+    body = client.post("/query/self", json={"question": QUESTION, **options}).json()
     assert body["iterations"] == 2  # confidence 0.9 < 1.0: refined once, capped at 2
+    assert client.get("/query/self", params={"q": QUESTION, **options}).json()["iterations"] == 2
     default = client.post("/query/self", json={"question": QUESTION}).json()
     assert default["iterations"] == 1  # the shared instance kept its own settings
 
 
 def test_healing_takes_threshold_and_top_k_per_request(client: httpx.Client) -> None:
-    body = client.post("/query/healing", json={"question": QUESTION, "threshold": 0.5, "top_k": 2}).json()
+    options = {"question": QUESTION, "confidence_threshold": 0.5, "top_k": 2}
+    body = client.post("/query/healing", json=options).json()
     assert body["threshold"] == 0.5
     assert {e["detail"]["top_k"] for e in body["trace"]["events"] if e["kind"] == "retrieval"} == {2}
     assert client.get("/query/healing", params={"q": QUESTION}).json()["threshold"] == 0.75
@@ -68,10 +79,17 @@ def test_stats_show_each_strategy_with_what_it_tells(client: httpx.Client) -> No
     assert shown["hyde"] == {"class": "HyDERAG"}  # (Strategy.get_stats: nothing by default)
 
 
-def test_option_a_strategy_lacks_is_422(client: httpx.Client) -> None:
-    response = client.post("/query/hyde", json={"question": QUESTION, "max_iterations": 2})
+@pytest.mark.parametrize("option", ["max_refinement_iterations", "max_iterations"])
+def test_option_a_strategy_lacks_is_422(client: httpx.Client, option: str) -> None:
+    response = client.post("/query/hyde", json={"question": QUESTION, option: 2})
     assert response.status_code == 422
-    assert "max_iterations" in response.json()["error"]["message"]
+    message = "option 'max_refinement_iterations' does not apply to HyDERAG"  # by its config name
+    assert response.json()["error"]["message"] == message
+
+
+def test_an_option_and_its_old_name_together_are_422(client: httpx.Client) -> None:
+    both = {"question": QUESTION, "confidence_threshold": 0.5, "threshold": 0.5}
+    assert client.post("/query/self", json=both).status_code == 422
 
 
 def test_unknown_strategy_is_404_listing_the_known_ones(client: httpx.Client) -> None:
@@ -97,6 +115,7 @@ def test_unknown_strategy_is_404_listing_the_known_ones(client: httpx.Client) ->
         ({"question": QUESTION, "top_k": 0}, 422),
         ({"question": QUESTION, "top_k": 51}, 422),  # over max_top_k
         ({"question": QUESTION, "threshold": 2}, 422),
+        ({"question": QUESTION, "confidence_threshold": 2}, 422),
         ({"question": QUESTION, "stream": "yes"}, 422),
         ({"question": QUESTION, "surprise": 1}, 422),
         ({}, 422),
@@ -142,7 +161,7 @@ def test_timeout_is_504_with_the_partial_trace(client: httpx.Client) -> None:
 
 
 def test_llm_budget_is_504_with_the_partial_trace(client: httpx.Client, llm: object) -> None:
-    payload = {"question": QUESTION, "max_llm_calls": 1, "threshold": 1.0}  # forces a refinement call
+    payload = {"question": QUESTION, "max_llm_calls": 1, "confidence_threshold": 1.0}  # a refinement call
     response = client.post("/query/self", json=payload)
     assert response.status_code == 504
     body = response.json()

@@ -70,7 +70,12 @@ def test_stream_refuses_bad_input_with_a_status_not_a_stream(client: httpx.Clien
 
 def test_client_disconnect_mid_stream_cancels_the_query(server: Server, slow_llm: ScriptedLLM) -> None:
     # threshold 1.0: five dependent LLM calls of 0.3 s each if nobody stops it
-    payload = {"question": QUESTION, "stream": True, "threshold": 1.0, "max_iterations": 3}
+    payload = {
+        "question": QUESTION,
+        "stream": True,
+        "confidence_threshold": 1.0,
+        "max_refinement_iterations": 3,
+    }
     calls_before = len(slow_llm.calls)
     with server.client() as c:
         with c.stream("POST", "/query/slow", json=payload) as response:
@@ -90,7 +95,7 @@ def test_client_disconnect_without_stream_cancels_the_query(
     server: Server, slow_llm: ScriptedLLM, method: str
 ) -> None:
     # five dependent LLM calls of 0.3 s each if nobody stops it; the client waits 0.4 s
-    options = {"threshold": 1.0, "max_iterations": 3}
+    options = {"confidence_threshold": 1.0, "max_refinement_iterations": 3}
     calls_before = len(slow_llm.calls)
     abandoned = server.state.counters["abandoned"]
     with server.client(timeout=0.4) as c, pytest.raises(httpx.ReadTimeout):
