@@ -359,11 +359,12 @@ def chroma_server(directory: str | Path, *, timeout: float = 60.0) -> Iterator[t
             [exe, "run", "--path", str(path / "data"), "--host", "127.0.0.1", "--port", str(port)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via an HTTP proxy
         try:
             deadline = time.monotonic() + timeout
             while True:  # a client needs a live server: wait on the heartbeat first
                 try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2):
+                    with direct.open(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2):
                         break
                 except OSError:
                     if server.poll() is not None or time.monotonic() > deadline:

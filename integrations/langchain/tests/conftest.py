@@ -1,12 +1,27 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pytest
 from lc_fakes import RunTree
 
-from selfrag_core.testing import chroma_server
+
+def _backend_fixtures() -> Any:
+    """The core's backend-test fixtures (``tests/backends/conftest.py``): its Chroma server
+    and its rule for a missing one (``SELFRAG_CHROMA_TESTS=required`` fails instead of
+    skipping), loaded from there, not copied."""
+    path = Path(__file__).resolve().parents[3] / "tests" / "backends" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("selfrag_lc_tests_backends_conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_backends = _backend_fixtures()
+chroma_server = _backends.chroma_server
 
 
 @pytest.fixture
@@ -15,15 +30,12 @@ def run_tree() -> RunTree:
 
 
 @pytest.fixture(scope="session")
-def chroma_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real Chroma server (:func:`selfrag_core.testing.chroma_server`) and an HttpClient
-    to it; the server is killed at the end of the session."""
-    chromadb = pytest.importorskip("chromadb", reason="pip install 'selfrag-langchain[chroma]'")
-    pytest.importorskip("langchain_chroma", reason="pip install 'selfrag-langchain[chroma]'")
+def chroma_client(chroma_server: tuple[str, int]) -> Any:
+    """An HttpClient to the session's real Chroma server (``chroma_server``)."""
+    if importlib.util.find_spec("langchain_chroma") is None:
+        _backends.missing("langchain-chroma is not installed: pip install 'selfrag-langchain[chroma]'")
+    import chromadb
     from chromadb.config import Settings
 
-    try:
-        with chroma_server(tmp_path_factory.mktemp("chroma")) as (host, port):
-            yield chromadb.HttpClient(host=host, port=port, settings=Settings(anonymized_telemetry=False))
-    except LookupError as e:
-        pytest.skip(f"{e}")
+    host, port = chroma_server
+    return chromadb.HttpClient(host=host, port=port, settings=Settings(anonymized_telemetry=False))
