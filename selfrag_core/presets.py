@@ -188,9 +188,10 @@ def load_strategy(
         "execution" in takes or any(p.kind is p.VAR_KEYWORD for p in takes.values())
     )
     strategy: Strategy[Any] = factory(rag, llm, execution=execution) if with_execution else factory(rag, llm)
-    if not callable(getattr(strategy, "plan", None)):
+    if not isinstance(strategy, Strategy):
         raise ConfigurationError(
-            f"{spec!r} made a {type(strategy).__name__}, which has no plan(query, context)"
+            f"{spec!r} made a {type(strategy).__name__}, which is not a Strategy: "
+            "subclass selfrag_core.Strategy (its plan is _plan(query, context))"
         )
     return strategy
 

@@ -248,3 +248,16 @@ def test_an_external_backend_needs_vectors() -> None:
     with pytest.raises(ConfigurationError, match="unknown embedder"):
         presets.backend_embedder("bert")
     assert type(presets.backend_embedder("hashing")).__name__ == "HashingEmbeddings"
+
+
+def test_a_strategy_of_ones_own_must_be_a_strategy(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(
+        "class Planner:  # a plan and nothing else of a Strategy\n"
+        "    def __init__(self, rag, llm):\n"
+        "        pass\n"
+        "    def plan(self, query, context=None):\n"
+        "        yield from ()\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigurationError, match="made a Planner, which is not a Strategy: subclass"):
+        presets.build_strategy(f"{tmp_path / 'mine.py'}:Planner", FakeRetriever([]), FakeLLM())

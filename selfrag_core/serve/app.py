@@ -32,7 +32,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from selfrag_core.errors import ConfigurationError, RAGSystemError
+from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.otel import configure_otlp, emit_spans
 from selfrag_core.serve.admission import Admission
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
@@ -410,7 +410,7 @@ async def _guarded(query: Awaitable[Outcome]) -> Outcome | ApiError:
         return _misconfigured(e)
     except RAGSystemError as e:
         logger.warning("query failed: %s: %s", type(e).__name__, e)
-        report = getattr(e, "report", None)
+        report = e.report if isinstance(e, StrategyError) else None
         extra = {"trace": report.trace.to_dict()} if report is not None else {}
         return ApiError(502, f"{type(e).__name__}: {e}", extra=extra, cause=type(e).__name__)
 
@@ -419,7 +419,7 @@ def _misconfigured(e: ConfigurationError) -> ApiError:
     """A ConfigurationError escaping a request (the server's setup is at fault): its message,
     for the operator, goes to the client with its own error type and to the log once."""
     logger.error("the server is misconfigured: %s", e, exc_info=e)
-    component = getattr(e, "component", "")
+    component = e.component
     return ApiError(
         500,
         f"{type(e).__name__}: {e}",
@@ -484,7 +484,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         limits = {**dataclasses.asdict(state.settings), "api_token": state.settings.api_token is not None}
         await state.store.sync()
         return StatsResponse(
-            strategies={name: _strategy_stats(s) for name, s in state.strategies.items()},
+            strategies={
+                name: {"class": type(s).__name__, **s.get_stats()} for name, s in state.strategies.items()
+            },
             documents=state.store.count(),
             queries={**state.counters, "active": state.active},
             limits=limits,
@@ -540,10 +542,6 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         """Delete every chunk of ``source``, the rest of the path (whose leading ``/`` an
         absolute path loses: ``DELETE /documents?source=...`` takes any source)."""
         return await delete_source(source, hint=True)
-
-
-def _strategy_stats(strategy: Strategy[Any]) -> dict[str, Any]:
-    return {"class": type(strategy).__name__, **strategy.get_stats()}
 
 
 def _install_errors(app: FastAPI) -> None:
