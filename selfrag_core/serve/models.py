@@ -60,6 +60,18 @@ class QueryRequest(QueryOptions):
     )
 
 
+#: the request fields that are /query options (the OpenAI endpoint's ``selfrag`` extension
+#: takes them too), and with them the deprecated old names some still take (``threshold``)
+OPTIONS = frozenset(QueryRequest.model_fields) - {"question", "stream"}
+OPTIONS_ACCEPTED = OPTIONS | {
+    name
+    for option in QueryRequest.model_fields.values()
+    if isinstance(option.validation_alias, AliasChoices)
+    for name in option.validation_alias.choices
+    if isinstance(name, str)
+}
+
+
 class ErrorBody(BaseModel):
     type: str
     message: str

@@ -39,33 +39,15 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from selfrag_core.memory import ConversationMemory
 from selfrag_core.serve.app import ApiError, Reply, ServiceState, _answer
-from selfrag_core.serve.models import QueryRequest
+from selfrag_core.serve.models import OPTIONS, OPTIONS_ACCEPTED, QueryRequest
 from selfrag_core.serve.responses import FastJSONResponse, dumps
 
 PREFIX = "selfrag-"
-#: the request fields that are /query options, allowed in the ``selfrag`` extension
-OPTIONS = frozenset(QueryRequest.model_fields) - {"question", "stream"}
-#: those and the deprecated old names some of them still take (``threshold``, ...)
-ACCEPTED = OPTIONS | {
-    alias
-    for option in QueryRequest.model_fields.values()
-    if isinstance(option.validation_alias, AliasChoices)
-    for alias in option.validation_alias.choices
-    if isinstance(alias, str)
-}
 DONE = "data: [DONE]\n\n"
 
 
@@ -338,7 +320,7 @@ def add_openai_routes(app: FastAPI, state: ServiceState) -> None:
         live = options.pop("live_tokens", False)
         if not isinstance(live, bool):
             raise ApiError(422, f"selfrag.live_tokens is {live!r}; send true or false")
-        if unknown := sorted(set(options) - ACCEPTED):
+        if unknown := sorted(set(options) - OPTIONS_ACCEPTED):
             raise ApiError(
                 422, f"selfrag.{unknown[0]} is not an option; the options are {', '.join(sorted(OPTIONS))}"
             )
