@@ -249,13 +249,18 @@ def test_the_server_passes_its_options_as_the_same_settings() -> None:
     from selfrag_core.serve.execution import UnsupportedOptionError, check_settings, request_settings
     from selfrag_core.serve.models import QueryRequest
 
-    request = QueryRequest(question="q", top_k=2, max_iterations=1, threshold=0.5)
+    request = QueryRequest(question="q", top_k=2, max_refinement_iterations=1, confidence_threshold=0.5)
     settings = request_settings(request)
     assert settings == {"top_k": 2, "max_refinement_iterations": 1, "confidence_threshold": 0.5}
+    old_names = QueryRequest(question="q", top_k=2, max_iterations=1, threshold=0.5)  # (deprecated)
+    assert request_settings(old_names) == settings
+    assert request_settings(QueryRequest(question="q", max_llm_calls=3)) == {}  # a limit, no setting
     self_rag, _ = _built("self")
     check_settings(self_rag, settings)
     hyde, _ = _built("hyde")
-    with pytest.raises(UnsupportedOptionError, match="option 'max_iterations' does not apply to HyDERAG"):
+    with pytest.raises(
+        UnsupportedOptionError, match="option 'max_refinement_iterations' does not apply to Hy"
+    ):
         check_settings(hyde, settings)
 
     class Mine(Strategy[Any]):
