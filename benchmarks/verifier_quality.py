@@ -7,7 +7,9 @@ check) and with the signal it replaced (half of the answer's content words anywh
 the concatenated context, ``grounding.support`` over the union). For each it prints,
 per contender:
 
-* AUROC: how well the support score predicts "a gold answer is in the answer";
+* AUROC: how well the support score predicts "a gold answer is in the answer" (judged
+  as the harness judges it, so a run recorded before a pick was judged by its pick is
+  read as it would be now);
 * the mean F1 of the answers it certifies and of those it flags, and their ratio
   (issue #35 asks flagged <= a third of certified);
 
@@ -26,8 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from selfrag_core.citations import without_markers
 from selfrag_core.evaluation.data import load_questions
-from selfrag_core.evaluation.metrics import auroc
+from selfrag_core.evaluation.metrics import answer_contains_gold, auroc
 from selfrag_core.grounding import degenerate_reason, support
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER
 from selfrag_core.verify import verify_answer
@@ -95,9 +98,11 @@ def main() -> None:
                 continue  # nothing to check: the harness leaves these out too
             yes_no = {a.strip().casefold() for a in question.answers} <= {"yes", "no"}
             legacy = _legacy(answer, question.question, passages)
+            # judged as the harness judges it now: a pick by its pick (answer_contains_gold)
+            gold = answer_contains_gold(without_markers(answer), question.answers, question.question)
             for key in (contender, contender + (" (gold yes/no)" if yes_no else " (gold not yes/no)")):
                 row = rows[key]
-                row["gold"].append(bool(metrics["gold_in_answer"]))
+                row["gold"].append(bool(gold))
                 row["f1"].append(float(metrics["f1"]))
                 row["verifier"].append(verified)
                 row["legacy"].append(legacy)

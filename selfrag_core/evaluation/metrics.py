@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from selfrag_core.comparison import Comparison, alternatives, chosen
+
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 #: bootstrap resamples drawn at once are capped near this many numbers (memory)
@@ -51,14 +53,60 @@ def token_f1(prediction: str, golds: Sequence[str]) -> float | None:
     return max(_f1(normalize_answer(prediction).split(), normalize_answer(gold).split()) for gold in golds)
 
 
-def answer_contains_gold(prediction: str, golds: Sequence[str]) -> float | None:
+def answer_contains_gold(prediction: str, golds: Sequence[str], question: str = "") -> float | None:
     """1.0 when a normalised gold answer occurs in the normalised prediction as a run of
     whole tokens ("1916" in "the answer is 1916", not "191"), else 0.0; None without gold
-    answers."""
+    answers.
+
+    With the ``question``, an answer that must pick is judged by its pick, not by the
+    words it contains: to a question offering two alternatives, one of them the gold
+    answer ("Which magazine is published more often, Shonen Jump or Rolling Stone?"), the
+    answer is right when the alternative it picks (names first,
+    :func:`~selfrag_core.comparison.chosen`) is the gold one ("Shonen Jump is published
+    more often than Rolling Stone" holds the gold "Rolling Stone", and is wrong); to a
+    yes/no question whose gold is "yes" or "no", by the yes or no it opens with ("No,
+    the answer is not 'yes'" holds both)."""
     if not golds:
         return None
+    picked = _pick(prediction, golds, question) if question else None
+    if picked is not None:
+        return picked
     predicted = f" {normalize_answer(prediction)} "
     return max(float(f" {normalize_answer(gold)} " in predicted) for gold in golds)
+
+
+_OPENING_YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+
+
+def _pick(prediction: str, golds: Sequence[str], question: str) -> float | None:
+    """Whether ``prediction`` picks the gold one of the alternatives ``question`` offers,
+    or opens with the gold yes or no; None when the question asks for neither pick, or
+    the answer makes none."""
+    normalized = {normalize_answer(g) for g in golds}
+    if normalized & {"yes", "no"}:
+        opening = _OPENING_YES_NO.match(prediction)
+        return None if opening is None else float(opening.group(1).lower() in normalized)
+    offered = alternatives(question)
+    if offered is None:
+        return None
+    gold = _gold_alternative(offered, normalized)
+    if gold is None:
+        return None
+    pick = chosen(Comparison(offered, True, ""), prediction)
+    return None if pick is None else float(pick == gold)
+
+
+def _gold_alternative(offered: tuple[str, str], golds: set[str]) -> int | None:
+    """The alternative a gold answer names: the one sharing the larger share (at least
+    half) of its words with a gold answer ("Ken Flach" of "Kenneth Eliot Flach"), or None
+    when neither or both do as well."""
+    shares = []
+    for alternative in offered:
+        words = set(normalize_answer(alternative).split())
+        shares.append(max(len(words & set(g.split())) / len(words) for g in golds) if words else 0.0)
+    if max(shares) < 0.5 or shares[0] == shares[1]:
+        return None
+    return shares.index(max(shares))
 
 
 def _f1(predicted: list[str], gold: list[str]) -> float:

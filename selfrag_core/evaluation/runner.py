@@ -382,7 +382,8 @@ class _Scorer:
             text = without_markers(outcome.answer)  # the citation markers are not the answer
             scores["f1"] = 0.0 if failed else token_f1(text, question.answers)
             scores["em"] = 0.0 if failed else exact_match(text, question.answers)
-            scores["gold_in_answer"] = 0.0 if failed else answer_contains_gold(text, question.answers)
+            gold = answer_contains_gold(text, question.answers, question.question)  # a pick by its pick
+            scores["gold_in_answer"] = 0.0 if failed else gold
         if question.relevant:
             scores[f"recall@{self.k}"] = recall_at_k(ranked, question.relevant, self.k)
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)

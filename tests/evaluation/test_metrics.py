@@ -79,6 +79,37 @@ def test_answer_contains_gold_finds_a_whole_token_span() -> None:
     assert answer_contains_gold("He said: an APPLE, a day.", ["apple day"]) == 1.0  # "he said apple day"
 
 
+MAGAZINES = "Which magazine is published more often, Shonen Jump or Rolling Stone?"
+
+
+def test_an_answer_to_a_choice_is_judged_by_its_pick() -> None:
+    # both names are in it, and it picks the other one (HotpotQA's comparison questions)
+    wrong = "Shonen Jump is published more often than Rolling Stone."
+    assert answer_contains_gold(wrong, ["Rolling Stone"]) == 1.0  # words alone
+    assert answer_contains_gold(wrong, ["Rolling Stone"], MAGAZINES) == 0.0
+    right = "Rolling Stone is published more often than Shonen Jump."
+    assert answer_contains_gold(right, ["Rolling Stone"], MAGAZINES) == 1.0
+    # the gold names an alternative in full ("Kenneth Eliot Flach" for "Ken Flach")
+    tennis = "Which tennis player is from a country closer to Canada, Ken Flach or Lucie Safarova?"
+    assert answer_contains_gold("Ken Flach, an American.", ["Kenneth Eliot Flach"], tennis) == 1.0
+    assert answer_contains_gold("Lucie Safarova.", ["Kenneth Eliot Flach"], tennis) == 0.0
+    # no pick made, or a gold that is neither alternative: the words decide, as before
+    assert answer_contains_gold("I cannot tell.", ["Rolling Stone"], MAGAZINES) == 0.0
+    cases = "Which case was decided first, Selle v. Gibb or Reynolds v. Sims?"
+    assert answer_contains_gold("In 1964, Reynolds v. Sims.", ["1964"], cases) == 1.0
+
+
+def test_an_answer_to_a_yes_no_question_is_judged_by_its_opening() -> None:
+    question = "Are Broughtonia and Laeliocattleya both orchids?"
+    both = 'No, the answer is not "Yes."'  # holds "yes" and "no"
+    assert answer_contains_gold(both, ["yes"]) == 1.0  # words alone
+    assert answer_contains_gold(both, ["yes"], question) == 0.0
+    assert answer_contains_gold(both, ["no"], question) == 1.0
+    assert answer_contains_gold("Yes, both are orchids; no doubt.", ["yes"], question) == 1.0
+    # an answer that opens with neither: its words, as before
+    assert answer_contains_gold("Both are orchids, yes.", ["yes"], question) == 1.0
+
+
 def test_answer_contains_gold_takes_the_best_gold() -> None:
     assert answer_contains_gold("Kenya and Tanzania", ["Uganda", "tanzania"]) == 1.0
     assert answer_contains_gold("Kenya and Tanzania", ["Uganda", "Tanzanian"]) == 0.0
