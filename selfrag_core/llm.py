@@ -65,11 +65,6 @@ class LLMReply:
     truncated_from: int | None = None
 
 
-def is_async_capable(llm: object) -> bool:
-    """Whether the LLM has a native async path (no thread needed)."""
-    return resolve_llm(llm).native_async
-
-
 def _async_capable(llm: object) -> bool:
     if frameworks.is_langchain_runnable(llm):
         return hasattr(llm, "ainvoke")
@@ -670,7 +665,8 @@ def call_llm_detailed(
     thread, for a local model's lock) counts against the deadline only
     (:class:`~selfrag_core.workers.Limit`). Past either, ``on_timeout(limit)`` is raised
     (retried when it is an ``LLMTimeoutError``). With ``sink``, the reply's text is sent to
-    it as it is generated (see :func:`stream_llm_detailed`; ``schema`` is not used then).
+    it as it is generated, across retries as :class:`_Resumed` says (``schema`` is not
+    used then); an LLM that cannot stream sends its whole reply as one piece.
     """
 
     resumed = None if sink is None else _Resumed(sink)
@@ -807,28 +803,3 @@ def _chunk_usage(chunk: Any, reply: LLMReply) -> None:
     if isinstance(usage, dict):
         reply.input_tokens = (reply.input_tokens or 0) + int(usage.get("input_tokens") or 0)
         reply.output_tokens = (reply.output_tokens or 0) + int(usage.get("output_tokens") or 0)
-
-
-def can_stream(llm: object) -> bool:
-    """Whether the LLM streams text (see :attr:`LLMClient.streams`)."""
-    return resolve_llm(llm).streams
-
-
-def stream_llm_detailed(
-    llm: object, prompt: str, sink: TokenSink, retries: int = 2, **options: Any
-) -> LLMReply:
-    """Like :func:`call_llm_detailed`, sending text to ``sink`` as it is generated.
-
-    A retried attempt streams again from the start; ``sink`` gets only what goes beyond
-    the text already sent, and nothing from a retry that says something else (the final
-    result is authoritative). An LLM that cannot stream is called normally and its whole
-    reply is sent as one piece.
-    """
-    return call_llm_detailed(llm, prompt, retries, sink=sink, **options)
-
-
-async def astream_llm_detailed(
-    llm: object, prompt: str, sink: TokenSink, retries: int = 2, **options: Any
-) -> LLMReply:
-    """Async :func:`stream_llm_detailed`."""
-    return await acall_llm_detailed(llm, prompt, retries, sink=sink, **options)

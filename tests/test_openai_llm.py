@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("openai", reason="the [openai] extra is not installed (pip install 'selfrag[openai]')")
 
 from selfrag_core import ConfigurationError, ExecutionConfig, LLMOutput, PlainRAG, SelfIRAG
-from selfrag_core.llm import RETRY_AFTER_MAX_S, call_llm_detailed, stream_llm_detailed
+from selfrag_core.llm import RETRY_AFTER_MAX_S, call_llm_detailed
 from selfrag_core.local.factory import make_llm
 from selfrag_core.openai_llm import OpenAICompatibleLLM
 from selfrag_core.replay import CachedLLM
@@ -221,7 +221,7 @@ def test_a_server_refusing_stream_options_streams_without_usage_once_told(
 
 def test_streamed_call_through_the_library_counts_tokens(server: FakeServer) -> None:
     sent: list[str] = []
-    reply = stream_llm_detailed(make(server), "Say it.", sent.append, retries=0)
+    reply = call_llm_detailed(make(server), "Say it.", retries=0, sink=sent.append)
     assert "".join(sent) == reply.text == "Paris is the capital."
     assert (reply.input_tokens, reply.output_tokens) == (11, 7)
 

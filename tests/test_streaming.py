@@ -11,7 +11,7 @@ import pytest
 
 from selfrag_core import ExecutionConfig, LLMOutput, SelfIRAG
 from selfrag_core.engine import Generate, Plan, Retrieve
-from selfrag_core.llm import astream_llm_detailed, stream_llm_detailed
+from selfrag_core.llm import acall_llm_detailed, call_llm_detailed
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.testing import FakeLLM, FakeRetriever, judge_json
 
@@ -46,10 +46,10 @@ class OneShot(Strategy[Any]):
 
 def test_stream_llm_sync_and_async() -> None:
     got: list[str] = []
-    reply = stream_llm_detailed(StreamingLLM("a b c"), "p", got.append, sleep=lambda _: None)
+    reply = call_llm_detailed(StreamingLLM("a b c"), "p", sink=got.append, sleep=lambda _: None)
     assert got == ["a ", "b ", "c "] and reply.text == "a b c "
     got.clear()
-    reply = asyncio.run(astream_llm_detailed(StreamingLLM("x y"), "p", got.append))
+    reply = asyncio.run(acall_llm_detailed(StreamingLLM("x y"), "p", sink=got.append))
     assert got == ["x ", "y "] and reply.text == "x y "
 
 
@@ -68,17 +68,17 @@ class CountingStream(FakeLLM):
 
 def test_streamed_pieces_may_report_token_counts_the_last_reported_wins() -> None:
     got: list[str] = []
-    reply = stream_llm_detailed(CountingStream(), "p", got.append, sleep=lambda _: None)
+    reply = call_llm_detailed(CountingStream(), "p", sink=got.append, sleep=lambda _: None)
     assert got == ["a ", "b"] and reply.text == "a b"  # the empty piece sends no text
     assert (reply.input_tokens, reply.output_tokens) == (12, 2)
     got.clear()
-    reply = asyncio.run(astream_llm_detailed(CountingStream(), "p", got.append))
+    reply = asyncio.run(acall_llm_detailed(CountingStream(), "p", sink=got.append))
     assert got == ["a ", "b"] and (reply.input_tokens, reply.output_tokens) == (12, 2)
 
 
 def test_non_streaming_llm_sends_whole_reply() -> None:
     got: list[str] = []
-    stream_llm_detailed(FakeLLM("whole"), "p", got.append, sleep=lambda _: None)
+    call_llm_detailed(FakeLLM("whole"), "p", sink=got.append, sleep=lambda _: None)
     assert got == ["whole"]
 
 
@@ -175,18 +175,20 @@ async def _no_wait_async(_: float) -> None:
 def test_a_retried_stream_does_not_send_again_what_it_repeats() -> None:
     answer = "Paris is the capital of France."
     got: list[str] = []
-    reply = stream_llm_detailed(BreakingStream((answer, 2), (answer, None)), "p", got.append, sleep=_no_wait)
+    reply = call_llm_detailed(
+        BreakingStream((answer, 2), (answer, None)), "p", sink=got.append, sleep=_no_wait
+    )
     assert "".join(got) == answer + " " and reply.text == answer + " " and reply.attempts == 2
     got.clear()
     llm = BreakingStream((answer, 3), (answer, None))
-    reply = asyncio.run(astream_llm_detailed(llm, "p", got.append, sleep=_no_wait_async))
+    reply = asyncio.run(acall_llm_detailed(llm, "p", sink=got.append, sleep=_no_wait_async))
     assert "".join(got) == answer + " " and reply.attempts == 2
 
 
 def test_a_retry_that_says_something_else_is_not_forwarded() -> None:
     got: list[str] = []
     llm = BreakingStream(("Paris is the capital.", 2), ("The capital is Paris.", None))
-    reply = stream_llm_detailed(llm, "p", got.append, sleep=_no_wait)
+    reply = call_llm_detailed(llm, "p", sink=got.append, sleep=_no_wait)
     assert got == ["Paris ", "is "] and reply.text == "The capital is Paris. "
 
 
