@@ -366,7 +366,7 @@ def ignored_options(backend: object, options: Options, *, use_async: bool, many:
     not pass on, because the function it calls does not take them: LangChain and
     LlamaIndex objects take none; other backends what their ``retrieve`` (``aretrieve``,
     ``retrieve_many``, ...) names or takes as ``**kwargs``. ``many``: a batched
-    retrieval (:func:`_retrieve_many_safe`)."""
+    retrieval (:meth:`Backend.retrieve_many`)."""
     names = [k for k, v in options.items() if v is not None]
     if not names:
         return []
@@ -720,22 +720,6 @@ def supports_many(backend: object) -> bool:
     ``retrieve_many(queries, top_k)`` and/or an async ``aretrieve_many`` returning one
     result list per query (the embedded store's ``RAG`` has both)."""
     return resolve_backend(backend).many
-
-
-def _retrieve_many_safe(
-    backend: object, queries: list[str], top_k: int = 5, **extra: object
-) -> list[Retrieved]:
-    """:func:`_retrieve_safe` for each of ``queries``, in one call of the backend's
-    ``retrieve_many`` (or ``aretrieve_many``): see :func:`supports_many`."""
-    return resolve_backend(backend).retrieve_many(queries, top_k, **extra)
-
-
-async def _aretrieve_many_safe(
-    backend: object, queries: list[str], top_k: int = 5, **extra: object
-) -> list[Retrieved]:
-    """Async :func:`_retrieve_many_safe`: ``aretrieve_many`` where the backend has it,
-    else ``retrieve_many`` in a worker thread."""
-    return await resolve_backend(backend).aretrieve_many(queries, top_k, **extra)
 
 
 def _first_of(queries: list[str]) -> str:

@@ -27,11 +27,10 @@ from selfrag_core import (
 )
 from selfrag_core.retrieval import (
     Retrieved,
-    _aretrieve_many_safe,
     _aretrieve_safe,
-    _retrieve_many_safe,
     _retrieve_safe,
     normalize_results,
+    resolve_backend,
 )
 from selfrag_core.testing import FakeLLM
 from selfrag_core.testing import judge_json as judged
@@ -82,9 +81,9 @@ async def retrieve_from(mode: str, backend: Backend, top_k: int = 5) -> Retrieve
     if mode == "async":
         return await _aretrieve_safe(backend, "q", top_k)
     if mode == "many":
-        (docs,) = _retrieve_many_safe(backend, ["q"], top_k)
+        (docs,) = resolve_backend(backend).retrieve_many(["q"], top_k)
     else:
-        (docs,) = await _aretrieve_many_safe(backend, ["q"], top_k)
+        (docs,) = await resolve_backend(backend).aretrieve_many(["q"], top_k)
     return docs
 
 
@@ -318,8 +317,9 @@ def test_a_batch_names_the_query_whose_output_is_unreadable() -> None:
         def retrieve_many(self, queries: list[str], top_k: int) -> Any:
             return [["fine"], [b"\xff"]]
 
+    backend = Mixed(None)  # (the resolution holds it weakly)
     with pytest.raises(RetrievalError, match=r"for query 'second'.*bytes") as info:
-        _retrieve_many_safe(Mixed(None), ["first", "second"], 5)
+        resolve_backend(backend).retrieve_many(["first", "second"], 5)
     assert info.value.query == "second"
 
 
