@@ -107,11 +107,6 @@ class VectorStore(Protocol):
 
 
 @runtime_checkable
-class DocumentSink(Protocol):
-    def add_document(self, text: str, metadata: dict[str, Any]) -> Any: ...
-
-
-@runtime_checkable
 class Embeddings(Protocol):
     """Dense embedder used by the embedded backend."""
 
