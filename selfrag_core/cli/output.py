@@ -9,13 +9,8 @@ from selfrag_core.display import one_line, score_label, snippet, step_text
 from selfrag_core.errors import StrategyError
 from selfrag_core.progress import Progress
 from selfrag_core.runner import run_query, step_of
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, NOT_ENOUGH_ANSWER
-from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
-from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, _no_information_answers
 from selfrag_core.types import Result
-
-#: the strategies' answers when they found nothing to answer from
-NO_INFORMATION_ANSWERS = (INSUFFICIENT_ANSWER, NOT_ENOUGH_ANSWER, NO_CONTEXT_ANSWER)
 
 
 def run_strategy(strategy: Any, question: str) -> Any:
@@ -98,7 +93,7 @@ def unanswered(result: Any) -> str | None:
     answer = result.answer.strip()
     events = result.trace.events
     errors: list[str] = [e.error for e in events if e.error and e.kind in ("llm", "retrieval")]
-    if answer not in ("", GENERATION_FAILED_ANSWER) and not (answer in NO_INFORMATION_ANSWERS and errors):
+    if answer not in ("", GENERATION_FAILED_ANSWER) and not (answer in _no_information_answers() and errors):
         return None
     notes: list[str] = [e.error for e in events if e.error]
     return (errors or notes or ["the strategy produced no answer"])[-1]
