@@ -13,7 +13,12 @@ each, and compared:
   whose opening names it) and the year of the event in it (a year just after the event's
   word, "formed in 2005", "born 20 August 1938", else the passage's first year), and
   returns the earlier or later one, or None when a year is missing or both are equal;
-* :func:`chosen` tells which alternative an answer picks (the one it names first).
+* :func:`chosen` tells which alternative an answer picks (the one it names first);
+* :func:`both_hold` answers "Are A and B both X?" with yes when A's own passage and B's
+  own passage each state X in their opening sentences ("Broughtonia is a genus of
+  orchids", "Laeliocattleya ... orchid"); it never answers no (a passage that does not
+  say X may say it in other words: "one lacks it" was right on 7 of 13 tuning questions,
+  "both state it" on 10 of 11).
 
 The verifier caps an answer that picks the other alternative and lifts one that agrees
 (:func:`selfrag_core.verify.verify_answer`); RecursiveRAG retrieves each alternative's
@@ -23,7 +28,7 @@ passage and corrects an answer the dates contradict (:func:`derived_answer`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from selfrag_core.grounding import STOPWORDS
@@ -242,3 +247,52 @@ def derived_answer(resolution: Resolution) -> str:
         f"{names[win]}: {years[win]} [{homes[win] + 1}], "
         f"against {years[lose]} for {names[lose]} [{homes[lose] + 1}]."
     )
+
+
+#: the question words that frame "Are A and B both X?" rather than say what X is
+_FRAMING = frozenset([
+    "both", "located", "considered", "described", "based", "used", "known", "type", "types",
+    "kind", "kinds", "each", "كلا", "كلاهما", "كل",
+])  # fmt: skip
+#: a question asking whether two things share or differ in something: not :func:`both_hold`'s
+_SAME = re.compile(r"(?<!\w)(?:same|different|differ|share|نفس|مختلف|مختلفة)(?!\w)", re.IGNORECASE)
+_POLAR = re.compile(r"^\s*(?:are|is|were|was|do|does|did|can|could|هل)(?!\w)", re.IGNORECASE)
+
+
+def both_hold(question: str, passages: Sequence[str]) -> bool | None:
+    """True when ``question`` asks whether two things are both something ("Are
+    Broughtonia and Laeliocattleya both orchids?") and each thing's own passage (the one
+    whose title line the question names in full; exactly two of them) states it in its
+    title or first two sentences; else None (never False: see the module docstring)."""
+    if not _POLAR.match(question) or _SAME.search(question):
+        return None
+    asked = set(_words(question))
+    homes: list[int] = []
+    for i, passage in enumerate(passages):
+        title = _title(passage)
+        words = [w for w in _words(re.sub(r"\(.*?\)", "", title)) if w not in STOPWORDS]
+        if words and all(w in asked for w in words) and all(_title(passages[j]) != title for j in homes):
+            homes.append(i)
+    if len(homes) != 2:
+        return None
+    named = {w for i in homes for w in _words(_title(passages[i]))}
+    wanted = _stems(w for w in _words(question)[1:] if w not in named and w not in _FRAMING)
+    if not wanted:
+        return None
+    return True if all(wanted <= _stems(_words(_opening(passages[i]))) for i in homes) else None
+
+
+def _title(passage: str) -> str:
+    """A passage's title line, else its first 80 characters."""
+    return passage.split("\n", 1)[0] if "\n" in passage[:200] else passage[:80]
+
+
+def _opening(passage: str) -> str:
+    """A passage's title and the first two sentences of its text."""
+    body = passage.split("\n", 1)[1] if "\n" in passage[:200] else passage
+    sentences = re.split(r"(?<=[.!?؟])\s+", body.strip())
+    return f"{_title(passage)} {' '.join(sentences[:2])}"
+
+
+def _stems(words: Iterable[str]) -> set[str]:
+    return {w[:5] for w in words if w not in STOPWORDS and len(w) > 2}

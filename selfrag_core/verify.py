@@ -54,7 +54,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from selfrag_core.comparison import Comparison, alternatives, chosen, comparison, favoured, resolve
+from selfrag_core.comparison import (
+    Comparison,
+    alternatives,
+    both_hold,
+    chosen,
+    comparison,
+    favoured,
+    resolve,
+)
 from selfrag_core.grounding import STOPWORDS, question_coverage, repetition, strip_ar_prefix
 
 #: the score at which a sentence counts as supported
@@ -700,7 +708,11 @@ def _compared(
     passages' dates (:mod:`selfrag_core.comparison`), else ("Which filmmaker was known for
     animation, A or B?") against what each alternative's passage holds of the question
     (:func:`~selfrag_core.comparison.favoured`); capped when they favour the other
-    alternative, lifted when they favour it."""
+    alternative, lifted when they favour it. The yes or no of an answer to "Are A and B
+    both X?" is checked the same way when each one's passage states X
+    (:func:`~selfrag_core.comparison.both_hold`): "yes" lifted, "no" capped."""
+    if both_hold(question, passages):
+        return _answered_yes(verdicts, sentences)
     resolution = resolve(comparison(question), passages)
     if resolution is not None:
         home = resolution.passages[resolution.winner]
@@ -715,6 +727,22 @@ def _compared(
     return _picked(
         verdicts, sentences, Comparison(offered, True, ""), winner, None, why, (FAVOURED, DISFAVOURED)
     )
+
+
+def _answered_yes(verdicts: list[Verdict], sentences: list[str]) -> list[Verdict]:
+    """``verdicts`` with the first sentence that opens with yes or no lifted to
+    :data:`AGREED` (yes) or capped at :data:`CONTRADICTED` (no): the passages say yes."""
+    for i, sentence in enumerate(sentences):
+        opening = _YES_NO_START.match(sentence)
+        if opening is None:
+            continue
+        old = verdicts[i]
+        if opening.group().strip(" \t\n,.!:;-").casefold() in ("yes", "نعم"):
+            verdict = Verdict(max(old.score, AGREED), True, old.passage, None)
+        else:
+            verdict = Verdict(min(old.score, CONTRADICTED), False, old.passage, "both_hold:yes")
+        return [*verdicts[:i], verdict, *verdicts[i + 1 :]]
+    return verdicts
 
 
 def _picked(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from selfrag_core.comparison import chosen, comparison, derived_answer, resolve
+from selfrag_core.comparison import both_hold, chosen, comparison, derived_answer, resolve
 from selfrag_core.config import RecursiveRAGConfig
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.testing import FakeLLM, FakeRetriever
@@ -136,3 +136,53 @@ def test_recursive_keeps_an_answer_the_dates_support() -> None:
     result = rag.query(QUESTION)
     assert result.answer == "Jean-Loup Chrétien, born in 1938."
     assert not [e for e in result.trace.events if e.name == "comparison_corrected"]
+
+
+ORCHIDS = "Are Broughtonia and Laeliocattleya both orchids?"
+ORCHID_PASSAGES = [  # HotpotQA's passages, shortened; the third one is retrieved beside them
+    "Laeliocattleya\nLaeliocattleya (Lc) is an intergeneric hybrid between the orchid genera "
+    "Cattleya and Laelia.",
+    "Broughtonia\nBroughtonia is a genus of flowering plants from the orchid family, Orchidaceae. "
+    "It is native to the Caribbean.",
+    "Cattleya\nCattleya is a genus of 113 species of orchids from Costa Rica south to Argentina.",
+]
+
+
+def test_both_hold_says_yes_when_each_ones_passage_states_it() -> None:
+    assert both_hold(ORCHIDS, ORCHID_PASSAGES) is True
+    assert both_hold("Are both Broughtonia and Laeliocattleya orchids?", ORCHID_PASSAGES) is True
+
+
+@pytest.mark.parametrize(
+    ("question", "passages"),
+    [
+        # one passage does not say it: it may say it in other words, so no answer (never "no")
+        ("Are Broughtonia and Laeliocattleya both native to the Caribbean?", ORCHID_PASSAGES),
+        # a question of sharing or differing is not "both X"
+        ("Are Broughtonia and Laeliocattleya in the same orchid family?", ORCHID_PASSAGES),
+        # only one of the two has a passage of its own
+        (ORCHIDS, ORCHID_PASSAGES[1:]),
+        # not a yes/no question
+        ("Which is an orchid, Broughtonia or Laeliocattleya?", ORCHID_PASSAGES),
+        # nothing asked of them beyond being both
+        ("Are Broughtonia and Laeliocattleya both?", ORCHID_PASSAGES),
+    ],
+)
+def test_both_hold_answers_nothing_it_cannot_read(question: str, passages: list[str]) -> None:
+    assert both_hold(question, passages) is None
+
+
+def test_the_verifier_holds_a_yes_no_answer_to_what_both_passages_state() -> None:
+    wrong = verify_answer(
+        "No, Broughtonia and Laeliocattleya are not orchids.", ORCHID_PASSAGES, question=ORCHIDS
+    )
+    right = verify_answer(
+        "Yes, Broughtonia and Laeliocattleya are both orchids.", ORCHID_PASSAGES, question=ORCHIDS
+    )
+    assert wrong.score is not None and wrong.score <= 0.1 and not wrong.supported
+    assert wrong.sentences[0][1].reason == "both_hold:yes"
+    assert right.score is not None and right.score >= 0.8 and right.supported
+    # where the passages do not both state it, the "no" is left to the other checks
+    native = "Are Broughtonia and Laeliocattleya both native to the Caribbean?"
+    no = verify_answer("No, they are not both native to the Caribbean.", ORCHID_PASSAGES, question=native)
+    assert no.sentences[0][1].reason != "both_hold:yes"
