@@ -12,6 +12,10 @@ left::
 
 A description given to ``advance`` (the question being answered, say) is added to the
 next line; no line ever depends on one.
+
+Code below the CLI that has long steps of its own (``evaluate`` indexing a corpus, then
+answering the questions) takes a :class:`Steps`: a :class:`Progress`, or anything with
+its ``task`` and ``say``.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TextIO
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol, TextIO
 
 #: seconds between two plain progress lines
 INTERVAL = 10.0
@@ -110,6 +114,32 @@ class _PlainTask:
                 line = f"{line}: {self.note}"
                 self.note = None
             self._write(line)
+
+
+class Steps(Protocol):
+    """What shows a run's long steps as they go (:class:`Progress` is one)."""
+
+    def task(
+        self, description: str, total: int, unit: str = ...
+    ) -> AbstractContextManager[Callable[..., None]]:
+        """A step of ``total`` ``unit``: yields ``advance(n=1, description=None)``."""
+        ...
+
+    def say(self, text: str) -> None:
+        """A line between steps."""
+        ...
+
+
+def _ignore(n: int = 1, description: str | None = None) -> None:
+    return None
+
+
+def step(
+    steps: Steps | None, description: str, total: int, unit: str
+) -> AbstractContextManager[Callable[..., None]]:
+    """``steps.task(description, total, unit)``, or an ``advance`` that shows nothing
+    when ``steps`` is None."""
+    return nullcontext(_ignore) if steps is None else steps.task(description, total, unit)
 
 
 class Progress:
