@@ -12,7 +12,6 @@ from typing import Any
 
 from selfrag_core.cli.commands import _generation_options, _llm, _routing
 from selfrag_core.cli.files import CLIError, _external_backend, _open_external, default_index_dir
-from selfrag_core.display import one_line
 from selfrag_core.presets import preset_for
 from selfrag_core.progress import Progress
 
@@ -62,12 +61,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, limit=limit, seed=args.seed, output=out, embed=args.embedder,
         extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
     )  # fmt: skip
-    total = len(data.sample(limit, args.seed).questions)
-    with progress.task("eval", total, "questions") as advance:
-        report = evaluate(
-            data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, judge=llm if args.judge else None,
-            progress=lambda done, n, question: advance(1, one_line(question, 60)), settings=settings,
-        )  # fmt: skip
+    # the steps as they go: opening or indexing the corpus (documents), then the questions
+    report = evaluate(
+        data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, judge=llm if args.judge else None,
+        steps=progress, settings=settings,
+    )  # fmt: skip
     print(report.table())
     if report.cache is not None:
         hits, misses = report.cache["hits"], report.cache["misses"]

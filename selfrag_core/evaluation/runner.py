@@ -21,6 +21,7 @@ from typing import Any
 
 from selfrag_core.citations import cite, supported_share, without_markers
 from selfrag_core.config import config_from
+from selfrag_core.display import one_line
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.contenders import Contender, Outcome, as_contender, timed
 from selfrag_core.evaluation.data import (
@@ -46,6 +47,7 @@ from selfrag_core.grounding import assess, is_refusal
 from selfrag_core.ingest import ingest
 from selfrag_core.metrics import FaithfulnessMetric
 from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index
+from selfrag_core.progress import Steps, step
 from selfrag_core.replay import CachedLLM
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, context_text
 from selfrag_core.types import RetrievedDoc
@@ -58,6 +60,8 @@ SHARED_NAMESPACE = "(shared by the contenders)"
 JUDGE_NAMESPACE = "judge"
 #: chunk size of a corpus indexed for an evaluation: most passages and abstracts stay whole
 CORPUS_CHUNK_SIZE = 2000
+#: documents of the corpus indexed (embedded) at a time
+CORPUS_BATCH = 256
 
 Progress = Callable[[int, int, str], None]
 
@@ -107,6 +111,7 @@ def evaluate(
     index: str | os.PathLike[str] | None = None,
     judge: Any = None,
     progress: Progress | None = None,
+    steps: Steps | None = None,
     settings: EvalSettings | Mapping[str, Any] | None = None,
     **deprecated: Any,
 ) -> EvalReport:
@@ -126,7 +131,11 @@ def evaluate(
     data's own corpus (``corpus``, a BEIR ``corpus.jsonl``, or the BEIR / SQuAD data's)
     indexed into a temporary index. ``judge`` (an LLM) scores the faithfulness of each
     answer; its replies are recorded apart. ``progress(done, total, question)`` is
-    called as each question finishes.
+    called as each question finishes. ``steps`` (a :class:`~selfrag_core.progress.Progress`,
+    or anything with its ``task`` and ``say``: :class:`~selfrag_core.progress.Steps`)
+    shows the run's long steps as they go, as ``selfrag eval`` does: opening ``index``
+    (a line), indexing the corpus ("indexing", documents: embedding a corpus of
+    thousands of documents takes minutes), then the questions ("eval", questions).
 
     Metrics are computed where the data allows: answer exact match and token F1 (gold
     answers), recall@``k``, nDCG@10 and MRR of the documents each contender used
@@ -185,7 +194,7 @@ def evaluate(
         isinstance(v, str) for v in contenders.values()
     )
     if rag is None and needs_backend:
-        rag = _backend(data, corpus, index, settings.embed, problems)
+        rag = _backend(data, corpus, index, settings.embed, problems, steps)
     options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset)
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
@@ -215,7 +224,14 @@ def evaluate(
     logging.getLogger("selfrag").addFilter(_FALLBACK_NAMES)  # once; it acts only inside an evaluation
     report.machine = {"cpus": os.cpu_count(), "load_before": _load(), "concurrency": concurrency}
     try:
-        _run(data.questions, built, ranking, k, scorer, report, sink, concurrency, progress)
+        with step(steps, "eval", len(data.questions), "questions") as advance:
+
+            def finished(done: int, total: int, question: str) -> None:
+                advance(1, one_line(question, 60))
+                if progress is not None:
+                    progress(done, total, question)
+
+            _run(data.questions, built, ranking, k, scorer, report, sink, concurrency, finished)
     except KeyboardInterrupt:
         report.interrupted = True  # what finished is kept: in results.jsonl and the report
         raise
@@ -287,11 +303,14 @@ def _questions(questions: Any) -> EvalData:
     return EvalData("questions", items)
 
 
-def _backend(data: EvalData, corpus: Any, index: Any, embed: str, problems: list[InputProblem]) -> Any:
-    """The index named contenders search: ``index`` when it holds one, else the corpus
-    indexed (into ``index`` when given, so the next run opens it; else a temporary one)."""
-    if index is not None and (Path(index) / "manifest.json").exists():
-        return open_index(Path(index), create=False)
+def has_index(index: Any) -> bool:
+    """Whether ``index`` (a directory, or None) holds an index to open."""
+    return index is not None and (Path(index) / "manifest.json").exists()
+
+
+def corpus_documents(data: EvalData, corpus: Any, problems: list[InputProblem]) -> list[CorpusDoc]:
+    """The documents to index: ``corpus`` (a file, or documents), else the data's own.
+    Raises ConfigurationError when there are none."""
     docs = load_corpus(Path(corpus), problems=problems) if isinstance(corpus, (str, os.PathLike)) else corpus
     docs = data.corpus if docs is None else list(docs)
     if not docs:
@@ -300,14 +319,46 @@ def _backend(data: EvalData, corpus: Any, index: Any, embed: str, problems: list
             f"nothing to search: {where} holds no documents; pass --index DIR (an index built with "
             "`selfrag index`) or --corpus corpus.jsonl"
         )
-    directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
-    rag = open_index(directory, create=True, embed=embed, chunk_size=CORPUS_CHUNK_SIZE)
+    return docs
+
+
+def index_corpus(
+    docs: Sequence[CorpusDoc], directory: Path, *, embed: str, save: bool, steps: Steps | None = None,
+    label: str = "indexing",
+) -> Any:  # fmt: skip
+    """An embedded index in ``directory`` of ``docs`` (chunked at :data:`CORPUS_CHUNK_SIZE`,
+    embedded with ``embed``), written there when ``save``; ``steps`` shows it as the step
+    ``label`` counting documents (its clock runs from before the embedder loads)."""
     documents = (
         {"text": f"{d.title}\n{d.text}" if d.title else d.text, "source": d.id, "title": d.title}
         for d in docs
     )
-    ingest(rag, documents, batch_size=256, save=index is not None)
+    with step(steps, label, len(docs), "documents") as advance:
+        rag = open_index(directory, create=True, embed=embed, chunk_size=CORPUS_CHUNK_SIZE)
+        ingest(rag, documents, batch_size=CORPUS_BATCH, save=save, progress=advance)
     return rag
+
+
+def _backend(
+    data: EvalData,
+    corpus: Any,
+    index: Any,
+    embed: str,
+    problems: list[InputProblem],
+    steps: Steps | None = None,
+) -> Any:
+    """The index named contenders search: ``index`` when it holds one, else the corpus
+    indexed (into ``index`` when given, so the next run opens it; else a temporary one)."""
+    if has_index(index):
+        if steps is not None:
+            steps.say(f"opening the index {index}")
+        return open_index(Path(index), create=False)
+    docs = corpus_documents(data, corpus, problems)
+    if steps is not None:
+        where = f"into {index}" if index is not None else "into a temporary index (--index DIR keeps it)"
+        steps.say(f"indexing the corpus: {len(docs):,} documents {where}, embedder {embed}")
+    directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
+    return index_corpus(docs, directory, embed=embed, save=index is not None, steps=steps)
 
 
 def _contenders(
