@@ -86,15 +86,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace, data: Any, names: list[str], rag: Any, index: str | None) -> int:
-    """``selfrag eval --dry-run``: the expected LLM calls and input tokens, before any call."""
-    from selfrag_core.evaluation.router import dry_run
+    """``selfrag eval --dry-run``: the expected LLM calls and input tokens, before any call
+    (and before any document is embedded: see ``dry_run_backend``)."""
+    from selfrag_core.evaluation.router import dry_run, dry_run_backend
 
+    progress = Progress(args.plain)
+    rag, basis = dry_run_backend(
+        data, names, rag, corpus=args.corpus, index=index, embed=args.embedder, steps=progress
+    )
     expected = dry_run(
-        data, names, rag, corpus=args.corpus, index=index, embed=args.embedder, top_k=args.top_k,
-        preset=preset_for(args.llm), **_routing(args),
-    )  # fmt: skip
+        data, names, rag, top_k=args.top_k, preset=preset_for(args.llm), steps=progress, **_routing(args)
+    )
     n = len(data.questions)
     print(f"{data.name}: {n} question(s); expected before any LLM call (estimates: no model was called)")
+    print(f"input tokens: the answer prompt over {basis}, four characters a token")
     print(f"{'contender':<12} {'calls/q':>8} {'at most':>8} {'input tokens/q':>15} {'calls in all':>13}")
     for name, e in expected.items():
         print(

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,9 @@ from selfrag_core.evaluation.data import EvalData
 from selfrag_core.evaluation.gate import _results_file
 from selfrag_core.evaluation.metrics import paired_difference
 from selfrag_core.evaluation.report import EvalReport, _grid, load_results
+from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_corpus
 from selfrag_core.presets import ADAPTIVE, BASELINE, build_strategy
+from selfrag_core.progress import Steps, step
 from selfrag_core.prompts import detect_language
 from selfrag_core.strategies.adaptive import (
     AFTER_ANSWER,
@@ -427,10 +430,49 @@ class _NoLLM:
         raise ConfigurationError("a dry run makes no LLM call")
 
 
+def dry_run_backend(
+    data: EvalData, names: Sequence[str] = (), rag: Any = None, *, corpus: Any = None, index: Any = None,
+    embed: str = "auto", steps: Steps | None = None,
+) -> tuple[Any, str]:  # fmt: skip
+    """The backend a dry run searches, and what its estimate is based on (a phrase: "the
+    passages ... retrieves"): ``rag`` when given; the index in ``index`` when it holds
+    one; else ``corpus`` (or the data's own) in a lexical (BM25) index in memory, chunked
+    as :func:`~selfrag_core.evaluation.evaluate` chunks it, but nothing embedded, so it
+    takes seconds where embedding a corpus takes minutes (and nothing is written to
+    ``index``). A run whose ``embed`` embeds may retrieve other passages, of other
+    lengths (and AdaptiveRAG among ``names`` route on other scores): the phrase says so."""
+    if rag is not None:
+        return rag, "the passages the backend retrieves"
+    if has_index(index):
+        return _backend(data, corpus, index, embed, list(data.problems), steps), (
+            f"the passages the index {index} retrieves, as the run will"
+        )
+    docs = corpus_documents(data, corpus, list(data.problems))
+    with tempfile.TemporaryDirectory(prefix="selfrag-dry-run-") as scratch:  # never saved there
+        label = "indexing (lexical, for the estimate)"
+        rag = index_corpus(docs, Path(scratch) / "index", embed="none", save=False, steps=steps, label=label)
+    basis = f"the passages a lexical (BM25) search of the corpus's {len(docs):,} documents retrieves"
+    if _embeds(embed):
+        also = ", and adaptive route on other scores" if ADAPTIVE in names else ""
+        basis += f" (nothing embedded: the run, embedder {embed}, may retrieve others{also})"
+    else:
+        basis += " (as the run will: it embeds nothing)"
+    return rag, basis
+
+
+def _embeds(embed: str) -> bool:
+    """Whether an index built with ``embed`` embeds its documents."""
+    if embed == "auto":
+        from selfrag_core.local.embeddings import embeddings_available
+
+        return embeddings_available()
+    return embed != "none"
+
+
 def dry_run(
     data: EvalData, names: Sequence[str], rag: Any = None, *, corpus: Any = None, index: Any = None,
     embed: str = "auto", top_k: int | None = 3, preset: str = "small", router: Any = None,
-    call_budget: float | None = None,
+    call_budget: float | None = None, steps: Steps | None = None,
 ) -> dict[str, dict[str, float]]:  # fmt: skip
     """What each named contender is expected to spend on ``data``'s questions, before any
     LLM call (only retrievals run): ``{name: {"calls": per question, "calls_max": ...,
@@ -439,11 +481,12 @@ def dry_run(
     retrieval (``calls``: no escalation after the answer, ``calls_max``: the costliest one
     within the budget). Input tokens are estimated from the plain answer prompt with the
     retrieved documents (four characters a token) times the calls. ``rag``: the backend,
-    else ``corpus`` or ``index`` as :func:`~selfrag_core.evaluation.evaluate` takes them."""
-    from selfrag_core.evaluation.runner import _backend  # the index evaluate would search
-
+    else the index in ``index``, else ``corpus`` (or the data's own) indexed lexically,
+    nothing embedded (:func:`dry_run_backend`, which says what the estimate rests on).
+    ``steps`` (a :class:`~selfrag_core.progress.Progress`) shows the indexing and the
+    questions' retrievals as they go."""
     if rag is None:
-        rag = _backend(data, corpus, index, embed, list(data.problems))
+        rag, _ = dry_run_backend(data, names, corpus=corpus, index=index, embed=embed, steps=steps)
     no_llm = _NoLLM()
     strategies = {
         n: build_strategy(n, rag, no_llm, top_k=top_k, preset=preset, router=router, call_budget=call_budget)
@@ -454,17 +497,19 @@ def dry_run(
     }
     # build_strategy sizes every built-in strategy to search top_k deep (None: the profile's, at most 5)
     k = top_k or DEFAULT_TOP_K
-    for question in data.questions:
-        text = question.question
-        docs = run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
-        for n, strategy in strategies.items():
-            prompt = strategy.prompts.render(
-                "grounded_answer", detect_language(text), context=format_context(docs), question=text
-            )
-            low, high = _expected(strategy, text, docs)
-            totals[n]["calls"] += low
-            totals[n]["calls_max"] += high
-            totals[n]["input_tokens"] += low * len(prompt) / 4
+    with step(steps, "dry run", len(data.questions), "questions") as advance:
+        for question in data.questions:
+            text = question.question
+            docs = run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
+            for n, strategy in strategies.items():
+                prompt = strategy.prompts.render(
+                    "grounded_answer", detect_language(text), context=format_context(docs), question=text
+                )
+                low, high = _expected(strategy, text, docs)
+                totals[n]["calls"] += low
+                totals[n]["calls_max"] += high
+                totals[n]["input_tokens"] += low * len(prompt) / 4
+            advance(1)
     count = max(len(data.questions), 1)
     return {n: {k: round(v / count, 2) for k, v in t.items()} for n, t in totals.items()}
 

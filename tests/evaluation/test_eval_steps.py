@@ -14,7 +14,9 @@ import pytest
 from test_evaluate import PLACES, reader, write_data
 
 from selfrag_core.cli import main
-from selfrag_core.evaluation import EvalSettings, evaluate
+from selfrag_core.evaluation import EvalSettings, evaluate, load_questions
+from selfrag_core.evaluation.router import dry_run, dry_run_backend
+from selfrag_core.store.dense import HashingEmbeddings
 
 pytest.importorskip("bm25s")
 
@@ -45,6 +47,19 @@ class Steps:
 @pytest.fixture
 def data(tmp_path: Path) -> tuple[Path, Path]:
     return write_data(tmp_path)
+
+
+@pytest.fixture
+def no_document_embedded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The hashing embedder refuses to embed documents (queries it still embeds)."""
+    calls: list[int] = []
+
+    def refuse(self: Any, texts: list[str]) -> Any:
+        calls.append(len(texts))
+        raise AssertionError(f"{len(texts)} document(s) embedded where none may be")
+
+    monkeypatch.setattr(HashingEmbeddings, "embed_documents", refuse)
+    return calls
 
 
 def test_evaluate_shows_the_indexing_as_a_step_before_the_questions(data: tuple[Path, Path]) -> None:
@@ -102,3 +117,72 @@ def test_eval_prints_the_indexing_progress_before_the_questions(
     ]
     at = [next(i for i, line in enumerate(lines) if line.startswith(want)) for want in order]
     assert at == sorted(at), lines
+
+
+def test_dry_run_embeds_no_document_and_prints_the_estimate(
+    capsys: pytest.CaptureFixture[str], data: tuple[Path, Path], tmp_path: Path,
+    no_document_embedded: list[int],
+) -> None:  # fmt: skip
+    questions, corpus = data
+    index = tmp_path / "empty-index"  # no index there yet: the dry run builds none in it
+    code = main(
+        ["eval", str(questions), "--corpus", str(corpus), "--index", str(index), "--strategies",
+         "plain,hyde", "--dry-run", *FAST]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert no_document_embedded == []
+    assert not (index / "manifest.json").exists()
+    lines = out.splitlines()
+    n = len(PLACES)
+    head = f"questions: {n} question(s); expected before any LLM call (estimates: no model was called)"
+    assert lines[0] == head
+    assert lines[1] == (
+        f"input tokens: the answer prompt over the passages a lexical (BM25) search of the corpus's {n} "
+        "documents retrieves (nothing embedded: the run, embedder hashing, may retrieve others), "
+        "four characters a token"
+    )
+    assert lines[2].startswith("contender") and lines[2].endswith("calls in all")
+    assert lines[3].split()[:3] == ["plain", "1.00", "1.00"] and lines[3].split()[-1] == str(n)
+    assert lines[4].split()[:3] == ["hyde", "2.00", "2.00"] and lines[4].split()[-1] == str(2 * n)
+    assert lines[5] == f"in all: about {3 * n} LLM calls"
+    assert "indexing (lexical, for the estimate): done" in err and "dry run: done" in err
+
+
+def test_the_dry_runs_estimate_is_the_lexical_runs(
+    data: tuple[Path, Path], no_document_embedded: list[int]
+) -> None:
+    """The lexical index the dry run builds retrieves what a run's lexical index does:
+    the same estimate as a dry run over an index built the run's way."""
+    questions, corpus = data
+    loaded = load_questions(questions)
+    steps = Steps()
+    rag, basis = dry_run_backend(loaded, ["plain"], corpus=corpus, embed="none", steps=steps)
+    assert basis.endswith("(as the run will: it embeds nothing)")
+    assert steps.shown[0][:2] == ("start", "indexing (lexical, for the estimate)")
+    assert rag.count() == len(PLACES)
+    estimate = dry_run(loaded, ["plain", "hyde"], corpus=corpus, embed="hashing", top_k=2)
+    assert estimate == dry_run(loaded, ["plain", "hyde"], rag, top_k=2)
+    assert no_document_embedded == []
+
+
+def test_the_patched_embedder_bites(data: tuple[Path, Path], no_document_embedded: list[int]) -> None:
+    """The fixture would catch a dry run that embeds: a run's index embeds the documents."""
+    questions, corpus = data
+    with pytest.raises(AssertionError, match="embedded where none may be"):
+        evaluate(questions, ["plain"], llm=reader(), corpus=corpus, settings=EvalSettings(embed="hashing"))
+    assert no_document_embedded
+
+
+def test_dry_run_over_an_index_searches_it(
+    capsys: pytest.CaptureFixture[str], data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    questions, corpus = data
+    index = tmp_path / "index"
+    assert main(["index", str(corpus.parent), "--index", str(index), "--embedder", "hashing", "--plain"]) == 0
+    capsys.readouterr()
+    code = main(["eval", str(questions), "--index", str(index), "--strategies", "plain", "--dry-run", *FAST])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"opening the index {index}" in err
+    assert f"the passages the index {index} retrieves, as the run will" in out
