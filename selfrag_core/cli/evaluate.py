@@ -89,17 +89,27 @@ def _dry_run(args: argparse.Namespace, data: Any, names: list[str], rag: Any, in
     """``selfrag eval --dry-run``: the expected LLM calls and input tokens, before any call
     (and before any document is embedded: see ``dry_run_backend``)."""
     from selfrag_core.evaluation.router import dry_run, dry_run_backend
+    from selfrag_core.evaluation.runner import ranks_only
 
     progress = Progress(args.plain)
-    rag, basis = dry_run_backend(
-        data, names, rag, corpus=args.corpus, index=index, embed=args.embedder, steps=progress
-    )
+    ranking = ranks_only(data, args.retrieval_only or None)
+    if ranking:  # nothing to search: no answer prompt
+        basis = "the prompts of HyDE's hypothetical documents (a retrieval-only run ranks, answering nothing)"
+    else:
+        rag, passages = dry_run_backend(
+            data, names, rag, corpus=args.corpus, index=index, embed=args.embedder, steps=progress
+        )
+        basis = f"the answer prompt over {passages}"
     expected = dry_run(
-        data, names, rag, top_k=args.top_k, preset=preset_for(args.llm), steps=progress, **_routing(args)
-    )
+        data, names, rag, top_k=args.top_k, preset=preset_for(args.llm), steps=progress,
+        retrieval_only=ranking, **_routing(args),
+    )  # fmt: skip
     n = len(data.questions)
     print(f"{data.name}: {n} question(s); expected before any LLM call (estimates: no model was called)")
-    print(f"input tokens: the answer prompt over {basis}, four characters a token")
+    print(f"input tokens: {basis}, four characters a token")
+    left = [name for name in names if name not in expected]
+    if left:
+        print(f"left out of a retrieval-only run (they cannot rank on their own): {', '.join(left)}")
     print(f"{'contender':<12} {'calls/q':>8} {'at most':>8} {'input tokens/q':>15} {'calls in all':>13}")
     for name, e in expected.items():
         print(

@@ -112,6 +112,16 @@ def _from_result(result: Result[Any]) -> Outcome:
     return outcome
 
 
+def ranks(strategy: Any) -> str | None:
+    """How ``strategy`` ranks documents in a retrieval-only run: ``"hyde"`` (HyDE's fused
+    ranking: one LLM round, its hypothetical documents), ``"search"`` (plain: one search of
+    the backend, no LLM call; a subclass may search otherwise), None (it cannot: the run
+    leaves it out)."""
+    if isinstance(strategy, HyDERAG):
+        return "hyde"
+    return "search" if type(strategy) is PlainRAG else None
+
+
 def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> Contender:
     """A strategy as a contender; ``rag``, the backend it searches, lets ``plain``
     rank (one search); HyDE ranks with its fused ranking (one LLM round)."""
@@ -131,7 +141,8 @@ def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> C
             return outcome
 
     rank: Callable[[str, int], Outcome] | None = None
-    if isinstance(strategy, HyDERAG):  # its fused ranking, one LLM round
+    kind = ranks(strategy)
+    if isinstance(strategy, HyDERAG):  # its fused ranking, one LLM round (kind "hyde")
 
         def rank(question: str, k: int) -> Outcome:
             run = Run(strategy.execution)
@@ -139,7 +150,7 @@ def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> C
             run.trace.wall_s = run.trace.elapsed()
             return _from_result(Answer("", list(docs), trace=run.trace))  # with its calls and tokens
 
-    elif rag is not None and type(strategy) is PlainRAG:  # a subclass may search otherwise
+    elif rag is not None and kind == "search":
 
         def rank(question: str, k: int) -> Outcome:
             return Outcome("", normalize_results(rag.retrieve(question, k)), llm_calls=0)  # a search

@@ -45,11 +45,12 @@ import numpy as np
 from selfrag_core.config import DEFAULT_TOP_K, ExecutionConfig
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError
+from selfrag_core.evaluation.contenders import ranks
 from selfrag_core.evaluation.data import EvalData
 from selfrag_core.evaluation.gate import _results_file
 from selfrag_core.evaluation.metrics import paired_difference
 from selfrag_core.evaluation.report import EvalReport, _grid, load_results
-from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_corpus
+from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_corpus, ranks_only
 from selfrag_core.presets import ADAPTIVE, BASELINE, build_strategy
 from selfrag_core.progress import Steps, step
 from selfrag_core.prompts import detect_language
@@ -430,6 +431,13 @@ class _NoLLM:
         raise ConfigurationError("a dry run makes no LLM call")
 
 
+class _NoSearch:
+    """Stands for the backend in a retrieval-only dry run, which searches nothing."""
+
+    def retrieve(self, query: str, top_k: int = 3) -> list[Any]:
+        raise ConfigurationError("a retrieval-only dry run searches nothing")
+
+
 def dry_run_backend(
     data: EvalData, names: Sequence[str] = (), rag: Any = None, *, corpus: Any = None, index: Any = None,
     embed: str = "auto", steps: Steps | None = None,
@@ -453,7 +461,7 @@ def dry_run_backend(
         rag = index_corpus(docs, Path(scratch) / "index", embed="none", save=False, steps=steps, label=label)
     basis = f"the passages a lexical (BM25) search of the corpus's {len(docs):,} documents retrieves"
     if _embeds(embed):
-        also = ", and adaptive route on other scores" if ADAPTIVE in names else ""
+        also = ", and route adaptive on other scores" if ADAPTIVE in names else ""
         basis += f" (nothing embedded: the run, embedder {embed}, may retrieve others{also})"
     else:
         basis += " (as the run will: it embeds nothing)"
@@ -472,7 +480,7 @@ def _embeds(embed: str) -> bool:
 def dry_run(
     data: EvalData, names: Sequence[str], rag: Any = None, *, corpus: Any = None, index: Any = None,
     embed: str = "auto", top_k: int | None = 3, preset: str = "small", router: Any = None,
-    call_budget: float | None = None, steps: Steps | None = None,
+    call_budget: float | None = None, steps: Steps | None = None, retrieval_only: bool | None = None,
 ) -> dict[str, dict[str, float]]:  # fmt: skip
     """What each named contender is expected to spend on ``data``'s questions, before any
     LLM call (only retrievals run): ``{name: {"calls": per question, "calls_max": ...,
@@ -484,34 +492,55 @@ def dry_run(
     else the index in ``index``, else ``corpus`` (or the data's own) indexed lexically,
     nothing embedded (:func:`dry_run_backend`, which says what the estimate rests on).
     ``steps`` (a :class:`~selfrag_core.progress.Progress`) shows the indexing and the
-    questions' retrievals as they go."""
-    if rag is None:
+    questions' retrievals as they go.
+
+    A retrieval-only run (``retrieval_only``; None: as ``evaluate`` decides, when the data
+    has relevance judgements but no answers) ranks documents instead of answering, and so
+    does its dry run, which searches nothing: plain ranks by one search (no LLM call),
+    HyDE writes its hypothetical documents (the calls, and their prompts' tokens), and a
+    contender that cannot rank is left out of the result, as the run leaves it out."""
+    ranking = ranks_only(data, retrieval_only)
+    if rag is None and ranking:
+        rag = _NoSearch()
+    elif rag is None:
         rag, _ = dry_run_backend(data, names, corpus=corpus, index=index, embed=embed, steps=steps)
     no_llm = _NoLLM()
     strategies = {
         n: build_strategy(n, rag, no_llm, top_k=top_k, preset=preset, router=router, call_budget=call_budget)
         for n in names
     }
+    if ranking:
+        strategies = {n: s for n, s in strategies.items() if ranks(s) is not None}
     totals: dict[str, dict[str, float]] = {
-        n: {"calls": 0.0, "calls_max": 0.0, "input_tokens": 0.0} for n in names
+        n: {"calls": 0.0, "calls_max": 0.0, "input_tokens": 0.0} for n in strategies
     }
     # build_strategy sizes every built-in strategy to search top_k deep (None: the profile's, at most 5)
     k = top_k or DEFAULT_TOP_K
     with step(steps, "dry run", len(data.questions), "questions") as advance:
         for question in data.questions:
             text = question.question
-            docs = run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
+            docs = [] if ranking else run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
             for n, strategy in strategies.items():
-                prompt = strategy.prompts.render(
-                    "grounded_answer", detect_language(text), context=format_context(docs), question=text
-                )
-                low, high = _expected(strategy, text, docs)
+                if ranking:
+                    low = high = _ranking_calls(strategy)
+                    prompt = strategy.prompts.render("hyde_document", detect_language(text), question=text)
+                else:
+                    prompt = strategy.prompts.render(
+                        "grounded_answer", detect_language(text), context=format_context(docs), question=text
+                    )
+                    low, high = _expected(strategy, text, docs)
                 totals[n]["calls"] += low
                 totals[n]["calls_max"] += high
                 totals[n]["input_tokens"] += low * len(prompt) / 4
             advance(1)
     count = max(len(data.questions), 1)
     return {n: {k: round(v / count, 2) for k, v in t.items()} for n, t in totals.items()}
+
+
+def _ranking_calls(strategy: Any) -> float:
+    """The LLM calls of ``strategy`` ranking documents for a question (:func:`ranks`):
+    HyDE's hypothetical documents, none for a search."""
+    return float(strategy.config.num_hypothetical_docs) if ranks(strategy) == "hyde" else 0.0
 
 
 def _expected(strategy: Any, question: str, docs: list[Any]) -> tuple[float, float]:

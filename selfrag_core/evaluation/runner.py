@@ -200,8 +200,7 @@ def evaluate(
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
         store = Path(scratch.name) / "replies.sqlite"
     built = _contenders(contenders, rag, contender_llm, options)
-    retrieval_only = settings.retrieval_only
-    ranking = (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
+    ranking = ranks_only(data, settings.retrieval_only)
     metrics = _metrics(data, k, judge is not None, ranking, problems)
     judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
     scorer = _Scorer(k, None if judge is None else FaithfulnessMetric(judge if judged is None else judged))
@@ -301,6 +300,12 @@ def _questions(questions: Any) -> EvalData:
     if not items:
         raise ConfigurationError("no questions to evaluate: give a questions file or a non-empty list")
     return EvalData("questions", items)
+
+
+def ranks_only(data: EvalData, retrieval_only: bool | None) -> bool:
+    """Whether a run ranks documents instead of answering: ``retrieval_only``, or when
+    None, whether the data has relevance judgements but no answers."""
+    return (data.has_relevance() and not data.has_answers()) if retrieval_only is None else retrieval_only
 
 
 def has_index(index: Any) -> bool:

@@ -17,6 +17,7 @@ from selfrag_core.cli import main
 from selfrag_core.evaluation import EvalSettings, evaluate, load_questions
 from selfrag_core.evaluation.router import dry_run, dry_run_backend
 from selfrag_core.store.dense import HashingEmbeddings
+from selfrag_core.testing import FakeLLM
 
 pytest.importorskip("bm25s")
 
@@ -186,3 +187,37 @@ def test_dry_run_over_an_index_searches_it(
     assert code == 0, err
     assert f"opening the index {index}" in err
     assert f"the passages the index {index} retrieves, as the run will" in out
+
+
+def test_a_retrieval_only_dry_run_searches_nothing(
+    capsys: pytest.CaptureFixture[str], data: tuple[Path, Path], no_document_embedded: list[int]
+) -> None:
+    questions, corpus = data
+    argv = ["eval", str(questions), "--corpus", str(corpus), "--strategies", "plain,hyde,self"]
+    code = main([*argv, "--retrieval-only", "--dry-run", *FAST])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "indexing" not in err and "dry run: done" in err  # no index built, not even a lexical one
+    lines = out.splitlines()
+    n = len(PLACES)
+    assert lines[1] == (
+        "input tokens: the prompts of HyDE's hypothetical documents (a retrieval-only run ranks, "
+        "answering nothing), four characters a token"
+    )
+    assert lines[2] == "left out of a retrieval-only run (they cannot rank on their own): self"
+    assert lines[4].split() == ["plain", "0.00", "0.00", "0", "0"]  # one search, no LLM call
+    assert lines[5].split()[:3] == ["hyde", "1.00", "1.00"] and lines[5].split()[-1] == str(n)
+    assert lines[6] == f"in all: about {n} LLM calls"
+
+
+def test_a_retrieval_only_dry_run_expects_the_runs_calls(data: tuple[Path, Path]) -> None:
+    questions, corpus = data
+    names = ["plain", "hyde", "self"]
+    expected = dry_run(load_questions(questions), names, retrieval_only=True)
+    llm = FakeLLM("The animal lives in a faraway country with a warm climate and many trees.")
+    settings = EvalSettings(embed="none", retrieval_only=True)
+    report = evaluate(questions, names, llm=llm, corpus=corpus, settings=settings)
+    assert set(expected) == {"plain", "hyde"} == set(report.results[0])
+    for name, e in expected.items():
+        calls = [r[name]["llm_calls"] for r in report.results]
+        assert e["calls"] == sum(calls) / len(calls), name
