@@ -174,6 +174,7 @@ def evaluate(
         raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
     cached: dict[str, CachedLLM] = {}  # by contender name
     scratch: tempfile.TemporaryDirectory[str] | None = None
+    temporary: list[tempfile.TemporaryDirectory[str]] = []  # a corpus indexed for this run only
     store = cache
 
     def recorded(model: Any, namespace: str, fallbacks: tuple[str, ...] = ()) -> CachedLLM | None:
@@ -194,7 +195,7 @@ def evaluate(
         isinstance(v, str) for v in contenders.values()
     )
     if rag is None and needs_backend:
-        rag = _backend(data, corpus, index, settings.embed, problems, steps)
+        rag = _backend(data, corpus, index, settings.embed, problems, steps, temporary)
     options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset)
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
@@ -251,8 +252,9 @@ def evaluate(
             }
         for wrapped in every:
             wrapped.close()
-        if scratch is not None:
-            scratch.cleanup()
+        for directory in (scratch, *temporary):
+            if directory is not None:
+                directory.cleanup()
         if output is not None:
             report.write(Path(output))
     return report
@@ -351,9 +353,12 @@ def _backend(
     embed: str,
     problems: list[InputProblem],
     steps: Steps | None = None,
+    temporary: list[tempfile.TemporaryDirectory[str]] | None = None,
 ) -> Any:
     """The index named contenders search: ``index`` when it holds one, else the corpus
-    indexed (into ``index`` when given, so the next run opens it; else a temporary one)."""
+    indexed (into ``index`` when given, so the next run opens it; else into a temporary
+    directory, added to ``temporary`` for the caller to remove after the run, or left to
+    the caller without it)."""
     if has_index(index):
         if steps is not None:
             steps.say(f"opening the index {index}")
@@ -362,7 +367,11 @@ def _backend(
     if steps is not None:
         where = f"into {index}" if index is not None else "into a temporary index (--index DIR keeps it)"
         steps.say(f"indexing the corpus: {len(docs):,} documents {where}, embedder {embed}")
-    directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
+    if index is None and temporary is not None:
+        temporary.append(tempfile.TemporaryDirectory(prefix="selfrag-eval-", ignore_cleanup_errors=True))
+        directory = Path(temporary[-1].name)
+    else:
+        directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
     return index_corpus(docs, directory, embed=embed, save=index is not None, steps=steps)
 
 

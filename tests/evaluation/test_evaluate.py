@@ -637,3 +637,22 @@ def test_the_report_measures_how_far_the_support_check_can_be_trusted() -> None:
     assert verifier["f1_certified"] > verifier["f1_flagged"]
     assert re.search(r"plain\s+1\.000\s+2, \d\.\d{3}\s+1, \d\.\d{3}", report.table())
     assert report.to_dict()["summary"]["plain"]["verifier"] == verifier
+
+
+def test_a_corpus_indexed_for_the_run_only_is_removed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --index the corpus goes into a temporary index, gone when the run ends
+    (each run used to leave a selfrag-eval-* folder behind)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    questions = [EvalQuestion("q", "Where does the cat live?", ("Paris",))]
+    corpus = [{"text": "The cat lives in Paris.", "source": "cat"}]
+    data = EvalData("cats", questions, [])
+    corpus_path = tmp_path / "corpus.jsonl"
+    lines = (json.dumps({"_id": d["source"], "text": d["text"]}) + "\n" for d in corpus)
+    corpus_path.write_text("".join(lines))
+    report = evaluate(data, ["plain"], llm=reader(), corpus=corpus_path, settings=EvalSettings(embed="none"))
+    assert report.results[0]["plain"]["sources"]  # it searched the temporary index
+    assert not list(tmp_path.glob("selfrag-eval-*"))
