@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.profiles import ModelProfile
-from selfrag_core.validation import check_int, check_positive_or_none, check_unit
+from selfrag_core.validation import check_int, check_positive_or_none, check_unit, check_verifier
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    from selfrag_core.verify import Verifier
 
 C = TypeVar("C", bound="StrategyConfig")
 #: any frozen settings dataclass (a strategy's config, ``EvalSettings``)
@@ -128,20 +130,18 @@ class GroundingConfig:
         default verifier's threshold; the name is the specification's).
     verifier: what decides support (``selfrag_core.verify.Verifier``: ``verify(sentences,
         passages, question)``), e.g. a ``CrossEncoderVerifier`` over an NLI model; None:
-        the LLM-free ``LexicalVerifier``. Used for the grounding and the citations.
+        the LLM-free ``LexicalVerifier``. Used for the grounding and the citations. The
+        same as ``SelfRAGConfig(verifier=...)``, the setting every strategy's config has
+        (:class:`StrategyConfig`); when both are set they must be the same object.
     """
 
     enabled: bool = True
     min_token_support: float = 0.5
-    verifier: Any = None
+    verifier: Verifier | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_unit("min_token_support", self.min_token_support)
-        if self.verifier is not None and not callable(getattr(self.verifier, "verify", None)):
-            raise TypeError(
-                "verifier must have verify(sentences, passages, question), "
-                f"got {type(self.verifier).__name__}"
-            )
+        check_verifier(self.verifier)
 
 
 #: the specification's default of the documents retrieved per search
@@ -157,7 +157,18 @@ DEFAULT_SYSTEM_PROMPT = (
 
 @dataclass(frozen=True)
 class StrategyConfig:
-    """What every strategy's config can do (the subclasses hold the fields).
+    """What every strategy's config can do (the subclasses hold the other fields).
+
+    verifier: what decides whether an answer is supported by the documents, wherever the
+        strategy decides it: its citations, its grounding, SelfIRAG's
+        ``stop_when_supported``, SelfHealingRAG's evidence, DraftsRAG's choice of draft,
+        AdaptiveRAG's support signal (a :class:`~selfrag_core.verify.Verifier`:
+        ``verify(sentences, passages, question)`` and a ``threshold``; e.g. a
+        ``CrossEncoderVerifier`` over an NLI model you have loaded). None (the default):
+        the LLM-free :class:`~selfrag_core.verify.LexicalVerifier`. A composite strategy
+        that builds its own children (AdaptiveRAG's default candidates,
+        ``presets.build_strategy``) gives them its verifier. Keyword-only; an object, so it
+        takes no part in a config's equality, hash or repr.
 
     ``replace(**changes)``: a copy with those fields changed, validated (an unknown name
     raises ConfigurationError listing the known ones). ``with_overrides(context)``: the
@@ -165,6 +176,11 @@ class StrategyConfig:
     ignored). ``for_profile(profile, **changes)``: the sizes that fit a model
     (:class:`~selfrag_core.profiles.ModelProfile`), then ``changes``.
     """
+
+    verifier: Verifier | None = field(default=None, kw_only=True, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_verifier(self.verifier)
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -275,6 +291,7 @@ class _OneAnswerConfig(StrategyConfig):
     llm_retries: int = 2
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_int("top_k", self.top_k, 1)
         check_int("llm_retries", self.llm_retries, 0)
 
@@ -353,6 +370,7 @@ class HyDERAGConfig(StrategyConfig):
     llm_retries: int = 2
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_int("num_hypothetical_docs", self.num_hypothetical_docs, 1)
         object.__setattr__(self, "use_original_query", bool(self.use_original_query))
         check_int("top_k", self.top_k, 1)
@@ -390,6 +408,7 @@ class SelfHealingRAGConfig(StrategyConfig):
     evidence_weight: float = 0.5
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_unit("confidence_threshold", self.confidence_threshold)
         check_int("max_retries", self.max_retries, 0)
         if not isinstance(self.system_prompt, str):
@@ -413,6 +432,10 @@ class SelfRAGConfig(StrategyConfig):
         by the retrieved documents, without asking the judge (one LLM call): for a model
         whose judge cannot be trusted to improve on a supported answer (the small
         model profile sets it). False keeps the judge in charge, as specified.
+    verifier: as every config's (:class:`StrategyConfig`); ``grounding.verifier``, the
+        older place of the same setting, still sets it: when it is set, it is this
+        config's ``verifier``, and a ``verifier`` that is another object is a
+        ConfigurationError.
     """
 
     max_refinement_iterations: int = 3
@@ -433,11 +456,21 @@ class SelfRAGConfig(StrategyConfig):
     drafts: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_int("drafts", self.drafts, 0)
         check_int("max_refinement_iterations", self.max_refinement_iterations, 1)
         check_unit("confidence_threshold", self.confidence_threshold)
         check_int("llm_retries", self.llm_retries, 0)
         check_int("top_k", self.top_k, 1)
+        grounded = getattr(self.grounding, "verifier", None)
+        if grounded is not None:
+            if self.verifier is not None and self.verifier is not grounded:
+                raise ConfigurationError(
+                    f"SelfRAGConfig(verifier={type(self.verifier).__name__}(...)) and "
+                    f"grounding=GroundingConfig(verifier={type(grounded).__name__}(...)) are two different "
+                    "verifiers; set one of them (verifier=, the setting every strategy's config has)"
+                )
+            object.__setattr__(self, "verifier", grounded)
 
     @classmethod
     def _sizes(cls, profile: ModelProfile, top_k: int) -> dict[str, Any]:
@@ -474,6 +507,7 @@ class RecursiveRAGConfig(StrategyConfig):
     merge: bool = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.decomposition not in ("auto", "rules", "llm"):
             raise ConfigurationError(
                 f"decomposition must be 'auto', 'rules' or 'llm', got {self.decomposition!r}"

@@ -70,3 +70,17 @@ def check_positive_or_none(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigurationError(f"{name} must be a positive number or None, got {value!r}")
     return float(value)
+
+
+def check_verifier(verifier: object, name: str = "verifier") -> None:
+    """Nothing when ``verifier`` is None or has ``verify(sentences, passages, question)``
+    and a ``threshold`` (a :class:`~selfrag_core.verify.Verifier`), else a TypeError
+    saying what to pass."""
+    if verifier is None:
+        return
+    if not callable(getattr(verifier, "verify", None)) or not hasattr(verifier, "threshold"):
+        raise TypeError(
+            f"{name} must have verify(sentences, passages, question) and a threshold (a "
+            "selfrag_core.verify.Verifier: LexicalVerifier, CrossEncoderVerifier or your own), "
+            f"got {type(verifier).__name__}"
+        )
