@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from selfrag_core.comparison import comparison
 from selfrag_core.config import (
@@ -49,6 +49,7 @@ from selfrag_core.config import (
     HyDERAGConfig,
     RecursiveRAGConfig,
     SelfHealingRAGConfig,
+    SelfRAGConfig,
     config_from,
 )
 from selfrag_core.engine import Note, Plan, without_streaming
@@ -76,6 +77,9 @@ from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
 from selfrag_core.types import Answer, RetrievedDoc
+
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
 
 #: the two moments a question is routed: after retrieval (before any LLM call), after the first answer
 BEFORE_ANSWER, AFTER_ANSWER = "before_answer", "after_answer"
@@ -129,7 +133,13 @@ def _similarities(docs: Sequence[RetrievedDoc]) -> list[float]:
     return [s for s in (d.similarity for d in docs) if s is not None and math.isfinite(s)]
 
 
-def route_signals(question: str, docs: Sequence[RetrievedDoc], answer: str | None = None) -> dict[str, float]:
+def route_signals(
+    question: str,
+    docs: Sequence[RetrievedDoc],
+    answer: str | None = None,
+    *,
+    verifier: Verifier | None = None,
+) -> dict[str, float]:
     """The signals a router reads, none of which costs an LLM call: the question's shape
     (``question_words``, ``clauses``, ``parts`` and ``multi_part`` by
     :func:`~selfrag_core.questions.split_question`, ``comparison`` wording, ``entities``),
@@ -137,7 +147,8 @@ def route_signals(question: str, docs: Sequence[RetrievedDoc], answer: str | Non
     between the first two similarities, 0 where the backend gives none, and the share of
     the question's content words the documents hold, ``context_coverage``) and, with
     ``answer``, the first answer's (``answer_words``; ``answer_supported`` and
-    ``support_score`` by the verifier, :func:`~selfrag_core.grounding.assess`;
+    ``support_score`` by ``verifier``, :func:`~selfrag_core.grounding.assess`, None: the
+    default ``LexicalVerifier``;
     ``answer_degenerate``; ``answer_refusal``, also for no answer; ``answer_coverage`` of
     the question, :func:`~selfrag_core.grounding.question_coverage`; and the
     ``missing_parts`` of a question of several parts that it leaves out)."""
@@ -163,7 +174,8 @@ def route_signals(question: str, docs: Sequence[RetrievedDoc], answer: str | Non
         return signals
     text = answer.strip()
     empty = text in _EMPTY_ANSWERS
-    grounding = assess(text, question, context, passages=[d.text for d in docs]) if not empty else None
+    passages = [d.text for d in docs]
+    grounding = None if empty else assess(text, question, context, passages=passages, verifier=verifier)
     degenerate = grounding is None or grounding.degenerate is not None
     signals.update(
         answer_words=float(len(text.split())),
@@ -549,19 +561,22 @@ def load_router(source: str | os.PathLike[str] | Mapping[str, Any]) -> FittedRou
 
 def default_candidates(
     rag_system: BackendLike, llm: LLMLike, *, top_k: int, execution: ExecutionConfig | None,
-    prompts: Mapping[str, str] | Prompts | None,
+    prompts: Mapping[str, str] | Prompts | None, verifier: Verifier | None = None,
 ) -> dict[str, Strategy[Any]]:  # fmt: skip
     """The candidates of an ``AdaptiveRAG`` given none, by the names ``selfrag eval`` gives
     them: ``recursive`` (split by rule, parts joined), ``hyde``, ``self``, ``healing``
-    (plain, then HyDE), each otherwise with its own defaults."""
+    (plain, then HyDE), each otherwise with its own defaults, and each with ``verifier``
+    (the AdaptiveRAG's: chosen once)."""
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
-    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k), **shared)
-    healing = SelfHealingRAGConfig(top_k=top_k)
-    split = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=top_k)
+    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k, verifier=verifier), **shared)
+    healing = SelfHealingRAGConfig(top_k=top_k, verifier=verifier)
+    split = RecursiveRAGConfig(
+        max_depth=1, decomposition="rules", merge=False, top_k=top_k, verifier=verifier
+    )
     return {
         "recursive": RecursiveRAG(rag_system, llm, split, **shared),
         "hyde": hyde,
-        "self": SelfIRAG(rag_system, llm, **shared),
+        "self": SelfIRAG(rag_system, llm, SelfRAGConfig(verifier=verifier), **shared),
         "healing": SelfHealingRAG(llm, [rag_system, hyde], config=healing, **shared),
     }
 
@@ -570,7 +585,9 @@ class AdaptiveRAG(Strategy[Answer]):
     """``AdaptiveRAG(rag_system, llm, config=None, *, strategies=None, router=None,
     call_budget=None, execution=None, prompts=None)``; ``config`` (an
     :class:`~selfrag_core.config.AdaptiveRAGConfig`) sizes the plain answer (``top_k``,
-    ``llm_retries``; as keywords still accepted, deprecated).
+    ``llm_retries``; as keywords still accepted, deprecated) and its ``verifier`` (None:
+    the LLM-free ``LexicalVerifier``) judges the plain answer's support for the router;
+    the default candidates are built with it, candidates you pass keep their own.
 
     Answers plainly (one retrieval, the ``grounded_answer`` prompt) unless the router
     hands the question to one of ``strategies`` (``{name: strategy}``; default
@@ -607,8 +624,9 @@ class AdaptiveRAG(Strategy[Answer]):
         self.config = config_from(AdaptiveRAGConfig, config, "AdaptiveRAG", given, deprecated=given)
         if strategies is None:
             strategies = default_candidates(
-                rag_system, llm, top_k=self.config.top_k, execution=execution, prompts=prompts
-            )
+                rag_system, llm, top_k=self.config.top_k, execution=execution, prompts=prompts,
+                verifier=self.config.verifier,
+            )  # fmt: skip
         if not isinstance(strategies, Mapping):
             raise TypeError("strategies must be a dict {name: strategy}")
         for name, strategy in strategies.items():
@@ -718,7 +736,8 @@ class AdaptiveRAG(Strategy[Answer]):
         plain = Answer(answer, docs, {"strategy": "plain", "stage": None})
         if decision.choice is not None:
             return plain  # the question's one escalation failed: no second one
-        decision = yield from self.decide(AFTER_ANSWER, query, route_signals(query, docs, answer))
+        signals = route_signals(query, docs, answer, verifier=self.verifier)
+        decision = yield from self.decide(AFTER_ANSWER, query, signals)
         if decision.choice is None:
             return plain
         strategy = self.strategies[decision.choice]

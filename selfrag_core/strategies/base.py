@@ -39,6 +39,7 @@ from selfrag_core.verify import split_sentences
 
 if TYPE_CHECKING:
     from selfrag_core.memory import ConversationMemory
+    from selfrag_core.verify import Verifier
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -356,22 +357,32 @@ class Strategy(Generic[R]):
         """Async :meth:`stream`."""
         return astream_query(self, query, context)
 
+    @property
+    def verifier(self) -> Verifier | None:
+        """What decides whether this strategy's answers are supported (its citations, its
+        grounding, its choice among drafts): its config's ``verifier``; None, the
+        default, is the LLM-free :class:`~selfrag_core.verify.LexicalVerifier` (and a
+        strategy of yours without a config)."""
+        return getattr(self.config, "verifier", None)
+
     def get_stats(self) -> dict[str, Any]:
         """What the service's ``/stats`` shows of the strategy beside its class (SelfIRAG:
         its settings); none by default."""
         return {}
 
     def finish(self, result: R, run: Run) -> R:
-        """The last step of every run: the result gets the run's trace and wall time.
-        Subclasses extend it (SelfHealingRAG fills each attempt's usage)."""
-        return Strategy.finish_trace(result, run)
+        """The last step of every run: the result gets the run's trace and wall time, and
+        its citations checked by the strategy's :attr:`verifier`. Subclasses extend it
+        (SelfHealingRAG fills each attempt's usage)."""
+        return Strategy.finish_trace(result, run, verifier=self.verifier)
 
     @staticmethod
-    def finish_trace(result: T, run: Run) -> T:
+    def finish_trace(result: T, run: Run, *, verifier: Verifier | None = None) -> T:
         """The result (a :class:`~selfrag_core.types.Result`) gets the run's trace and wall
         time, why it holds no answer (``no_answer``, :func:`no_answer_reason`, unless its
-        plan said), and the citations of its answer (:func:`~selfrag_core.citations.cite`,
-        unless its plan computed them on the way; none for a refusal or a fallback). Past
+        plan said), and the citations of its answer (:func:`~selfrag_core.citations.cite`
+        with ``verifier``, None for the default, unless its plan computed them on the way;
+        none for a refusal or a fallback). Past
         the query's deadline they are not computed: a ``citations_skipped`` note holds the
         QueryTimeoutError. Another object is returned as it is."""
         if isinstance(result, Result):
@@ -385,7 +396,7 @@ class Strategy(Generic[R]):
             elif not result.citations:
                 try:
                     Deadline("the citations").check(run)
-                    result.citations = cite(answer, result.documents)
+                    result.citations = cite(answer, result.documents, verifier=verifier)
                 except QueryTimeoutError as e:
                     run.record_note(
                         Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})

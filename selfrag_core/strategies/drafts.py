@@ -66,17 +66,19 @@ def drafted_answer(
     only the drafts are written, and none when no draft could beat it (its score is
     within :data:`DRAFT_MARGIN` of 1): the same choice at the drafts' calls alone.
     ``max_chars``: each prompt's documents within that many characters (PlainRAG's
-    ``max_context_chars``), so the answer over all is PlainRAG's own prompt."""
+    ``max_context_chars``), so the answer over all is PlainRAG's own prompt. The verifier
+    is ``strategy``'s (:attr:`~selfrag_core.strategies.base.Strategy.verifier`)."""
     subsets = [tuple(range(len(docs)))]
     if len(docs) > 1 and not is_multi_part(query):  # one document rarely holds every part
         subsets += [(i,) for i in range(min(drafts, len(docs)))]
     texts = [d.text for d in docs]
     context = context_text(docs)
+    verifier = strategy.verifier
 
     def draft(subset: tuple[int, ...], reply: str) -> Draft:
         answer = answer_text(reply)
         unusable = degenerate_reason(answer, query, context)
-        score = None if unusable else verify_answer(answer, texts, question=query).score
+        score = None if unusable else verify_answer(answer, texts, verifier, query).score
         return Draft(answer, subset, score, unusable)
 
     candidates: list[Draft] = []

@@ -35,7 +35,8 @@ class PlainRAG(Strategy[Answer]):
     (:meth:`answer_prompt`). The keywords ``top_k`` and ``llm_retries`` still build the
     config, deprecated. By default ``query``/``aquery`` never raise for backend or LLM
     failures: the fallback answer is returned and the failure is in ``result.trace``
-    (``config.raise_errors`` raises them instead).
+    (``config.raise_errors`` raises them instead). ``config.verifier`` (None: the LLM-free
+    ``LexicalVerifier``) checks the citations and chooses among drafts.
     """
 
     config: PlainRAGConfig

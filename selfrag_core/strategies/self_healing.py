@@ -27,7 +27,7 @@ import contextvars
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selfrag_core.citations import check_with_claims, cite, supported_share
 from selfrag_core.config import (
@@ -53,6 +53,9 @@ from selfrag_core.strategies.base import (
     format_context,
 )
 from selfrag_core.types import Citation, HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
+
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "NO_CONTEXT_ANSWER", "SelfHealingRAG", "evidence"]
 #: the answer of an attempt whose retrieval found nothing (no LLM call is made)
@@ -88,6 +91,9 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
     ``selfrag_core.metrics`` (default ``FaithfulnessMetric(llm)``). ``evidence_weight``:
     the weight of the LLM-free evidence in each attempt's score (0: the metric alone,
     as the specification scores; 1: the evidence alone, no metric call is saved).
+    ``config.verifier`` (None: the LLM-free ``LexicalVerifier``) checks each attempt's
+    sentences for its evidence and the report's citations; a strategy among
+    ``strategies`` answers with its own config's verifier.
 
     A query never raises for a failure one attempt can absorb; when every attempt
     raises it raises :class:`StrategyError` (``.report`` holds the report) from the
@@ -209,7 +215,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         """The trace, the citations checked against the claims the metric judged for the
         chosen attempt (no extra call), each attempt's calls, tokens and latency, the
         tracer, ``last_report``."""
-        report = Strategy.finish_trace(result, run)
+        report = Strategy.finish_trace(result, run, verifier=self.verifier)
         chosen = _chosen(report.attempt_details, report.threshold)
         if chosen is not None and chosen.claims and chosen.answer == report.answer:
             report.citations = check_with_claims(report.citations, chosen.claims)
@@ -305,7 +311,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         except QueryTimeoutError as e:
             yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
             return 0.0, "the query ran out of time"
-        attempt.citations = cite(attempt.answer, attempt.sources)
+        attempt.citations = cite(attempt.answer, attempt.sources, verifier=self.verifier)
         attempt.evidence = evidence(query, attempt.answer, attempt.sources, attempt.citations)
         try:
             scored = yield from metric_plan(self.metric, query, attempt.answer, contexts)
@@ -322,17 +328,22 @@ def evidence(
     answer: str,
     sources: Sequence[RetrievedDoc],
     citations: Sequence[Citation] | None = None,
+    *,
+    verifier: Verifier | None = None,
 ) -> float:
     """LLM-free evidence for an answer, in [0, 1]: the geometric mean of the share of its
     sentences a source supports (:func:`~selfrag_core.citations.supported_share`) and the
     coverage of the question's content words by the answer and the place in the context
     it comes from (:func:`~selfrag_core.grounding.question_coverage`). 0 for a degenerate
     answer or one without sources. ``citations``: the answer's, when they are already
-    computed (``cite(answer, sources)``)."""
+    computed (``cite(answer, sources, verifier=verifier)``); else they are, checked by
+    ``verifier`` (None: the default :class:`~selfrag_core.verify.LexicalVerifier`)."""
     context = context_text(list(sources))
     if not context or assess(answer, question, context).degenerate is not None:
         return 0.0
-    share = supported_share(cite(answer, list(sources)) if citations is None else citations) or 0.0
+    if citations is None:
+        citations = cite(answer, list(sources), verifier=verifier)
+    share = supported_share(citations) or 0.0
     return math.sqrt(share * question_coverage(answer, question, context))
 
 

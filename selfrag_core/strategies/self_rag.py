@@ -195,7 +195,9 @@ class SelfIRAG(Strategy[SelfRAGResult]):
     ``SelfIRAG(rag_system, llm, config=None, *, execution=None, prompts=None)``;
     raises ``ValueError`` when ``llm`` is falsy. ``query`` / ``aquery`` never raise for
     backend or LLM failures: the fallback answer is returned and the failure is in
-    ``result.trace``.
+    ``result.trace``. ``config.verifier`` (or ``config.grounding.verifier``; None: the
+    LLM-free ``LexicalVerifier``) decides each step's grounding, ``stop_when_supported``,
+    the choice among drafts and the citations.
     """
 
     config: SelfRAGConfig
@@ -404,10 +406,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             context_text(docs),
             min_token_support=self.config.grounding.min_token_support,
             passages=[d.text for d in docs],
-            verifier=self.config.grounding.verifier,
+            verifier=self.config.verifier,
         )
         if grounding.supported:
-            grounding.citations = cite(answer, docs, verifier=self.config.grounding.verifier)
+            grounding.citations = cite(answer, docs, verifier=self.config.verifier)
             grounding.sentence_support = supported_share(grounding.citations)
         return grounding
 
