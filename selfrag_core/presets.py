@@ -7,8 +7,9 @@ an application module: it may use the library (the strategies, the configs) and 
 store and local models, and the library never imports it (pyproject's import-linter
 contracts).
 
-    build_strategy(name, rag, llm, *, preset="small", top_k=3, ...)   # one strategy (or a ModelProfile)
+    build_strategy(name, rag, llm, *, preset="small", top_k=3, verifier=None, ...)  # one strategy
     default_strategies(rag, llm)                                      # create_app's four
+    load_verifier(spec)                  # --verifier: a Verifier of your own, package.module:factory
     open_index(directory, *, create, embed="auto", ...)               # the embedded index
     open_backend(spec)                   # --backend: a directory, SCHEME://..., module:factory, or memory
 """
@@ -25,16 +26,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selfrag_core.backends.registry import EMBEDDER_CHOICES, backend_embedder, open_url, url_scheme
-from selfrag_core.config import ExecutionConfig
+from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
 from selfrag_core.prompts import Prompts
 from selfrag_core.retrieval import resolve_backend
 from selfrag_core.strategies import Strategy
 from selfrag_core.strategies.registry import BUILT_IN, compared
+from selfrag_core.validation import check_verifier
+
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
 
 logger = logging.getLogger("selfrag")
 
@@ -99,6 +104,7 @@ def build_strategy(
     preset: str | ModelProfile = "small",
     router: Any = None,
     call_budget: float | None = None,
+    verifier: Verifier | None = None,
 ) -> Strategy[Any]:
     """The strategy ``name`` (an entry of ``BUILT_IN``: ``BASELINE``, one of ``STRATEGIES``,
     ``ADAPTIVE``..., or one of your own named ``"package.module:Name"`` or
@@ -121,8 +127,14 @@ def build_strategy(
     question between plain and the ``STRATEGIES``, sized the same, with ``router`` (a
     router file, see ``AdaptiveRAG``; None: the default rules) within ``call_budget``
     (the most LLM calls a question is expected to cost); other strategies ignore both.
-    Raises ConfigurationError for an unknown name or preset.
+    ``verifier`` (a :class:`~selfrag_core.verify.Verifier`; None: the LLM-free
+    ``LexicalVerifier``) decides support for the strategy and every strategy it is made
+    of (its config's ``verifier``); a strategy of your own gets it as ``verifier=`` when
+    its factory takes that keyword, else in its config when that is a ``StrategyConfig``.
+    Raises ConfigurationError for an unknown name or preset, TypeError for a ``verifier``
+    that is not one.
     """
+    check_verifier(verifier)
     profile = profile_for(preset)
     # a small model never writes [n] markers and can end its answer at one: its citations
     # are attributed instead (the instruction stays for models that cite)
@@ -135,17 +147,17 @@ def build_strategy(
     execution = ExecutionConfig(**limits)
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
     if ":" in name:
-        return load_strategy(name, rag, llm, execution=execution)
+        return load_strategy(name, rag, llm, execution=execution, verifier=verifier)
     entry = BUILT_IN.get(name)
     if entry is None:
         raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(BUILT_IN)}")
-    config = entry.config.for_profile(profile, top_k=top_k)
+    config = entry.config.for_profile(profile, top_k=top_k, verifier=verifier)
     if entry.compose is None:
         make: Callable[..., Strategy[Any]] = entry.strategy
         return make(rag, llm, config=config, **shared)
 
     def sized(other: str) -> Strategy[Any]:
-        return build_strategy(other, rag, llm, top_k=top_k, preset=profile, **limits)
+        return build_strategy(other, rag, llm, top_k=top_k, preset=profile, verifier=verifier, **limits)
 
     return entry.compose(rag, llm, config, sized, shared, {"router": router, "call_budget": call_budget})
 
@@ -176,30 +188,59 @@ def _import_attribute(spec: str, what: str, name: str, others: str) -> Any:
 
 
 def load_strategy(
-    spec: str, rag: Any, llm: Any, *, execution: ExecutionConfig | None = None
+    spec: str,
+    rag: Any,
+    llm: Any,
+    *,
+    execution: ExecutionConfig | None = None,
+    verifier: Verifier | None = None,
 ) -> Strategy[Any]:
     """A strategy of your own: ``spec`` names a ``Strategy`` subclass (or any callable
     ``f(rag_system, llm, ...)`` returning a strategy) as ``"package.module:Name"`` or
     ``"path/to/file.py:Name"``; it is built with the backend and the LLM, and with
-    ``execution`` where it takes one. Raises ConfigurationError naming what is missing."""
+    ``execution`` and ``verifier`` where it takes them (a ``verifier`` it does not take
+    goes into its config when that is a ``StrategyConfig`` without one). Raises
+    ConfigurationError naming what is missing."""
     factory = _import_attribute(spec, "strategy", "Name", f"or one of {', '.join(STRATEGIES)}")
     takes = inspect.signature(factory).parameters
-    with_execution = execution is not None and (
-        "execution" in takes or any(p.kind is p.VAR_KEYWORD for p in takes.values())
-    )
-    strategy: Strategy[Any] = factory(rag, llm, execution=execution) if with_execution else factory(rag, llm)
+    keywords = any(p.kind is p.VAR_KEYWORD for p in takes.values())
+    given = {"execution": execution, "verifier": verifier}
+    options = {k: v for k, v in given.items() if v is not None and (k in takes or keywords)}
+    strategy: Strategy[Any] = factory(rag, llm, **options)
     if not isinstance(strategy, Strategy):
         raise ConfigurationError(
             f"{spec!r} made a {type(strategy).__name__}, which is not a Strategy: "
             "subclass selfrag_core.Strategy (its plan is _plan(query, context))"
         )
+    config = strategy.config
+    if verifier is not None and isinstance(config, StrategyConfig) and config.verifier is None:
+        strategy.config = config.replace(verifier=verifier)
     return strategy
 
 
-def default_strategies(rag: Any, llm: Any) -> dict[str, Strategy[Any]]:
+def load_verifier(spec: str) -> Verifier:
+    """A verifier of your own (``selfrag ... --verifier SPEC``): ``spec`` names, as
+    ``"package.module:name"`` or ``"path/to/file.py:name"``, a
+    :class:`~selfrag_core.verify.Verifier` (``verify(sentences, passages, question)`` and a
+    ``threshold``), or a class or factory called with no arguments that returns one (one
+    that loads an NLI model and wraps it in a ``CrossEncoderVerifier``, say). Raises
+    ConfigurationError naming what is missing."""
+    found = _import_attribute(spec, "verifier", "factory", "a Verifier or a factory that returns one")
+    verifier: Verifier = found
+    if isinstance(found, type) or (callable(found) and not callable(getattr(found, "verify", None))):
+        verifier = found()  # a class or a factory
+    try:
+        check_verifier(verifier)
+    except TypeError as e:
+        raise ConfigurationError(f"{spec!r} gave no verifier: {e}") from e
+    return verifier
+
+
+def default_strategies(rag: Any, llm: Any, *, verifier: Verifier | None = None) -> dict[str, Strategy[Any]]:
     """The four strategies over one backend and LLM, by their URL names, each with its
-    own defaults (the "standard" preset and ``ExecutionConfig()``'s limits): what
-    ``create_app`` serves when given no strategies.
+    own defaults (the "standard" preset and ``ExecutionConfig()``'s limits) and
+    ``verifier`` (None: the LLM-free ``LexicalVerifier``): what ``create_app`` serves when
+    given no strategies.
 
     ``healing`` tries plain retrieval first, then HyDE, keeping the first answer
     whose faithfulness clears its threshold.
@@ -211,7 +252,10 @@ def default_strategies(rag: Any, llm: Any) -> dict[str, Strategy[Any]]:
         "llm_timeout": limits.llm_timeout,
         "query_timeout": limits.query_timeout,
     }
-    return {name: build_strategy(name, rag, llm, preset="standard", **own) for name in STRATEGIES}
+    return {
+        name: build_strategy(name, rag, llm, preset="standard", verifier=verifier, **own)
+        for name in STRATEGIES
+    }
 
 
 # ----------------------------------------------------------------------------- the index

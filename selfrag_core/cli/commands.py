@@ -31,7 +31,7 @@ from selfrag_core.display import one_line
 from selfrag_core.engine import observe_trace
 from selfrag_core.errors import ConfigurationError, RAGSystemError, misconfiguration_hint
 from selfrag_core.ingest import Writer, writer
-from selfrag_core.presets import ADAPTIVE, STRATEGIES, build_strategy, open_index, preset_for
+from selfrag_core.presets import ADAPTIVE, STRATEGIES, build_strategy, load_verifier, open_index, preset_for
 from selfrag_core.progress import Progress
 from selfrag_core.strategies.registry import BUILT_IN
 
@@ -153,16 +153,22 @@ def _llm(args: argparse.Namespace) -> Any:
         raise CLIError(f"could not create the LLM {args.llm!r}: {type(e).__name__}: {e}; {hint}") from e
 
 
-def _strategy(args: argparse.Namespace, name: str, rag: Any, llm: Any) -> Any:
+def _strategy(args: argparse.Namespace, name: str, rag: Any, llm: Any, verifier: Any = None) -> Any:
     strategy = build_strategy(
         name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls,
         llm_timeout=args.llm_timeout or None, query_timeout=args.timeout or None, preset=preset_for(args.llm),
-        **_routing(args),
+        verifier=verifier, **_routing(args),
     )  # fmt: skip
     # a limit's message names the flag that sets it
     knobs = {"query_timeout": "--timeout", "llm_timeout": "--llm-timeout", "max_llm_calls": "--max-llm-calls"}
     strategy.execution = dataclasses.replace(strategy.execution, knobs=knobs)
     return strategy
+
+
+def _verifier(args: argparse.Namespace) -> Any:
+    """``--verifier``'s verifier, loaded once per command (None: the default one)."""
+    spec = getattr(args, "verifier", None)
+    return load_verifier(spec) if spec else None
 
 
 def _routing(args: argparse.Namespace) -> dict[str, Any]:
@@ -186,7 +192,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
     if args.strategy != ADAPTIVE and (args.router or args.call_budget is not None):
         raise CLIError(f"--router and --call-budget are for --strategy {ADAPTIVE}, not {args.strategy!r}")
-    strategy = _strategy(args, args.strategy, rag, _llm(args))
+    strategy = _strategy(args, args.strategy, rag, _llm(args), _verifier(args))
     with nullcontext() if args.quiet else observe_trace(step_lines(Progress(args.plain))):
         result = run_strategy(strategy, args.question)
     why = unanswered(result)
@@ -261,7 +267,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             rag, gathered, progress, changed=any(dropped.values()), source=lambda p: DEMO_SOURCE + names[p]
         )
     progress.say(f"indexed {files} sample documents ({rag.count()} chunks) into {directory}")
-    llm = _llm(args)
+    llm, verifier = _llm(args), _verifier(args)
     questions = demo_questions()[: args.questions]
     strategies = args.strategies or list(STRATEGIES)
     rows = []
@@ -269,7 +275,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for question in questions:
             for name in strategies:
                 advance(0, f"{name}: {one_line(question, 60)}")
-                result = run_strategy(_strategy(args, name, rag, llm), question)
+                result = run_strategy(_strategy(args, name, rag, llm, verifier), question)
                 rows.append((name, question, result))
                 progress.say(f"\n[{name}] {question}\n  -> {one_line(result.answer)}")
                 progress.say(f"  {result.summary()}; {_usage(result)}")
@@ -292,11 +298,11 @@ def serve_app(args: argparse.Namespace) -> Any:
     else:
         directory = _index_dir(args)
         rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
-    llm = _llm(args)
+    llm, verifier = _llm(args), _verifier(args)
     strategies = {
         name: build_strategy(
             name, rag, llm, top_k=args.top_k, max_llm_calls=args.max_llm_calls, preset=preset_for(args.llm),
-            **_routing(args),
+            verifier=verifier, **_routing(args),
         )
         for name in BUILT_IN  # every built-in strategy, /query/plain too, as ask and eval have them
     }  # fmt: skip
@@ -329,8 +335,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         rag = _open_external(args, str(spec))
     else:
         rag = open_index(directory, create=True, embed=args.embedder, chunk_size=args.chunk_size)
-    llm = _llm(args)
-    strategies = {name: _strategy(args, name, rag, llm) for name in BUILT_IN}
+    llm, verifier = _llm(args), _verifier(args)
+    strategies = {name: _strategy(args, name, rag, llm, verifier) for name in BUILT_IN}
     # the token matters over HTTP only: stdio is the client's own child process
     settings = ServeSettings.from_env() if args.http else ServeSettings()
     tools = SelfragTools(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from selfrag_core.cli.commands import _generation_options, _llm, _routing
+from selfrag_core.cli.commands import _generation_options, _llm, _routing, _verifier
 from selfrag_core.cli.files import CLIError, _external_backend, _open_external, default_index_dir
 from selfrag_core.presets import preset_for
 from selfrag_core.progress import Progress
@@ -59,6 +59,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "query_timeout": args.timeout or None, **_routing(args)},
         cache=None if args.no_cache else cache, replay=args.replay, shared_replies=args.shared_replies,
         concurrency=args.concurrency, limit=limit, seed=args.seed, output=out, embed=args.embedder,
+        verifier=_verifier(args),
         extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
     )  # fmt: skip
     # the steps as they go: opening or indexing the corpus (documents), then the questions

@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     llm_opts.add_argument("--top-k", type=int, default=3, help="passages retrieved per search (default 3)")
     llm_opts.add_argument(
+        "--verifier", metavar="SPEC",
+        help="what decides whether an answer is supported by the documents, for every strategy (and "
+             "eval's unsupported metric): package.module:name or file.py:name, a Verifier or a factory "
+             "returning one, e.g. a CrossEncoderVerifier over your NLI model (default: the lexical one)",
+    )  # fmt: skip
+    llm_opts.add_argument(
         "--max-llm-calls", type=int, default=12, help="LLM-call budget per question (default 12)"
     )
     timing = argparse.ArgumentParser(add_help=False)  # `serve` has its own --timeout (per request)
