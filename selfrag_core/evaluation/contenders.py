@@ -131,7 +131,8 @@ def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> C
             result = run_query(strategy, question)
             outcome = _from_result(result) if isinstance(result, Result) else read_output(result)
             if isinstance(strategy, PlainRAG):  # what a router fitted on this run reads
-                outcome.signals = route_signals(question, outcome.sources, outcome.answer)
+                verifier = strategy.verifier  # its support signal as AdaptiveRAG reads it
+                outcome.signals = route_signals(question, outcome.sources, outcome.answer, verifier=verifier)
             return outcome
         except StrategyError as e:  # SelfHealingRAG: every attempt failed; its report says how
             if e.report is None:

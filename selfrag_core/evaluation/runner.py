@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selfrag_core.citations import cite, supported_share, without_markers
 from selfrag_core.config import config_from
@@ -51,6 +51,9 @@ from selfrag_core.progress import Steps, step
 from selfrag_core.replay import CachedLLM
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, context_text
 from selfrag_core.types import RetrievedDoc
+
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
 
 #: the contenders of ``selfrag eval`` by default: the baseline and the four strategies
 DEFAULT_CONTENDERS = (BASELINE, *STRATEGIES)
@@ -196,7 +199,8 @@ def evaluate(
     )
     if rag is None and needs_backend:
         rag = _backend(data, corpus, index, settings.embed, problems, steps, temporary)
-    options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset)
+    verifier = settings.verifier
+    options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset, verifier=verifier)
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
         store = Path(scratch.name) / "replies.sqlite"
@@ -204,7 +208,8 @@ def evaluate(
     ranking = ranks_only(data, settings.retrieval_only)
     metrics = _metrics(data, k, judge is not None, ranking, problems)
     judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
-    scorer = _Scorer(k, None if judge is None else FaithfulnessMetric(judge if judged is None else judged))
+    faithfulness = None if judge is None else FaithfulnessMetric(judge if judged is None else judged)
+    scorer = _Scorer(k, faithfulness, verifier)
     run_settings = {
         "k": k,
         "top_k": settings.top_k,
@@ -215,6 +220,7 @@ def evaluate(
         "concurrency": concurrency,
         "replay": replay,
         "shared_replies": shared_replies,
+        "verifier": "LexicalVerifier" if verifier is None else type(verifier).__name__,
         **settings.extra,
     }
     report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
@@ -261,7 +267,7 @@ def evaluate(
 
 
 #: evaluate()'s keywords before :class:`EvalSettings`, each now the field of its name (deprecated)
-_OLD_KEYWORDS = frozenset(f.name for f in fields(EvalSettings)) - {"extra"}
+_OLD_KEYWORDS = frozenset(f.name for f in fields(EvalSettings)) - {"extra", "verifier"}
 
 
 def _old_keywords(
@@ -436,8 +442,10 @@ def _matched(keys: list[str], relevant: Mapping[str, float]) -> list[str]:
 
 
 class _Scorer:
-    def __init__(self, k: int, faithfulness: FaithfulnessMetric | None) -> None:
-        self.k, self.faithfulness = k, faithfulness
+    def __init__(
+        self, k: int, faithfulness: FaithfulnessMetric | None, verifier: Verifier | None = None
+    ) -> None:
+        self.k, self.faithfulness, self.verifier = k, faithfulness, verifier
 
     def score(self, question: EvalQuestion, outcome: Outcome, answered: bool) -> dict[str, float | None]:
         scores: dict[str, float | None] = {}
@@ -459,13 +467,15 @@ class _Scorer:
                 question.question,
                 context_text(outcome.sources),
                 passages=[d.text for d in outcome.sources],
+                verifier=self.verifier,
             )
             scores["unsupported"] = 0.0 if grounding.supported else 1.0
             # the verifier's score (0 for a degenerate answer): the report measures how well it
             # predicts a right answer
             scores["support_score"] = 0.0 if grounding.degenerate else grounding.support_score
             # the share of the answer's sentences a source supports (unknown for a refusal)
-            citations = [] if is_refusal(outcome.answer) else cite(outcome.answer, outcome.sources)
+            refusal = is_refusal(outcome.answer)
+            citations = [] if refusal else cite(outcome.answer, outcome.sources, verifier=self.verifier)
             scores["sentence_support"] = supported_share(citations)
             if self.faithfulness is not None:
                 texts = [d.text for d in outcome.sources]

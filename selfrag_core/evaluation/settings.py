@@ -13,13 +13,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selfrag_core.config import replaced
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.data import check_limit
 from selfrag_core.presets import BASELINE, check_embedder, profile_for
-from selfrag_core.validation import check_bool, check_int
+from selfrag_core.validation import check_bool, check_int, check_verifier
+
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,12 @@ class EvalSettings:
         ``summary.json`` and ``report.html``; None: nothing written.
     embed: the embedder of an index built from the corpus (one of ``presets.EMBEDDERS``:
         "auto", "none", ...).
+    verifier: what decides support, for the named contenders (each built with it, as
+        ``build_strategy(..., verifier=)``) and for the harness's own ``unsupported``,
+        ``support_score`` and ``sentence_support`` metrics, so they judge with the
+        verifier the strategies decide with (a :class:`~selfrag_core.verify.Verifier`;
+        None: the LLM-free ``LexicalVerifier``). The report's ``settings`` name its class.
+        A contender you pass as an object keeps its own.
     extra: further entries for the report's ``settings`` (``summary.json``), which the
         run does not read: ``selfrag eval`` records the model, the generation options and
         ``--offset``. An entry that names a setting the report records replaces it
@@ -80,6 +89,7 @@ class EvalSettings:
     output: str | os.PathLike[str] | None = None
     embed: str = "auto"
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    verifier: Verifier | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.baseline, str) or not self.baseline:
@@ -105,6 +115,7 @@ class EvalSettings:
         check_limit(self.limit)
         check_int("seed", self.seed, None)
         check_embedder(self.embed)
+        check_verifier(self.verifier)
 
     def replace(self, **changes: Any) -> EvalSettings:
         return replaced(self, **changes)
