@@ -314,3 +314,28 @@ def test_the_evaluation_judges_support_with_the_verifier_its_contenders_use() ->
         EvalSettings(verifier=object())
     with pytest.raises(TypeError, match="unexpected keyword argument 'verifier'"):
         evaluate(data, ["plain"], llm=FakeLLM(ANSWER), rag=FakeRetriever([DOC]), verifier=v)
+
+
+def test_selfrag_eval_verifier_judges_with_the_named_verifier(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s")
+    from selfrag_core.cli import main
+
+    checks = tmp_path / "checks.py"
+    checks.write_text(
+        "from selfrag_core.verify import Verdict\n"
+        "class Nothing:\n"
+        "    threshold = 0.5\n"
+        "    def verify(self, sentences, passages, question=''):\n"
+        "        return [[Verdict(0.0, False, j) for j in range(len(passages))] for _ in sentences]\n"
+    )
+    corpus, questions, out = tmp_path / "corpus.jsonl", tmp_path / "questions.jsonl", tmp_path / "out"
+    corpus.write_text(json.dumps({"_id": "d1", "text": DOC}) + "\n")
+    questions.write_text(json.dumps({"id": "q1", "question": QUESTION, "answers": ["flowers"]}) + "\n")
+    args = ["eval", str(questions), "--corpus", str(corpus), "--llm", "fake", "--embedder", "none",
+            "--strategies", "plain", "--no-cache", "--plain", "--out", str(out)]  # fmt: skip
+    assert main([*args, "--verifier", f"{checks}:Nothing"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["verifier"] == "Nothing"
+    # the fake model copies the document: supported word for word, but no sentence by this verifier
+    assert summary["summary"]["plain"]["metrics"]["sentence_support"]["mean"] == 0.0
+    assert main([*args, "--verifier", f"{checks}:missing"]) == 2  # a ConfigurationError, said plainly
