@@ -231,6 +231,7 @@ def test_plain_rags_defaults_are_unchanged() -> None:
         "check_answer": True,
         "raise_errors": False,
         "drafts": 0,  # one answer, one call (DraftsRAG's config has two)
+        "verifier": None,  # the LLM-free LexicalVerifier (every strategy's config has one)
     }
     assert PlainRAG(FakeRetriever(BEES), FakeLLM()).config == config
 
