@@ -128,14 +128,21 @@ async def test_unreadable_backend_items_are_reported_in_the_trace(name: str, mod
     assert notes[0].detail["backend"] == "PartlyUnreadable"
 
 
+COPIES = [  # the fences of the prompts up to 0.1; the head of a document line of today's
+    'The answer is: <document id="1" source="paris.md">\nParis is the capital of France.\n</document>',
+    "1. (source: paris.md) Paris is the capital of France.",
+    "[2] (source: paris.md; 0.83) Paris is the capital of France.",
+]
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", STRATEGIES)
-async def test_document_fences_a_model_copies_are_taken_out_of_the_answer(name: str, mode: str) -> None:
-    """Small models copy a passage whole, tags included (seen with SmolLM2 in the demo)."""
-
-    copied = (
-        'The answer is: <document id="1" source="paris.md">\nParis is the capital of France.\n</document>'
-    )
+@pytest.mark.parametrize("copied", COPIES)
+async def test_document_markup_a_model_copies_is_taken_out_of_the_answer(
+    name: str, mode: str, copied: str
+) -> None:
+    """Small models copy a passage whole, with what the prompt put around it (seen with
+    SmolLM2 in the demo: "1. (source: selfrag-demo/vaccines.txt) If the vaccinated ...")."""
 
     def copier(prompt: str) -> str:
         if '"claims"' in prompt:
@@ -148,6 +155,7 @@ async def test_document_fences_a_model_copies_are_taken_out_of_the_answer(name: 
 
     result = await ask(build(name, FakeRetriever(DOCS[1:]), FakeLLM(copier), INSTANT), mode)
     assert "<document" not in result.answer and "</document>" not in result.answer
+    assert "source:" not in result.answer
     assert "Paris is the capital of France." in result.answer
 
 

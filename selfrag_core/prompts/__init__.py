@@ -113,13 +113,32 @@ class Prompts:
 
 _BRACKETS = re.compile(r"[()\[\]]")
 _DOCUMENT_TAG = re.compile(r"</?\s*document\b[^>\n]{0,300}>", re.IGNORECASE)
+#: a document line's head a model copied ("[1] (source: notes.md) ", "1. (source: notes.md; 0.8) ")
+_DOCUMENT_HEAD = re.compile(
+    r"(?:\[\d{1,3}\]|\(\d{1,3}\)|(?<![\w.])\d{1,3}[.)])?[ \t]*\(source:[^()\n]{0,300}\)[ \t]*", re.IGNORECASE
+)
 
 
 def without_document_tags(answer: str) -> str:
-    """``answer`` without the ``<document ...>`` fences a model copied from a prompt (small
-    models copy a passage whole, tags included; the library's prompts fenced documents
-    so up to 0.1, a user's own template may still): the text they fenced stays."""
-    return _DOCUMENT_TAG.sub("", answer).strip() if "document" in answer.lower() else answer.strip()
+    """``answer`` without what a model copied of a prompt's document markup around the
+    text it copied (small models copy a passage whole): the ``<document ...>`` fences of
+    the library's prompts up to 0.1 (a user's own template may still have them) and the
+    head of a document line, "[1] (source: notes.md) ", the number and source the prompt
+    put before the document's text ("1. (source: vaccines.txt) If the vaccinated ...", seen
+    with SmolLM2 in the demo). The text stays."""
+    if "document" in answer.lower():
+        answer = _DOCUMENT_TAG.sub("", answer)
+    if "source:" in answer.lower():
+        answer = _DOCUMENT_HEAD.sub(_gap, answer)
+    return answer.strip()
+
+
+def _gap(match: re.Match[str]) -> str:
+    """What a copied document head leaves: nothing at a line's start or before punctuation,
+    else the space between the words it stood between."""
+    text, start, end = match.string, match.start(), match.end()
+    at_start = start == 0 or text[start - 1] == "\n"
+    return "" if at_start or end == len(text) or not text[end].isalnum() else " "
 
 
 def document_block(index: int, text: str, source: Any = None, note: str = "") -> str:
