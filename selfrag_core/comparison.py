@@ -145,14 +145,14 @@ def _names(passage: str, alternative: str) -> float:
     words = _words(alternative)
     if not words:
         return 0.0
-    opening = set(_words(passage.split("\n", 1)[0] if "\n" in passage[:200] else passage[:200]))
+    opening = set(_words(_title(passage)))
     return sum(w in opening for w in words) / len(words)
 
 
 def _year(passage: str, event: str) -> int | None:
     """The year of ``event`` in ``passage``: the first year within 60 characters after a
     word stating the event, else (for an unnamed event or none stated) the first year."""
-    body = passage.split("\n", 1)[1] if "\n" in passage[:200] else passage
+    body = _body(passage)
     words = _EVENTS[event] if event else f"{_EVENTS['formed']}|{_EVENTS['released']}"
     for stated in re.finditer(rf"(?<!\w)(?:{words})(?!\w)", body, re.IGNORECASE):
         year = _YEAR.search(body, stated.end(), stated.end() + 60)
@@ -203,7 +203,7 @@ def favoured(question: str, passages: Sequence[str]) -> int | None:
     offered, rest, _ = offer
     if _COMPARATIVE.search(rest):
         return None
-    asked = {w[:5] for w in _words(rest) if w not in STOPWORDS and len(w) > 2}
+    asked = _stems(_words(rest))
     held: list[float] = []
     for alternative in offered:
         home = _home(passages, alternative)
@@ -283,14 +283,18 @@ def both_hold(question: str, passages: Sequence[str]) -> bool | None:
 
 
 def _title(passage: str) -> str:
-    """A passage's title line, else its first 80 characters."""
-    return passage.split("\n", 1)[0] if "\n" in passage[:200] else passage[:80]
+    """A passage's opening: its title line, else its first 200 characters."""
+    return passage.split("\n", 1)[0] if "\n" in passage[:200] else passage[:200]
+
+
+def _body(passage: str) -> str:
+    """A passage's text after its title line (all of it when it has none)."""
+    return passage.split("\n", 1)[1] if "\n" in passage[:200] else passage
 
 
 def _opening(passage: str) -> str:
     """A passage's title and the first two sentences of its text."""
-    body = passage.split("\n", 1)[1] if "\n" in passage[:200] else passage
-    sentences = re.split(r"(?<=[.!?؟])\s+", body.strip())
+    sentences = re.split(r"(?<=[.!?؟])\s+", _body(passage).strip())
     return f"{_title(passage)} {' '.join(sentences[:2])}"
 
 

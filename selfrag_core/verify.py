@@ -50,6 +50,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -712,58 +713,55 @@ def _compared(
     both X?" is checked the same way when each one's passage states X
     (:func:`~selfrag_core.comparison.both_hold`): "yes" lifted, "no" capped."""
     if both_hold(question, passages):
-        return _answered_yes(verdicts, sentences)
+        return _picked(verdicts, sentences, _yes_or_no, 0, None, "both_hold:yes", (AGREED, CONTRADICTED))
     resolution = resolve(comparison(question), passages)
     if resolution is not None:
         home = resolution.passages[resolution.winner]
         why = f"comparison_contradicted:{resolution.winner_name}"
-        return _picked(
-            verdicts, sentences, resolution.comparison, resolution.winner, home, why, (AGREED, CONTRADICTED)
-        )
+        pick = partial(chosen, resolution.comparison)
+        return _picked(verdicts, sentences, pick, resolution.winner, home, why, (AGREED, CONTRADICTED))
     offered, winner = alternatives(question), favoured(question, passages)
     if offered is None or winner is None:
         return verdicts
     why = f"not_favoured:{offered[winner]}"
-    return _picked(
-        verdicts, sentences, Comparison(offered, True, ""), winner, None, why, (FAVOURED, DISFAVOURED)
-    )
+    pick = partial(chosen, Comparison(offered, True, ""))
+    return _picked(verdicts, sentences, pick, winner, None, why, (FAVOURED, DISFAVOURED))
 
 
-def _answered_yes(verdicts: list[Verdict], sentences: list[str]) -> list[Verdict]:
-    """``verdicts`` with the first sentence that opens with yes or no lifted to
-    :data:`AGREED` (yes) or capped at :data:`CONTRADICTED` (no): the passages say yes."""
-    for i, sentence in enumerate(sentences):
-        opening = _YES_NO_START.match(sentence)
-        if opening is None:
-            continue
-        old = verdicts[i]
-        if opening.group().strip(" \t\n,.!:;-").casefold() in ("yes", "نعم"):
-            verdict = Verdict(max(old.score, AGREED), True, old.passage, None)
-        else:
-            verdict = Verdict(min(old.score, CONTRADICTED), False, old.passage, "both_hold:yes")
-        return [*verdicts[:i], verdict, *verdicts[i + 1 :]]
-    return verdicts
+def opening_yes_no(text: str) -> bool | None:
+    """The yes (True) or no (False) ``text`` opens with ("No, they are not ..."), or None."""
+    opening = _OPENING_YES_NO.match(text)
+    return None if opening is None else opening.group(1).casefold() in ("yes", "نعم")
+
+
+_OPENING_YES_NO = re.compile(r"^\W*(yes|no|نعم|لا)\b", re.IGNORECASE)
+
+
+def _yes_or_no(sentence: str) -> int | None:
+    """The pick of a sentence opening with yes (0) or no (1), as :func:`_picked` reads one."""
+    said = opening_yes_no(sentence)
+    return None if said is None else int(not said)
 
 
 def _picked(
     verdicts: list[Verdict],
     sentences: list[str],
-    offer: Comparison,
+    pick: Callable[[str], int | None],
     winner: int,
     home: int | None,
     why: str,
     bounds: tuple[float, float],
 ) -> list[Verdict]:
-    """``verdicts`` with the first sentence that picks an alternative of ``offer`` lifted
-    to ``bounds[0]`` when it picks the ``winner``, else capped at ``bounds[1]`` (``why``);
-    read from passage ``home`` (None: its own)."""
+    """``verdicts`` with the first sentence that picks (``pick(sentence)``: an alternative's
+    index, or None) lifted to ``bounds[0]`` when it picks the ``winner``, else capped at
+    ``bounds[1]`` (``why``); read from passage ``home`` (None: its own)."""
     for i, sentence in enumerate(sentences):
-        pick = chosen(offer, sentence)
-        if pick is None:
+        picked = pick(sentence)
+        if picked is None:
             continue
         old = verdicts[i]
         where = old.passage if home is None else home
-        if pick == winner:
+        if picked == winner:
             verdict = Verdict(max(old.score, bounds[0]), True, where, None)
         else:
             verdict = Verdict(min(old.score, bounds[1]), False, where, why)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from selfrag_core.comparison import Comparison, alternatives, chosen
+from selfrag_core.verify import opening_yes_no
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -75,17 +76,14 @@ def answer_contains_gold(prediction: str, golds: Sequence[str], question: str = 
     return max(float(f" {normalize_answer(gold)} " in predicted) for gold in golds)
 
 
-_OPENING_YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
-
-
 def _pick(prediction: str, golds: Sequence[str], question: str) -> float | None:
     """Whether ``prediction`` picks the gold one of the alternatives ``question`` offers,
     or opens with the gold yes or no; None when the question asks for neither pick, or
     the answer makes none."""
     normalized = {normalize_answer(g) for g in golds}
     if normalized & {"yes", "no"}:
-        opening = _OPENING_YES_NO.match(prediction)
-        return None if opening is None else float(opening.group(1).lower() in normalized)
+        said = opening_yes_no(prediction)
+        return None if said is None else float(("yes" if said else "no") in normalized)
     offered = alternatives(question)
     if offered is None:
         return None

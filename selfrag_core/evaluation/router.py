@@ -33,7 +33,6 @@ import json
 import math
 import os
 import random
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from selfrag_core.evaluation.data import EvalData
 from selfrag_core.evaluation.gate import _results_file
 from selfrag_core.evaluation.metrics import paired_difference
 from selfrag_core.evaluation.report import EvalReport, _grid, load_results
-from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_corpus, ranks_only
+from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_in_memory, ranks_only
 from selfrag_core.presets import ADAPTIVE, BASELINE, build_strategy
 from selfrag_core.progress import Steps, step
 from selfrag_core.prompts import detect_language
@@ -456,9 +455,7 @@ def dry_run_backend(
             f"the passages the index {index} retrieves, as the run will"
         )
     docs = corpus_documents(data, corpus, list(data.problems))
-    with tempfile.TemporaryDirectory(prefix="selfrag-dry-run-") as scratch:  # never saved there
-        label = "indexing (lexical, for the estimate)"
-        rag = index_corpus(docs, Path(scratch) / "index", embed="none", save=False, steps=steps, label=label)
+    rag = index_in_memory(docs, embed="none", steps=steps, label="indexing (lexical, for the estimate)")
     basis = f"the passages a lexical (BM25) search of the corpus's {len(docs):,} documents retrieves"
     if _embeds(embed):
         also = ", and route adaptive on other scores" if ADAPTIVE in names else ""

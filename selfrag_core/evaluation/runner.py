@@ -177,7 +177,6 @@ def evaluate(
         raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
     cached: dict[str, CachedLLM] = {}  # by contender name
     scratch: tempfile.TemporaryDirectory[str] | None = None
-    temporary: list[tempfile.TemporaryDirectory[str]] = []  # a corpus indexed for this run only
     store = cache
 
     def recorded(model: Any, namespace: str, fallbacks: tuple[str, ...] = ()) -> CachedLLM | None:
@@ -198,7 +197,7 @@ def evaluate(
         isinstance(v, str) for v in contenders.values()
     )
     if rag is None and needs_backend:
-        rag = _backend(data, corpus, index, settings.embed, problems, steps, temporary)
+        rag = _backend(data, corpus, index, settings.embed, problems, steps)
     verifier = settings.verifier
     options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset, verifier=verifier)
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
@@ -258,9 +257,8 @@ def evaluate(
             }
         for wrapped in every:
             wrapped.close()
-        for directory in (scratch, *temporary):
-            if directory is not None:
-                directory.cleanup()
+        if scratch is not None:
+            scratch.cleanup()
         if output is not None:
             report.write(Path(output))
     return report
@@ -352,6 +350,15 @@ def index_corpus(
     return rag
 
 
+def index_in_memory(
+    docs: Sequence[CorpusDoc], *, embed: str, steps: Steps | None = None, label: str = "indexing"
+) -> Any:
+    """:func:`index_corpus` of ``docs`` kept in memory: built in a temporary directory that
+    is gone once it is built (an index that is not saved writes nothing there)."""
+    with tempfile.TemporaryDirectory(prefix="selfrag-eval-") as scratch:
+        return index_corpus(docs, Path(scratch) / "index", embed=embed, save=False, steps=steps, label=label)
+
+
 def _backend(
     data: EvalData,
     corpus: Any,
@@ -359,12 +366,10 @@ def _backend(
     embed: str,
     problems: list[InputProblem],
     steps: Steps | None = None,
-    temporary: list[tempfile.TemporaryDirectory[str]] | None = None,
 ) -> Any:
     """The index named contenders search: ``index`` when it holds one, else the corpus
-    indexed (into ``index`` when given, so the next run opens it; else into a temporary
-    directory, added to ``temporary`` for the caller to remove after the run, or left to
-    the caller without it)."""
+    indexed (into ``index`` when given, so the next run opens it; else in memory,
+    :func:`index_in_memory`)."""
     if has_index(index):
         if steps is not None:
             steps.say(f"opening the index {index}")
@@ -373,12 +378,9 @@ def _backend(
     if steps is not None:
         where = f"into {index}" if index is not None else "into a temporary index (--index DIR keeps it)"
         steps.say(f"indexing the corpus: {len(docs):,} documents {where}, embedder {embed}")
-    if index is None and temporary is not None:
-        temporary.append(tempfile.TemporaryDirectory(prefix="selfrag-eval-", ignore_cleanup_errors=True))
-        directory = Path(temporary[-1].name)
-    else:
-        directory = Path(index) if index is not None else Path(tempfile.mkdtemp(prefix="selfrag-eval-"))
-    return index_corpus(docs, directory, embed=embed, save=index is not None, steps=steps)
+    if index is None:
+        return index_in_memory(docs, embed=embed, steps=steps)
+    return index_corpus(docs, Path(index), embed=embed, save=True, steps=steps)
 
 
 def _contenders(
