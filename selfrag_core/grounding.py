@@ -334,7 +334,7 @@ def question_coverage(answer: str, question: str, context: str) -> float:
     answer comes from (the sentences that share most words with it). "1916" to "When was
     Dada founded?" is covered by "Dada was founded in Zurich in 1916"; an answer taken
     from a passage on another subject is not. 1.0 for a question with no content word."""
-    q_stems = {strip_ar_prefix(t)[:5] for t in content_tokens(question) if t not in _QUESTION_FRAMING}
+    q_stems = asked_stems(question)
     if not q_stems:
         return 1.0
     a_stems = content_stems(answer)
@@ -342,3 +342,8 @@ def question_coverage(answer: str, question: str, context: str) -> float:
     most = max((len(a_stems & s) for s in sentences), default=0)
     closest = [s for s in sentences if most and len(a_stems & s) == most]
     return len(q_stems & a_stems.union(*closest)) / len(q_stems)
+
+
+def asked_stems(question: str) -> set[str]:
+    """The stems of what ``question`` asks about (its content words, not its framing)."""
+    return {strip_ar_prefix(t)[:5] for t in content_tokens(question) if t not in _QUESTION_FRAMING}

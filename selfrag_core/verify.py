@@ -11,9 +11,10 @@ needs no LLM and no model:
 * each sentence is checked against **one passage at a time**, never the union of all
   (words of two documents do not make a supported sentence);
 * its **numbers, dates and names** must occur in the passage, in the sentence the claim
-  is read from (or the one before it, when that sentence refers back with a pronoun): a
+  is read from (or the one before it, when that sentence opens with a pronoun): a
   year the passage does not hold, or a name taken from another sentence, caps the score;
-* a **negation** the passage does not share (or drops) caps the score;
+* a **negation** the passage's sentence does not share (or drops) caps the score ("not
+  only" negates nothing);
 * a **list** whose item the passage does not hold caps the score, and so does a **name of
   several words** ("Washington County") the passage does not hold as one, though it
   holds each word;
@@ -29,8 +30,9 @@ alternatives restates the question's words, and is checked against the passages'
 (a comparison by date) or against what each alternative's own passage holds of the
 question; an answer that gives no date to a "when" question, no number to a "how many"
 one, neither alternative to a question offering two, or nothing the question did not say
-scores at most :data:`NOT_AN_ANSWER` (:func:`not_an_answer`); and each sentence's score is
-weighed by how far its passage speaks to the question.
+scores at most :data:`NOT_AN_ANSWER` (:func:`not_an_answer`); and the sentences' scores
+are weighed by how far the answer speaks to the question, read where the words it adds to
+the question come from (:func:`answer_place_coverage`).
 
 A score is in [0, 1]; a sentence is supported at ``threshold`` (0.5) and above. The
 answer's score is the mean of the mean and the minimum of its sentences' scores, so
@@ -64,7 +66,14 @@ from selfrag_core.comparison import (
     favoured,
     resolve,
 )
-from selfrag_core.grounding import STOPWORDS, question_coverage, repetition, strip_ar_prefix
+from selfrag_core.grounding import (
+    STOPWORDS,
+    asked_stems,
+    content_stems,
+    question_coverage,
+    repetition,
+    strip_ar_prefix,
+)
 
 #: the score at which a sentence counts as supported
 THRESHOLD = 0.5
@@ -303,9 +312,10 @@ def _names(sentence: str) -> set[str]:
 
 def _negated(tokens: Sequence[str], near: set[str] | None = None) -> bool:
     """Whether ``tokens`` hold a negation (one followed within four words by a stem of
-    ``near``, when given)."""
+    ``near``, when given); "not only" and "not just" negate nothing."""
     return any(
         (token in _NEGATIONS or token.endswith("n't"))
+        and tokens[i + 1 : i + 2] not in (["only"], ["just"], ["merely"])
         and (near is None or any(_stem(t) in near for t in tokens[i + 1 : i + 5]))
         for i, token in enumerate(tokens)
     )
@@ -337,7 +347,7 @@ class _Passage:
                     tokens,
                     {_stem(t) for t in _content(tokens)},
                     {n for n in _names(piece)} | {_number(t) for t in tokens if _NUMBER.fullmatch(t)},
-                    any(t in _PRONOUNS for t in tokens),
+                    any(t in _PRONOUNS and t not in ("who", "which") for t in tokens[:4]),
                 )
             )
         stems = set().union(*(s.stems for s in sentences)) if sentences else set()
@@ -503,8 +513,8 @@ class LexicalVerifier:
             if not any(_bound(claim, w) for w in _windows(passage, number)):
                 return 0.3, f"misattributed:{number}"
         window = None if claim.polar else _home(claim, passage)
-        if window is not None:
-            tokens = [t for s in window for t in s.tokens]
+        if window is not None:  # the sentence read, not the one before it it may refer back to
+            tokens = window[-1].tokens
             if claim.negated != _negated(tokens, None if claim.negated else set(claim.stems)):
                 return 0.2, "negation"
         for item in claim.items:
@@ -638,10 +648,7 @@ def verify_answer(
     texts = list(passages)
     verdicts = [best(row) for row in checker.verify(sentences, texts, question)]
     if question:
-        verdicts = [
-            _on_topic(v, s, question, texts, checker.threshold)
-            for s, v in zip(sentences, verdicts, strict=True)
-        ]
+        verdicts = _on_topic(verdicts, sentences, question, texts, checker.threshold)
         verdicts = _compared(verdicts, sentences, question, texts)
         why = not_an_answer(answer, question)
         if why is not None:
@@ -774,18 +781,47 @@ FAVOURED, DISFAVOURED = 0.7, 0.3
 
 
 #: how much of a sentence's score rests on its passage speaking to the question
-RELEVANCE_WEIGHT = 0.5
+RELEVANCE_WEIGHT = 0.7
 
 
 def _on_topic(
-    verdict: Verdict, sentence: str, question: str, passages: list[str], threshold: float
-) -> Verdict:
-    """``verdict`` weighed by the question's coverage in the sentence and the place of its
-    passage it is read from."""
-    if verdict.passage is None or verdict.score == 0.0:
-        return verdict
-    coverage = question_coverage(sentence, question, passages[verdict.passage])
-    score = verdict.score * (1.0 - RELEVANCE_WEIGHT + RELEVANCE_WEIGHT * coverage)
+    verdicts: list[Verdict], sentences: list[str], question: str, passages: list[str], threshold: float
+) -> list[Verdict]:
+    """``verdicts`` weighed by how far the answer speaks to the question: the
+    :func:`answer_place_coverage` of its sentence that speaks to it most (the others may
+    add true detail the question did not ask for)."""
+    read = [
+        (s, v.passage) for v, s in zip(verdicts, sentences, strict=True) if v.passage is not None and v.score
+    ]
+    if not read:
+        return verdicts
+    weight = 1.0 - RELEVANCE_WEIGHT * (
+        1.0 - max(answer_place_coverage(s, question, passages[i]) for s, i in read)
+    )
+    return [v if v.passage is None or v.score == 0.0 else _weighed(v, weight, threshold) for v in verdicts]
+
+
+def _weighed(verdict: Verdict, weight: float, threshold: float) -> Verdict:
+    score = verdict.score * weight
     supported = verdict.supported and score >= threshold
-    reason = verdict.reason or (None if supported else "off_the_question")
-    return Verdict(score, supported, verdict.passage, reason)
+    return Verdict(
+        score, supported, verdict.passage, verdict.reason or (None if supported else "off_the_question")
+    )
+
+
+def answer_place_coverage(answer: str, question: str, passage: str) -> float:
+    """How far the place in ``passage`` that ``answer``'s own words come from speaks to
+    the question, in [0, 1]: the share of the question's content words in the passage's
+    sentence holding most of the answer's words that the question does not hold. An
+    answer restating the question ("The Broncos defeated the Pittsburgh Steelers in the
+    AFC Championship") brings the question's words along, which
+    :func:`~selfrag_core.grounding.question_coverage` counts; here the Steelers are read
+    where the passage names them (the divisional round), which says nothing of the AFC
+    Championship. ``question_coverage`` when the answer adds no word of the passage's."""
+    asked = asked_stems(question)
+    new = content_stems(answer) - content_stems(question)
+    sentences = [content_stems(s) for s in split_sentences(passage)]
+    most = max((len(new & s) for s in sentences), default=0)
+    if not asked or not most:
+        return question_coverage(answer, question, passage)
+    return max(len(asked & s) for s in sentences if len(new & s) == most) / len(asked)

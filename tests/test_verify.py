@@ -390,3 +390,53 @@ def test_the_no_of_a_yes_no_answer_is_its_answer_not_a_negation_of_the_passage()
     answer = "No, Dafeng District and Dazhou are not both located in Jiangsu."
     score, reasons = asked(question, answer, *passages)
     assert score is not None and score >= 0.5 and reasons == [None]
+
+
+def test_a_negation_is_read_in_the_sentence_the_claim_comes_from_not_the_one_before() -> None:
+    """ "who" in the middle of a sentence refers back to nothing, and "not only" negates
+    nothing (XQuAD answers flagged "negation" though their passages said the same)."""
+    passage = (
+        "Scholars who do not believe that Islam is merely a political ideology include Fred Halliday. "
+        "Hayri Abaza argues the failure to distinguish between Islam and Islamism leads many in the West "
+        "to support illiberal Islamic regimes, to the detriment of moderates who seek to separate religion "
+        "from politics."
+    )
+    answer = (
+        "The failure to distinguish Islam from Islamism leads many in the West "
+        "to support illiberal Islamic regimes."
+    )
+    assert verdict(answer, passage) == (True, 1.0, [None])
+    passage = (
+        "Defining the East as inferior not only increased the West's sense of self, "
+        "but also ordered the East."
+    )
+    assert verdict("Defining the East as inferior increased the West's sense of self.", passage)[2] == [None]
+    assert verdict("Defining the East as inferior did not increase the West's sense of self.", passage)[
+        2
+    ] == ["negation"]
+
+
+BRONCOS = (
+    "The Broncos defeated the Pittsburgh Steelers in the divisional round. "
+    "They beat the New England Patriots in the AFC Championship Game."
+)
+
+
+def test_an_answer_restating_the_question_is_read_where_its_own_words_come_from() -> None:
+    """The words an answer adds to the question are read in the passage's sentence that
+    holds them: the Steelers come from the divisional round, not the AFC Championship,
+    though the answer restates the question's words around them."""
+    question = "Who did the Broncos defeat in the AFC Championship game?"
+    right, _ = asked(
+        question, "The Broncos defeated the New England Patriots in the AFC Championship Game.", BRONCOS
+    )
+    wrong, _ = asked(
+        question, "The Broncos defeated the Pittsburgh Steelers in the AFC Championship Game.", BRONCOS
+    )
+    assert right is not None and wrong is not None and right >= 0.5 and wrong < right - 0.1
+
+
+def test_a_true_detail_the_question_did_not_ask_for_keeps_an_answer_certified() -> None:
+    passage = "Paris is the capital of France. The city lies on the river Seine."
+    score, reasons = asked("What is the capital of France?", passage, passage)
+    assert score == 1.0 and reasons == [None, None]
