@@ -95,7 +95,7 @@ _MARKER = re.compile(
 _ABBREVIATIONS = frozenset([
     "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "vs", "etc", "eg", "ie", "al", "inc", "ltd",
     "co", "fig", "no", "vol", "ch", "pp", "approx", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
-    "sep", "sept", "oct", "nov", "dec",
+    "sep", "sept", "oct", "nov", "dec", "v", "mt", "ft", "gen", "gov", "sen", "rev", "capt", "col", "lt",
 ])  # fmt: skip
 #: words that only frame a claim: missing from a passage, they are weak evidence against it
 _GENERIC = frozenset([
@@ -424,8 +424,10 @@ def _phrases(sentence: str) -> list[str]:
     found = []
     for m in _PHRASE.finditer(unicodedata.normalize("NFKC", sentence)):
         tokens = _tokens(m.group())
-        while tokens and (tokens[0] in STOPWORDS or tokens[0] in _PRONOUNS):
-            tokens = tokens[1:]
+        while tokens and (tokens[0] in STOPWORDS or tokens[0] in _PRONOUNS or tokens[0] in _GENERIC):
+            tokens = tokens[1:]  # "Both Truth in Science": the sentence's first word
+        if tokens and tokens[-1] == "s":  # "Bob Seger's"
+            tokens = tokens[:-1]
         if len(tokens) >= 2:
             found.append(" ".join(tokens))
     return found

@@ -440,3 +440,22 @@ def test_a_true_detail_the_question_did_not_ask_for_keeps_an_answer_certified() 
     passage = "Paris is the capital of France. The city lies on the river Seine."
     score, reasons = asked("What is the capital of France?", passage, passage)
     assert score == 1.0 and reasons == [None, None]
+
+
+def test_a_sentences_first_word_and_a_possessive_are_not_part_of_a_name() -> None:
+    """ "Both Truth in Science ..." and "Bob Seger's 13th album" name "Truth in Science" and
+    "Bob Seger", which the passage holds (HotpotQA answers flagged name_not_in_source)."""
+    passage = "Truth in Science and the Discovery Institute embrace the Teach the Controversy campaign."
+    assert verdict(
+        "Both Truth in Science and Discovery embrace the Teach the Controversy campaign.", passage
+    )[0]
+    passage = "Against the Wind is the eleventh studio album by Bob Seger and the Silver Bullet Band."
+    assert verdict("Against the Wind is an album of Bob Seger's band.", passage)[2] == [None]
+
+
+@pytest.mark.parametrize("name", ["Selle v. Gibb", "Kapaun Mt. Carmel", "Gen. Grant", "Capt. Cook"])
+def test_a_name_with_an_abbreviation_is_one_sentence(name: str) -> None:
+    assert split_sentences(f"{name} was in the news. It was 1983.") == [
+        f"{name} was in the news.",
+        "It was 1983.",
+    ]
