@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from selfrag_core.errors import ConfigurationError
+
 __all__ = [
     "Resolutions",
     "from_package",
@@ -145,17 +147,30 @@ def _strongly(name: str | None, found: object) -> Getter:
     return lambda: found
 
 
+def _alive(owner: weakref.ref[Any]) -> Any:
+    """The object ``owner`` refers to, or a :class:`ConfigurationError` saying it is gone."""
+    obj = owner()
+    if obj is None:
+        raise ConfigurationError(
+            "the object this backend or LLM was resolved from (resolve_backend, resolve_llm) "
+            "has been garbage-collected: a resolution holds its object weakly, so keep a "
+            "reference to the object itself for as long as you use what it resolved to"
+        )
+    return obj
+
+
 def _weakly(owner: weakref.ref[Any], name: str | None, found: object) -> Getter:
     """A getter of ``found`` (``getattr(owner, name)``, or the owner itself when ``name`` is
     None) held weakly; should it be gone (a property that makes a new callable on each
-    access), it is looked up again."""
+    access), it is looked up again. Once the owner is collected a getter raises a
+    :class:`ConfigurationError` that says so."""
     if name is None:
-        return owner
+        return functools.partial(_alive, owner)
     held: Callable[[], Any] | None = None
     if type(found) is types.MethodType:  # (not a proxy that says it is one: wrapt's, say)
         if found.__self__ is owner():  # the owner's own method: its function, bound on each call
             function, bind = found.__func__, types.MethodType
-            return lambda: bind(function, owner())
+            return lambda: bind(function, _alive(owner))
         held = weakref.WeakMethod(found)
     elif found is not None:
         with contextlib.suppress(TypeError):
@@ -165,7 +180,7 @@ def _weakly(owner: weakref.ref[Any], name: str | None, found: object) -> Getter:
 
     def get() -> Any:
         value = held() if held is not None else None
-        return value if value is not None else getattr(owner(), name)
+        return value if value is not None else getattr(_alive(owner), name)
 
     return get
 
