@@ -110,7 +110,6 @@ def test_resolved_objects_pass_through_and_the_resolution_does_not_keep_the_obje
     assert (len(retrieval._RESOLVED), len(llm._RESOLVED)) == (kept[0] - 1, kept[1] - 1)
 
 
-
 def test_a_resolution_whose_object_is_gone_says_so() -> None:
     """``resolve_backend(Backend())`` keeps nothing alive: using it after the object is
     collected raises a ConfigurationError that says what to keep, not a TypeError from
