@@ -339,3 +339,22 @@ def test_selfrag_eval_verifier_judges_with_the_named_verifier(tmp_path: Path) ->
     # the fake model copies the document: supported word for word, but no sentence by this verifier
     assert summary["summary"]["plain"]["metrics"]["sentence_support"]["mean"] == 0.0
     assert main([*args, "--verifier", f"{checks}:missing"]) == 2  # a ConfigurationError, said plainly
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+def test_a_verifier_given_for_one_call_checks_that_calls_citations(mode: str) -> None:
+    """``{"verifier": v}`` in a query's context is that call's verifier everywhere, the
+    citations of the finished result included (they were checked by the strategy's own)."""
+    import asyncio
+
+    strategy = PlainRAG(FakeRetriever([ANSWER]), FakeLLM(ANSWER + " [1]"))
+    context = {"verifier": nothing()}
+    if mode == "sync":
+        result = strategy.query("How do honeybees find flowers?", context)
+    elif mode == "async":
+        result = asyncio.run(strategy.aquery("How do honeybees find flowers?", context))
+    else:
+        events = list(strategy.stream("How do honeybees find flowers?", context))
+        result = next(e.result for e in events if e.kind == "result")
+    assert result.citations and _unsupported(result) and context["verifier"].calls >= 1
+    assert not _unsupported(strategy.query("How do honeybees find flowers?"))  # its own: supported
