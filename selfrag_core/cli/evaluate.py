@@ -126,8 +126,9 @@ def _fit_router(args: argparse.Namespace, report: Any, out: Path) -> None:
     from selfrag_core.evaluation.router import fit_router
 
     fit = fit_router(
-        report, metric=args.fit_metric, holdout=args.holdout, seed=args.seed, call_budget=args.call_budget
-    )
+        report, metric=args.fit_metric, holdout=args.holdout, seed=args.seed, call_budget=args.call_budget,
+        min_gain_per_call=args.min_gain_per_call,
+    )  # fmt: skip
     path = fit.write(args.fit_router)
     print(f"\n{fit.table()}\nrouter: {path} (use it with --strategy adaptive --router {path})")
     summary = out / "summary.json"

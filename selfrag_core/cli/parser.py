@@ -213,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--fit-metric", metavar="NAME", help="with --fit-router: the metric to route for (default f1)"
     )
     p.add_argument(
+        "--min-gain-per-call", type=float, metavar="GAIN",
+        help="with --fit-router: the gain in the metric an extra LLM call must buy (higher: fewer calls; "
+             "default: the threshold that replays best on the fitting questions)",
+    )  # fmt: skip
+    p.add_argument(
         "--dry-run", action="store_true",
         help="print each contender's expected LLM calls and input tokens for the questions, then stop: "
              "no LLM call is made (retrievals run)",

@@ -343,6 +343,8 @@ def fit_router(
     ConfigurationError when the run cannot be fitted on."""
     if not 0 <= holdout < 1:
         raise ConfigurationError(f"holdout must be a share of the questions in [0, 1), got {holdout}")
+    if min_gain_per_call is not None and not (math.isfinite(min_gain_per_call) and min_gain_per_call >= 0):
+        raise ConfigurationError(f"min_gain_per_call must be a number >= 0, got {min_gain_per_call}")
     name, pairs = _rows(run)
     questions = _questions(pairs, baseline)
     if len(questions) < 4:

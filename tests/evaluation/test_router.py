@@ -121,6 +121,30 @@ def test_a_strategy_that_helps_only_on_multi_part_questions_is_routed_to_on_thos
         assert decision["expected_gain"]["slow"] <= 0.0 and "signals" in decision
 
 
+def test_the_gain_an_extra_call_must_buy_trades_calls_for_quality(
+    parts: tuple[FakeRetriever, FakeLLM], tmp_path: Path
+) -> None:
+    """``min_gain_per_call`` (``--min-gain-per-call``) sets the mean calls a question: a
+    dear call keeps every held-out question with plain, a free one sends the multi-part
+    ones on; a negative one is refused."""
+    from selfrag_core.cli.parser import build_parser
+
+    rag, llm = parts
+    report = evaluate(data(16), contenders(rag, llm))
+    free = fit_router(report, holdout=0.25, seed=3, min_gain_per_call=0.0)
+    dear = fit_router(report, holdout=0.25, seed=3, min_gain_per_call=10.0)
+    assert dear.routes == {"plain": len(dear.held_out)} and dear.rows[ROUTED]["calls"] == 1.0
+    assert free.rows[ROUTED]["calls"] > 1.0 and free.routes["parts"] > 0  # type: ignore[operator]
+    written = json.loads(dear.write(tmp_path / "dear.json").read_text(encoding="utf-8"))
+    assert written["min_gain_per_call"] == 10.0 and written["info"]["threshold"] == "given"
+    with pytest.raises(ConfigurationError, match="min_gain_per_call must be a number >= 0"):
+        fit_router(report, min_gain_per_call=-0.1)
+    args = build_parser().parse_args(
+        ["eval", "q.jsonl", "--fit-router", "r.json", "--min-gain-per-call", "0.05"]
+    )
+    assert args.min_gain_per_call == 0.05
+
+
 def test_the_router_file_round_trips_and_the_summary_and_results_carry_what_was_fitted(
     parts: tuple[FakeRetriever, FakeLLM], tmp_path: Path
 ) -> None:
