@@ -58,7 +58,7 @@ from selfrag_core.serve.responses import FastJSONResponse, dumps
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.types import NO_ANSWER_REASONS, Trace
-from selfrag_core.validation import validate_query
+from selfrag_core.validation import check_verifier, validate_query
 
 logger = logging.getLogger("selfrag.serve")
 
@@ -160,11 +160,15 @@ def create_app(
     llm: Any,
     strategies: Mapping[str, Strategy[Any]] | None = None,
     settings: ServeSettings | None = None,
+    verifier: Any = None,
 ) -> FastAPI:
     """The service over ``rag`` (the backend) and ``llm``.
 
     ``strategies`` maps URL names to strategies, ``Strategy`` instances (default: ``plain``,
     a ``PlainRAG``, and ``default_strategies(rag, llm)``; anything else is a TypeError).
+    ``verifier`` (a :class:`~selfrag_core.verify.Verifier`; None: the LLM-free default) is
+    the default strategies' verifier; strategies you pass carry their own in their configs,
+    so giving both is a ConfigurationError.
     ``settings`` defaults to ``ServeSettings.from_env()``, as for ``selfrag serve``
     (``SELFRAG_API_TOKEN`` guards every endpoint but /healthz and /readyz); settings passed
     explicitly are used as given. Without a token the app is open, and logs so.
@@ -177,12 +181,21 @@ def create_app(
             "build them with ServeSettings.from_env(...) to require the token",
             TOKEN_ENV,
         )
+    check_verifier(verifier)
+    if strategies is not None and verifier is not None:
+        raise ConfigurationError(
+            "create_app(verifier=...) sets the default strategies' verifier; the strategies passed "
+            "carry their own: build them with config=...Config(verifier=...) (or build_strategy(..., "
+            "verifier=...)) and leave verifier out"
+        )
     if strategies is None:
+        from selfrag_core.config import PlainRAGConfig
         from selfrag_core.presets import BASELINE, default_strategies
         from selfrag_core.strategies import PlainRAG
 
         # plain (one retrieval, one answer) beside the four, as `selfrag ask` and `eval` have it
-        strategies = {BASELINE: PlainRAG(rag, llm), **default_strategies(rag, llm)}
+        plain = PlainRAG(rag, llm, config=PlainRAGConfig(verifier=verifier))
+        strategies = {BASELINE: plain, **default_strategies(rag, llm, verifier=verifier)}
     if not strategies:
         raise ConfigurationError("no strategies to serve: pass strategies={'self': SelfIRAG(rag, llm)}")
     for name, strategy in strategies.items():

@@ -300,3 +300,17 @@ def test_a_token_variable_set_but_empty_is_an_error_not_an_open_service(
         create_app(rag=make_rag(), llm=ScriptedLLM())
     monkeypatch.delenv(TOKEN_ENV)
     assert ServeSettings.from_env().api_token is None  # unset: an open service, by choice
+
+
+def test_the_default_strategies_get_the_verifier_given_and_passed_strategies_keep_theirs() -> None:
+    from selfrag_core.verify import LexicalVerifier
+
+    rag, llm, verifier = make_rag(), ScriptedLLM(), LexicalVerifier(threshold=0.7)
+    app = create_app(rag=rag, llm=llm, settings=ServeSettings(api_token=None), verifier=verifier)
+    served = app.state.service.strategies
+    assert {"plain", "self", "hyde", "recursive", "healing"} <= set(served)
+    assert all(strategy.verifier is verifier for strategy in served.values())
+    with pytest.raises(ConfigurationError, match="carry their own"):
+        create_app(rag=rag, llm=llm, strategies={"self": SelfIRAG(rag, llm)}, verifier=verifier)
+    with pytest.raises(TypeError, match="verifier must have verify"):
+        create_app(rag=rag, llm=llm, verifier="lexical")
