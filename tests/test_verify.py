@@ -459,3 +459,10 @@ def test_a_name_with_an_abbreviation_is_one_sentence(name: str) -> None:
         f"{name} was in the news.",
         "It was 1983.",
     ]
+
+
+def test_in_arabic_too_an_answer_is_read_where_its_own_words_come_from() -> None:
+    question, passage = "ما هي عاصمة فرنسا؟", "باريس هي عاصمة فرنسا. برلين مدينة في ألمانيا."
+    assert asked(question, "باريس هي عاصمة فرنسا.", passage) == (1.0, [None])
+    score, _ = asked(question, "برلين هي عاصمة فرنسا.", passage)  # Berlin: read where Germany is
+    assert score is not None and score < 0.5
