@@ -193,9 +193,10 @@ class StrategyConfig:
     def with_overrides(self: C, context: Mapping[str, Any] | None) -> C:
         """This config as one query sees it: ``context``'s entries that name a setting
         replace it (validated; None entries are ignored)."""
-        if not context:
-            return self
-        return self.replace(**{k: v for k, v in context.items() if k in self.names() and v is not None})
+        changes = {k: v for k, v in (context or {}).items() if k in self.names() and v is not None}
+        if all(getattr(self, k) is v for k, v in changes.items()):
+            return self  # nothing to change (a config already as the call asks)
+        return self.replace(**changes)
 
     @classmethod
     def for_profile(cls: type[C], profile: ModelProfile, **changes: Any) -> C:

@@ -21,6 +21,7 @@ from selfrag_core.config import ExecutionConfig
 from selfrag_core.engine import Plan, Run, run_async, run_sync
 from selfrag_core.errors import StrategyError
 from selfrag_core.types import RetrievedDoc, TraceEvent, _json_safe
+from selfrag_core.validation import validate_context, validate_query
 
 R = TypeVar("R")
 
@@ -201,12 +202,16 @@ def _reports_finished(strategy: Any, run: Run) -> Iterator[None]:
         raise
 
 
-def _as_called(strategy: Any, context: Mapping[str, Any] | None) -> Any:
+def _as_called(strategy: Any, query: str, context: Mapping[str, Any] | None) -> Any:
     """``strategy`` as a call with ``context`` runs it (``for_call``: the context's per-call
     settings in its config), so that what finishes the result (its citations, checked by
-    the config's verifier) sees them too."""
+    the config's verifier) sees them too. The query and the context are checked first, as
+    ``plan`` checks them, so a bad one raises the same error."""
     for_call = getattr(strategy, "for_call", None)
-    return strategy if not context or for_call is None else for_call(context)
+    if not context or for_call is None:
+        return strategy
+    validate_query(query)
+    return for_call(validate_context(context))
 
 
 def run_query(
@@ -217,7 +222,7 @@ def run_query(
     (:class:`~selfrag_core.engine.Run`); default ``Run(strategy.execution)``. Returns the
     finished result (its trace and wall time set); a StrategyError keeps its finished
     report. ``Strategy.query``, the CLI, the HTTP service and both adapters run this."""
-    strategy = _as_called(strategy, context)
+    strategy = _as_called(strategy, query, context)
     plan = strategy.plan(query, context)
     run = run if run is not None else Run(_execution_of(strategy))
     with _reports_finished(strategy, run):
@@ -230,7 +235,7 @@ async def arun_query(
 ) -> Any:
     """Async :func:`run_query`, on the running event loop (no thread when the LLM and the
     backend are async)."""
-    strategy = _as_called(strategy, context)
+    strategy = _as_called(strategy, query, context)
     plan = strategy.plan(query, context)
     run = run if run is not None else Run(_execution_of(strategy))
     with _reports_finished(strategy, run):
@@ -283,7 +288,7 @@ def stream_query(
     """Answer ``query`` with ``strategy`` on a worker thread, yielding its steps and the
     final answer's tokens as they happen, then the result (see :class:`StreamEvent` and
     :func:`closing_events`). Bad input raises here, before anything runs."""
-    strategy = _as_called(strategy, context)
+    strategy = _as_called(strategy, query, context)
     return _stream(strategy, strategy.plan(query, context))
 
 
@@ -336,7 +341,7 @@ def astream_query(
     strategy: Any, query: str, context: Mapping[str, Any] | None = None
 ) -> AsyncIterator[StreamEvent[Any]]:
     """Async :func:`stream_query`, on the running event loop."""
-    strategy = _as_called(strategy, context)
+    strategy = _as_called(strategy, query, context)
     return _astream(strategy, strategy.plan(query, context))
 
 

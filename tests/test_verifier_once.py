@@ -358,3 +358,15 @@ def test_a_verifier_given_for_one_call_checks_that_calls_citations(mode: str) ->
         result = next(e.result for e in events if e.kind == "result")
     assert result.citations and _unsupported(result) and context["verifier"].calls >= 1
     assert not _unsupported(strategy.query("How do honeybees find flowers?"))  # its own: supported
+
+
+def test_a_bad_query_or_context_raises_the_same_error_with_a_per_call_setting() -> None:
+    """Finishing with the strategy as the call runs it checks the query and the context
+    as ``plan`` does, first: the same errors, in the same order."""
+    strategy = PlainRAG(FakeRetriever([ANSWER]), FakeLLM(ANSWER))
+    with pytest.raises(TypeError, match="context must be a dict or None"):
+        strategy.query("How do honeybees find flowers?", ["top_k", 2])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="query is empty"):
+        strategy.query("", {"top_k": 2})
+    config = strategy.config
+    assert config is not None and config.with_overrides({"top_k": config.top_k}) is config  # nothing to copy
