@@ -1,4 +1,4 @@
-"""Comparisons of two things by date, answered from the documents without an LLM.
+"""Comparisons of two things, answered from their own passages without an LLM.
 
 "Who was born first, Erika Jayne or Marco Da Silva?" is stated by no single passage: the
 answer follows from two ("Erika Jayne (born 1971)", "Marco Da Silva (born 1977)"). A small
@@ -18,11 +18,16 @@ each, and compared:
   own passage each state X in their opening sentences ("Broughtonia is a genus of
   orchids", "Laeliocattleya ... orchid"); it never answers no (a passage that does not
   say X may say it in other words: "one lacks it" was right on 7 of 13 tuning questions,
-  "both state it" on 10 of 11).
+  "both state it" on 10 of 11);
+* :func:`same_origin` answers "Were A and B of the same nationality?" ("from the same
+  country?") and "Are A and B both American?" with the country each one's own passage
+  names first (a demonym or a name: "an American director", "a United States band").
 
-The verifier caps an answer that picks the other alternative and lifts one that agrees
-(:func:`selfrag_core.verify.verify_answer`); RecursiveRAG retrieves each alternative's
-passage and corrects an answer the dates contradict (:func:`derived_answer`).
+The verifier caps an answer that picks the other alternative (or the other of yes and no)
+and lifts one that agrees; a pick, or a yes/no about two things, that none of these
+decides scores just under the support threshold whatever its words, which are the
+question's (:func:`selfrag_core.verify.verify_answer`). RecursiveRAG retrieves each
+alternative's passage and corrects an answer the dates contradict (:func:`derived_answer`).
 """
 
 from __future__ import annotations
@@ -70,6 +75,12 @@ _AGE = re.compile(r"(?<!\w)(?:older|oldest|younger|youngest|أكبر|أصغر)(?
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?![\d.,]\d)")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _LEADING = re.compile(r"^(?:the|a|an|between)\s+", re.IGNORECASE)
+#: a question's opening words: "A or B" found at the start holds the question before A
+_ASKING = re.compile(r"(?:who|whom|whose|which|what|when|where|how|is|are|was|were|do|does|did)\s", re.I)
+#: the capitalised name that ends such an "A" ("Who was born first Doug Liman" -> "Doug Liman")
+_NAMED_TAIL = re.compile(
+    r"(?<!\S)[A-Z][\w'’.-]*(?:\s+(?:(?:of|the|and|de|da|di|do|du|del|der|van|von|la|le|y|ul|al|el|bin|ibn)\s+)*[A-Z][\w'’.-]*)*$"
+)
 
 
 @dataclass(frozen=True)
@@ -102,10 +113,18 @@ def _offer(question: str) -> tuple[tuple[str, str], str, str] | None:
     found = _ALTERNATIVES.search(text)
     if found is None:
         return None
-    a, b = (_LEADING.sub("", found.group(g).strip(" \"'“”‘’")).strip() for g in ("a", "b"))
+    start = found.start("a")
+    asking = _ASKING.match(text) if start == 0 else None
+    if asking is not None:  # "Who was born first Doug Liman or ...": A is the name ending it
+        named = _NAMED_TAIL.search(text, asking.end(), found.end("a"))
+        start = named.start() if named else start
+    a, b = (
+        _LEADING.sub("", text[i:j].strip(" \"'“”‘’")).strip()
+        for i, j in ((start, found.end("a")), found.span("b"))
+    )
     if not a or not b or a.casefold() == b.casefold():
         return None
-    return (a, b), text[: found.start("a")] + " " + text[found.end("b") :], text
+    return (a, b), text[:start] + " " + text[found.end("b") :], text
 
 
 def alternatives(question: str) -> tuple[str, str] | None:
@@ -124,7 +143,7 @@ def comparison(question: str) -> Comparison | None:
         return None
     (a, b), rest, text = offer
     direction = next(
-        (d for d in _DIRECTION.finditer(rest) if not _DESCRIBES.search(rest, d.end())), None
+        (d for d in _DIRECTION.finditer(rest) if not _DESCRIBES.match(rest, d.end())), None
     )  # "the first Russian composer to ..." describes; "born first," compares
     if direction is None:
         return None
@@ -186,7 +205,10 @@ def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolutio
 
 def _home(passages: Sequence[str], alternative: str) -> int | None:
     """The passage that names ``alternative`` in its opening (all its words), or None."""
-    ranked = sorted(range(len(passages)), key=lambda i: -_names(passages[i], alternative))
+    ranked = sorted(  # of those naming it alike, the one with the shortest title ("X" before "X Academy")
+        range(len(passages)),
+        key=lambda i: (-_names(passages[i], alternative), len(_words(_title(passages[i])))),
+    )
     return ranked[0] if ranked and _names(passages[ranked[0]], alternative) >= 1.0 else None
 
 
@@ -259,13 +281,117 @@ _SAME = re.compile(r"(?<!\w)(?:same|different|differ|share|نفس|مختلف|م�
 _POLAR = re.compile(r"^\s*(?:are|is|were|was|do|does|did|can|could|هل)(?!\w)", re.IGNORECASE)
 
 
-def both_hold(question: str, passages: Sequence[str]) -> bool | None:
-    """True when ``question`` asks whether two things are both something ("Are
-    Broughtonia and Laeliocattleya both orchids?") and each thing's own passage (the one
-    whose title line the question names in full; exactly two of them) states it in its
-    title or first two sentences; else None (never False: see the module docstring)."""
-    if not _POLAR.match(question) or _SAME.search(question):
+#: countries, by the words a passage or a question names them with (a demonym or a name)
+_COUNTRY_LINES = """\
+us:american|americans|united states|u.s.|usa|america|أمريكي|أمريكية|أميركي|أميركية|الولايات المتحدة
+gb:british|english|scottish|welsh|united kingdom|england|scotland|wales|britain|بريطاني|بريطانية
+gb:إنجليزي|إنجليزية
+ie:irish|ireland|أيرلندي|أيرلندية
+ca:canadian|canada|كندي|كندية
+au:australian|australia|أسترالي|أسترالية
+nz:new zealand|new zealander
+fr:french|france|فرنسي|فرنسية
+de:german|germany|ألماني|ألمانية
+it:italian|italy|إيطالي|إيطالية
+es:spanish|spain|إسباني|إسبانية
+pt:portuguese|portugal
+nl:dutch|netherlands|holland|هولندي|هولندية
+be:belgian|belgium
+ch:swiss|switzerland
+at:austrian|austria|نمساوي|نمساوية
+se:swedish|sweden|سويدي|سويدية
+no:norwegian|norway
+dk:danish|denmark
+fi:finnish|finland
+is:icelandic|iceland
+pl:polish|poland|بولندي|بولندية
+cz:czech|czechoslovak
+hu:hungarian|hungary
+ro:romanian|romania
+bg:bulgarian|bulgaria
+gr:greek|greece|يوناني|يونانية
+tr:turkish|turkey|تركي|تركية
+ru:russian|russia|soviet|روسي|روسية
+ua:ukrainian|ukraine
+rs:serbian|serbia|yugoslav
+hr:croatian|croatia
+al:albanian|albania
+il:israeli|israel
+ir:iranian|iran|persian
+eg:egyptian|egypt|مصري|مصرية
+sa:saudi|سعودي|سعودية
+lb:lebanese|lebanon|لبناني|لبنانية
+in:indian|india|هندي|هندية
+pk:pakistani|pakistan
+bd:bangladeshi|bangladesh
+cn:chinese|china|صيني|صينية
+jp:japanese|japan|ياباني|يابانية
+kr:korean|korea|south korean|south korea
+tw:taiwanese|taiwan
+vn:vietnamese|vietnam
+th:thai|thailand
+ph:filipino|philippine|philippines
+id:indonesian|indonesia
+my:malaysian|malaysia
+mx:mexican|mexico|مكسيكي|مكسيكية
+br:brazilian|brazil|برازيلي|برازيلية
+ar:argentine|argentinian|argentina
+cl:chilean|chile
+co:colombian|colombia
+cu:cuban|cuba
+jm:jamaican|jamaica
+ng:nigerian|nigeria
+za:south african|south africa
+ke:kenyan|kenya"""
+_COUNTRY_OF = {
+    word: country
+    for country, words in (line.split(":") for line in _COUNTRY_LINES.splitlines())
+    for word in words.split("|")
+}
+_COUNTRY = re.compile(
+    r"(?<![\w-])(?:" + "|".join(sorted(map(re.escape, _COUNTRY_OF), key=len, reverse=True)) + r")(?![\w-])",
+    re.IGNORECASE,
+)
+_BOTH = re.compile(r"(?<!\w)(?:both|كلا|كلاهما)(?!\w)", re.IGNORECASE)
+_ORIGIN = re.compile(r"nationalit|countr|جنسي|بلد|دولة", re.IGNORECASE)
+
+
+def _country(text: str) -> str | None:
+    """The country ``text`` names first ("an American director" -> ``"us"``), or None."""
+    found = _COUNTRY.search(re.sub(r"\([^()]*\)", " ", text))
+    return None if found is None else _COUNTRY_OF[found.group(0).casefold()]
+
+
+def same_origin(question: str, passages: Sequence[str]) -> bool | None:
+    """The yes (True) or no (False) that the two things' own passages give to "Were A and
+    B of the same nationality?" ("from the same country?") or "Are A and B both
+    American?" ("both from the United States?"): the country each one's passage names
+    first in its first two sentences (a demonym or a name; a "born in" aside in
+    parentheses is skipped), against each other or against the question's. None when the
+    question asks neither, or a passage names no country."""
+    if not _POLAR.match(question):
         return None
+    homes = _named_homes(question, passages)
+    if homes is None:
+        return None
+    named = " ".join(_title(passages[i]) for i in homes)
+    if _SAME.search(question) and _ORIGIN.search(question):
+        asked = None
+    else:  # "both American": one country, named after "both", and not in a title
+        both = _BOTH.search(question)
+        found = [m for m in _COUNTRY.finditer(question) if m.group(0).casefold() not in named.casefold()]
+        if both is None or len(found) != 1 or found[0].start() < both.end():
+            return None
+        asked = _COUNTRY_OF[found[0].group(0).casefold()]
+    origins = [_country(_opening(passages[i])[len(_title(passages[i])) :]) for i in homes]
+    if origins[0] is None or origins[1] is None:
+        return None
+    return origins[0] == origins[1] if asked is None else origins[0] == origins[1] == asked
+
+
+def _named_homes(question: str, passages: Sequence[str]) -> list[int] | None:
+    """The passages whose title line ``question`` names in full (its parenthesis aside),
+    when there are exactly two with different titles, else None."""
     asked = set(_words(question))
     homes: list[int] = []
     for i, passage in enumerate(passages):
@@ -273,7 +399,18 @@ def both_hold(question: str, passages: Sequence[str]) -> bool | None:
         words = [w for w in _words(re.sub(r"\(.*?\)", "", title)) if w not in STOPWORDS]
         if words and all(w in asked for w in words) and all(_title(passages[j]) != title for j in homes):
             homes.append(i)
-    if len(homes) != 2:
+    return homes if len(homes) == 2 else None
+
+
+def both_hold(question: str, passages: Sequence[str]) -> bool | None:
+    """True when ``question`` asks whether two things are both something ("Are
+    Broughtonia and Laeliocattleya both orchids?") and each thing's own passage (the one
+    whose title line the question names in full; exactly two of them) states it in its
+    title or first two sentences; else None (never False: see the module docstring)."""
+    if not _POLAR.match(question) or _SAME.search(question):
+        return None
+    homes = _named_homes(question, passages)
+    if homes is None:
         return None
     named = {w for i in homes for w in _words(_title(passages[i]))}
     wanted = _stems(w for w in _words(question)[1:] if w not in named and w not in _FRAMING)

@@ -65,6 +65,7 @@ from selfrag_core.comparison import (
     comparison,
     favoured,
     resolve,
+    same_origin,
 )
 from selfrag_core.grounding import (
     STOPWORDS,
@@ -365,7 +366,7 @@ class _Claim:
     items: list[set[str]]
     loop: str | None
     phrases: list[str] = field(default_factory=list)
-    polar: bool = False  # it answers a yes/no question: its negation is the answer, not a claim
+    polar: bool = False  # it answers a yes/no question about two things: its negation is its answer
     given: frozenset[str] = frozenset()  # the question's words, which a choice's restates
 
     @classmethod
@@ -386,7 +387,7 @@ class _Claim:
             _list_items(body),
             repetition(sentence),
             [p for p in _phrases(body) if not set(p.split()) <= given],
-            bool(question and question.polar),
+            bool(question and question.two_things),
             question.stems if question and (question.polar or question.offered) else frozenset(),
         )
 
@@ -400,6 +401,7 @@ class _Question:
     stems: frozenset[str]
     polar: bool
     offered: tuple[str, str] | None = None
+    two_things: bool = False  # a yes/no question about two things ("Are A and B both X?")
 
     @classmethod
     def of(cls, question: str) -> _Question:
@@ -407,9 +409,14 @@ class _Question:
         names = _names(question) | {_number(t) for t in tokens if _NUMBER.fullmatch(t)}
         polar = bool(tokens) and tokens[0] in _AUXILIARIES
         stems = frozenset(_stem(t) for t in _content(tokens))
-        return cls(frozenset(names), stems, polar, alternatives(question))
+        two = polar and _TWO_THINGS.search(question) is not None
+        return cls(frozenset(names), stems, polar, alternatives(question), two)
 
 
+#: a yes/no question about two things ("Are A and B both X?", "Is A taller than B?")
+_TWO_THINGS = re.compile(
+    r"(?<!\w)(?:both|and|same|different|differ|either|neither|than|share|و|كلا|كلاهما|نفس)(?!\w)", re.I
+)
 _AUXILIARIES = frozenset([
     "is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will",
     "would", "should", "هل",
@@ -651,7 +658,7 @@ def verify_answer(
     verdicts = [best(row) for row in checker.verify(sentences, texts, question)]
     if question:
         verdicts = _on_topic(verdicts, sentences, question, texts, checker.threshold)
-        verdicts = _compared(verdicts, sentences, question, texts)
+        verdicts = _compared(verdicts, sentences, question, texts, checker.threshold)
         why = not_an_answer(answer, question)
         if why is not None:
             verdicts = [
@@ -711,7 +718,7 @@ CONTRADICTED, AGREED = 0.1, 0.8
 
 
 def _compared(
-    verdicts: list[Verdict], sentences: list[str], question: str, passages: list[str]
+    verdicts: list[Verdict], sentences: list[str], question: str, passages: list[str], threshold: float
 ) -> list[Verdict]:
     """``verdicts`` with the sentence that picks an alternative checked against the
     passages: of a comparison by date ("Who was born first, A or B?") against both
@@ -720,21 +727,41 @@ def _compared(
     (:func:`~selfrag_core.comparison.favoured`); capped when they favour the other
     alternative, lifted when they favour it. The yes or no of an answer to "Are A and B
     both X?" is checked the same way when each one's passage states X
-    (:func:`~selfrag_core.comparison.both_hold`): "yes" lifted, "no" capped."""
+    (:func:`~selfrag_core.comparison.both_hold`: "yes" lifted, "no" capped), and to "Were
+    A and B of the same nationality?" or "both American?" by the countries their passages
+    name (:func:`~selfrag_core.comparison.same_origin`). A pick, or a yes or no to a
+    question about two things, that none of these decides scores just under
+    ``threshold`` (``"undecided"``): its words are the question's, so the word checks hold
+    it whichever way it goes, and such answers were right about half the time whatever
+    their word score (HotpotQA tuning questions)."""
+    origin = same_origin(question, passages)
+    if origin is not None:
+        why = f"origin:{'yes' if origin else 'no'}"
+        yes_no = (_yes_or_no, int(not origin), None, why, (AGREED, CONTRADICTED), _said_yes_or_no)
+        return _picked(verdicts, sentences, *yes_no)
     if both_hold(question, passages):
-        return _picked(verdicts, sentences, _yes_or_no, 0, None, "both_hold:yes", (AGREED, CONTRADICTED))
+        yes_no = (_yes_or_no, 0, None, "both_hold:yes", (AGREED, CONTRADICTED), _said_yes_or_no)
+        return _picked(verdicts, sentences, *yes_no)
     resolution = resolve(comparison(question), passages)
     if resolution is not None:
         home = resolution.passages[resolution.winner]
         why = f"comparison_contradicted:{resolution.winner_name}"
         pick = partial(chosen, resolution.comparison)
         return _picked(verdicts, sentences, pick, resolution.winner, home, why, (AGREED, CONTRADICTED))
-    offered, winner = alternatives(question), favoured(question, passages)
-    if offered is None or winner is None:
+    offered = alternatives(question)
+    picks: Callable[[str], int | None] | None = None
+    if offered is not None:
+        picks = partial(chosen, Comparison(offered, True, ""))
+        winner = favoured(question, passages)
+        if winner is not None:
+            why = f"not_favoured:{offered[winner]}"
+            return _picked(verdicts, sentences, picks, winner, None, why, (FAVOURED, DISFAVOURED))
+    elif _Question.of(question).two_things:
+        picks = _yes_or_no
+    if picks is None or all(picks(sentence) is None for sentence in sentences):
         return verdicts
-    why = f"not_favoured:{offered[winner]}"
-    pick = partial(chosen, Comparison(offered, True, ""))
-    return _picked(verdicts, sentences, pick, winner, None, why, (FAVOURED, DISFAVOURED))
+    undecided = threshold - UNDECIDED_BELOW
+    return [Verdict(undecided, False, v.passage, "undecided") for v in verdicts]
 
 
 def opening_yes_no(text: str) -> bool | None:
@@ -746,8 +773,16 @@ def opening_yes_no(text: str) -> bool | None:
 _OPENING_YES_NO = re.compile(r"^\W*(yes|no|نعم|لا)\b", re.IGNORECASE)
 
 
-def _yes_or_no(sentence: str) -> int | None:
-    """The pick of a sentence opening with yes (0) or no (1), as :func:`_picked` reads one."""
+def _yes_or_no(sentence: str) -> int:
+    """The pick of a sentence answering a yes/no question, as :func:`_picked` reads one:
+    yes (0) or no (1) by the word it opens with, else by whether it is negated ("A and B
+    are both from Iceland" implies yes)."""
+    said = opening_yes_no(sentence)
+    return int(_negated(_tokens(sentence)) if said is None else not said)
+
+
+def _said_yes_or_no(sentence: str) -> int | None:
+    """The yes (0) or no (1) a sentence opens with, or None."""
     said = opening_yes_no(sentence)
     return None if said is None else int(not said)
 
@@ -760,26 +795,33 @@ def _picked(
     home: int | None,
     why: str,
     bounds: tuple[float, float],
+    lifts: Callable[[str], int | None] | None = None,
 ) -> list[Verdict]:
     """``verdicts`` with the first sentence that picks (``pick(sentence)``: an alternative's
-    index, or None) lifted to ``bounds[0]`` when it picks the ``winner``, else capped at
-    ``bounds[1]`` (``why``); read from passage ``home`` (None: its own)."""
+    index, or None) capped at ``bounds[1]`` (``why``) when it picks another than the
+    ``winner``, and all of them lifted to ``bounds[0]`` when it picks the winner (and
+    ``lifts``, when given, reads the same pick); read from passage ``home`` (None: its own)."""
     for i, sentence in enumerate(sentences):
         picked = pick(sentence)
         if picked is None:
             continue
         old = verdicts[i]
         where = old.passage if home is None else home
-        if picked == winner:
-            verdict = Verdict(max(old.score, bounds[0]), True, where, None)
-        else:
-            verdict = Verdict(min(old.score, bounds[1]), False, where, why)
+        if picked == winner and lifts is not None and lifts(sentence) != winner:
+            return verdicts  # an implied pick is not lifted: the answer may say neither
+        if picked == winner:  # the answer's point holds: its other sentences add detail
+            lifted = [Verdict(max(v.score, bounds[0]), True, v.passage, None) for v in verdicts]
+            return [*lifted[:i], Verdict(lifted[i].score, True, where, None), *lifted[i + 1 :]]
+        verdict = Verdict(min(old.score, bounds[1]), False, where, why)
         return [*verdicts[:i], verdict, *verdicts[i + 1 :]]
     return verdicts
 
 
 #: a pick of the alternative the passages favour scores at least this; of the other, at most this
 FAVOURED, DISFAVOURED = 0.7, 0.3
+#: a pick, or a yes or no, that the passages neither favour nor contradict scores this much
+#: under the verifier's threshold: not supported, above the answers the passages barely hold
+UNDECIDED_BELOW = 0.01
 
 
 #: how much of a sentence's score rests on its passage speaking to the question

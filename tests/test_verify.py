@@ -8,10 +8,12 @@ import pytest
 
 from selfrag_core.grounding import assess, clean_answer, degenerate_reason, repetition
 from selfrag_core.verify import (
+    DEFAULT,
     CrossEncoderVerifier,
     LexicalVerifier,
     Verdict,
     Verifier,
+    best,
     sentence_spans,
     split_sentences,
     verify_answer,
@@ -364,8 +366,11 @@ MAGAZINES = [
 
 def test_a_pick_of_an_alternative_restates_the_question_and_naming_neither_is_no_answer() -> None:
     question = "Which magazine is published more often, Shonen Jump or Rolling Stone?"
-    score, reasons = asked(question, "Rolling Stone is published more often than Shonen Jump.", *MAGAZINES)
-    assert score is not None and score >= 0.5 and reasons == [None]  # its words are the question's
+    answer = "Rolling Stone is published more often than Shonen Jump."
+    # its words are the question's: not rejected as a restatement, and the word checks hold it
+    assert [best(row).score for row in DEFAULT.verify([answer], MAGAZINES, question)] == [1.0]
+    # but nothing in the passages decides "more often" (test_comparison reads that case)
+    assert asked(question, answer, *MAGAZINES)[1] == ["undecided"]
     assert asked(question, "A manga anthology is published weekly.", *MAGAZINES)[1] == ["no_alternative"]
 
 
@@ -388,8 +393,10 @@ def test_the_no_of_a_yes_no_answer_is_its_answer_not_a_negation_of_the_passage()
         "Dazhou\nDazhou is a city in Sichuan.",
     ]
     answer = "No, Dafeng District and Dazhou are not both located in Jiangsu."
-    score, reasons = asked(question, answer, *passages)
-    assert score is not None and score >= 0.5 and reasons == [None]
+    (verdict,) = [best(row) for row in DEFAULT.verify([answer], passages, question)]
+    assert verdict.score >= 0.5 and verdict.reason is None
+    # the passages do not decide the question itself: "Sichuan" is not read as "not Jiangsu"
+    assert asked(question, answer, *passages)[1] == ["undecided"]
 
 
 def test_a_negation_is_read_in_the_sentence_the_claim_comes_from_not_the_one_before() -> None:
