@@ -270,13 +270,23 @@ _ARABIC_FOLD = str.maketrans("ةىأإآ", "تيااا")
 
 def _stem(token: str) -> str:
     """A word's stem for matching: a number as written (without thousands commas), else
-    its first five letters (Arabic: proclitics stripped and letter variants folded, so
+    its first five letters once an English inflection is cut ("married" and "marry",
+    "played" and "play" match; Arabic: proclitics stripped and letter variants folded, so
     "عاصمة" and "عاصمتها" match)."""
     if _NUMBER.fullmatch(token):
         return token.replace(",", "")
     if not token.isascii():
         token = strip_ar_prefix(token).translate(_ARABIC_FOLD)
+    else:
+        for suffix, stem in _SUFFIXES:
+            if token.endswith(suffix) and len(token) - len(suffix) >= 3 and not token.endswith("ss"):
+                token = token[: -len(suffix)] + stem
+                break
     return token[:5]
+
+
+#: English inflections cut before the five letters are taken (not from "ss": "bass", "glass")
+_SUFFIXES = (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
 
 
 def _content(tokens: Sequence[str]) -> list[str]:

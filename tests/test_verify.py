@@ -473,3 +473,15 @@ def test_in_arabic_too_an_answer_is_read_where_its_own_words_come_from() -> None
     assert asked(question, "باريس هي عاصمة فرنسا.", passage) == (1.0, [None])
     score, _ = asked(question, "برلين هي عاصمة فرنسا.", passage)  # Berlin: read where Germany is
     assert score is not None and score < 0.5
+
+
+def test_an_inflected_word_of_the_question_adds_nothing() -> None:
+    """ "married" is the question's "marry": the answer restates the question (its first
+    five letters, "marri" against "marry", made it a new word and the answer certified)."""
+    question = "Who did the Star and Dagger bass player marry?"
+    passages = ["Star and Dagger\nStar and Dagger is a band; its bass player is Sami Yaffa."]
+    verdict = verify_answer("The Star and Dagger bass player married.", passages, question=question)
+    assert verdict.score is not None and verdict.score <= 0.2 and not verdict.supported
+    assert [v.reason for _, v in verdict.sentences] == ["restates_the_question"]
+    # "bass" keeps its "ss"; "played" is "play"
+    assert verify_answer("She played bass.", ["She plays bass in a band."]).supported
