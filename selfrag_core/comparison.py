@@ -383,7 +383,7 @@ def same_origin(question: str, passages: Sequence[str]) -> bool | None:
         if both is None or len(found) != 1 or found[0].start() < both.end():
             return None
         asked = _COUNTRY_OF[found[0].group(0).casefold()]
-    origins = [_country(_opening(passages[i])[len(_title(passages[i])) :]) for i in homes]
+    origins = [_country(_lead(passages[i])) for i in homes]
     if origins[0] is None or origins[1] is None:
         return None
     return origins[0] == origins[1] if asked is None else origins[0] == origins[1] == asked
@@ -431,8 +431,12 @@ def _body(passage: str) -> str:
 
 def _opening(passage: str) -> str:
     """A passage's title and the first two sentences of its text."""
-    sentences = re.split(r"(?<=[.!?؟])\s+", _body(passage).strip())
-    return f"{_title(passage)} {' '.join(sentences[:2])}"
+    return f"{_title(passage)} {_lead(passage)}"
+
+
+def _lead(passage: str) -> str:
+    """The first two sentences of a passage's text."""
+    return " ".join(re.split(r"(?<=[.!?؟])\s+", _body(passage).strip())[:2])
 
 
 def _stems(words: Iterable[str]) -> set[str]:

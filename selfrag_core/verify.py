@@ -745,13 +745,13 @@ def _compared(
     it whichever way it goes, and such answers were right about half the time whatever
     their word score (HotpotQA tuning questions)."""
     origin = same_origin(question, passages)
-    if origin is not None:
-        why = f"origin:{'yes' if origin else 'no'}"
-        yes_no = (_yes_or_no, int(not origin), None, why, (AGREED, CONTRADICTED), _said_yes_or_no)
-        return _picked(verdicts, sentences, *yes_no)
-    if both_hold(question, passages):
-        yes_no = (_yes_or_no, 0, None, "both_hold:yes", (AGREED, CONTRADICTED), _said_yes_or_no)
-        return _picked(verdicts, sentences, *yes_no)
+    if origin is not None or both_hold(question, passages):
+        said = "yes" if origin is None or origin else "no"
+        why = "both_hold:yes" if origin is None else f"origin:{said}"
+        bounds = (AGREED, CONTRADICTED)
+        return _picked(
+            verdicts, sentences, _yes_or_no, int(said == "no"), None, why, bounds, lifts=_said_yes_or_no
+        )
     resolution = resolve(comparison(question), passages)
     if resolution is not None:
         home = resolution.passages[resolution.winner]
