@@ -143,6 +143,9 @@ def _evaluation(*points: int, supported: bool = True, span: bool = False) -> Eva
         ((1, 2, 3, 4), [], "walk"),
         ((0, 1, 2, 3), [], "walk"),
         ((4, 3, 2, 1), [], "walk"),
+        ((1, 0, 2, 3), [], "walk"),  # the demo's honeybee answer: "confidence 0.00"
+        ((2, 4, 1, 3), [], "walk"),
+        ((3, 4, 5, 2), [], None),  # shuffled, but past the schema's first steps
         ((10, 10, 10, 10), [], "maximum"),  # for an unsupported answer (below)
         ((7, 8, 7, 9), [], None),
         ((8, 8, 8, 8), [], None),

@@ -145,7 +145,7 @@ def _points(evaluation: EvaluationResult) -> list[int]:
 def uninformative(evaluation: EvaluationResult, earlier: list[EvaluationResult]) -> str | None:
     """Why the judge's scores carry no information, or None. Small models fill the
     schema instead of judging: their four scores walk it (1, 2, 3, 4 or 0, 1, 2, 3, in
-    the order the schema lists the criteria), repeat one number on every criterion for
+    the order the schema lists the criteria or shuffled: 1, 0, 2, 3), repeat one number on every criterion for
     answers the grounding signals tell apart (one supported by the context, one not),
     or sit at the schema's bound against them (10 everywhere for an answer the context
     does not support, 0 everywhere for one the context holds word for word).
@@ -154,7 +154,8 @@ def uninformative(evaluation: EvaluationResult, earlier: list[EvaluationResult])
         return None
     points = _points(evaluation)
     steps = {b - a for a, b in itertools.pairwise(points)}
-    if len(steps) == 1 and abs(next(iter(steps))) == 1:
+    walked = len(steps) == 1 and abs(next(iter(steps))) == 1
+    if walked or sorted(points) in ([0, 1, 2, 3], [1, 2, 3, 4]):  # the first steps, shuffled
         return f"the scores walk the schema ({', '.join(map(str, points))})"
     if len(set(points)) > 1:
         return None
