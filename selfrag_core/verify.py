@@ -52,7 +52,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -268,6 +268,7 @@ def _tokens(text: str) -> list[str]:
 _ARABIC_FOLD = str.maketrans("ةىأإآ", "تيااا")
 
 
+@lru_cache(maxsize=1 << 16)  # every passage's words, stemmed for each answer checked against it
 def _stem(token: str) -> str:
     """A word's stem for matching: a number as written (without thousands commas), else
     its first five letters once an English inflection is cut ("married" and "marry",
@@ -758,7 +759,8 @@ def _compared(
         why = f"comparison_contradicted:{resolution.winner_name}"
         pick = partial(chosen, resolution.comparison)
         return _picked(verdicts, sentences, pick, resolution.winner, home, why, (AGREED, CONTRADICTED))
-    offered = alternatives(question)
+    asked = _Question.of(question)
+    offered = asked.offered
     picks: Callable[[str], int | None] | None = None
     if offered is not None:
         picks = partial(chosen, Comparison(offered, True, ""))
@@ -766,7 +768,7 @@ def _compared(
         if winner is not None:
             why = f"not_favoured:{offered[winner]}"
             return _picked(verdicts, sentences, picks, winner, None, why, (FAVOURED, DISFAVOURED))
-    elif _Question.of(question).two_things:
+    elif asked.two_things:
         picks = _yes_or_no
     if picks is None or all(picks(sentence) is None for sentence in sentences):
         return verdicts
@@ -787,8 +789,8 @@ def _yes_or_no(sentence: str) -> int:
     """The pick of a sentence answering a yes/no question, as :func:`_picked` reads one:
     yes (0) or no (1) by the word it opens with, else by whether it is negated ("A and B
     are both from Iceland" implies yes)."""
-    said = opening_yes_no(sentence)
-    return int(_negated(_tokens(sentence)) if said is None else not said)
+    said = _said_yes_or_no(sentence)
+    return int(_negated(_tokens(sentence))) if said is None else said
 
 
 def _said_yes_or_no(sentence: str) -> int | None:
