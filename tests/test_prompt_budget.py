@@ -20,15 +20,15 @@ from selfrag_core.prompts import VARIABLES, Prompts, document_blocks
 #: its budget here only on purpose, in the same commit, saying why (every character of a
 #: template is paid on every call of every query).
 BUDGETS: dict[str, tuple[int, int]] = {
-    "answer": (164, 139),
-    "answer_and_evaluate": (609, 527),
+    "answer": (159, 139),
+    "answer_and_evaluate": (604, 527),
     "evaluate": (484, 438),
-    "refine": (288, 245),
+    "refine": (283, 245),
     "hyde_document": (97, 77),
-    "grounded_answer": (158, 138),
+    "grounded_answer": (123, 108),
     "decompose": (298, 241),
     "merge": (199, 166),
-    "healing_answer": (99, 96),
+    "healing_answer": (94, 96),
     "faithfulness": (249, 221),
 }
 
