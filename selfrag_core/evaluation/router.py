@@ -487,7 +487,8 @@ def dry_run(
     fitted router's means; AdaptiveRAG's are routed before the answer on each question's
     retrieval (``calls``: no escalation after the answer, ``calls_max``: the costliest one
     within the budget). Input tokens are estimated from the plain answer prompt with the
-    retrieved documents (four characters a token) times the calls. ``rag``: the backend,
+    retrieved documents (four characters a token) times the calls, HyDE's passages from
+    their own short prompt. ``rag``: the backend,
     else the index in ``index``, else ``corpus`` (or the data's own) indexed lexically,
     nothing embedded (:func:`dry_run_backend`, which says what the estimate rests on).
     ``steps`` (a :class:`~selfrag_core.progress.Progress`) shows the indexing and the
@@ -520,20 +521,26 @@ def dry_run(
             text = question.question
             docs = [] if ranking else run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
             for n, strategy in strategies.items():
-                if ranking:
-                    low = high = _ranking_calls(strategy)
-                    prompt = strategy.prompts.render("hyde_document", detect_language(text), question=text)
-                else:
-                    prompt = strategy.prompts.render(
-                        "grounded_answer", detect_language(text), context=format_context(docs), question=text
-                    )
-                    low, high = _expected(strategy, text, docs)
+                low, high = (_ranking_calls(strategy),) * 2 if ranking else _expected(strategy, text, docs)
                 totals[n]["calls"] += low
                 totals[n]["calls_max"] += high
-                totals[n]["input_tokens"] += low * len(prompt) / 4
+                totals[n]["input_tokens"] += _input_tokens(strategy, text, docs, low)
             advance(1)
     count = max(len(data.questions), 1)
     return {n: {k: round(v / count, 2) for k, v in t.items()} for n, t in totals.items()}
+
+
+def _input_tokens(strategy: Any, question: str, docs: list[Any], calls: float) -> float:
+    """The input tokens (four characters a token) of ``calls`` LLM calls of ``strategy`` on
+    ``question``: HyDE's hypothetical documents asked for by their short prompt, every other
+    call counted as the answer prompt over ``docs``."""
+    render, lang = strategy.prompts.render, detect_language(question)
+    passages = min(_ranking_calls(strategy), calls)
+    chars = passages * len(render("hyde_document", lang, question=question)) if passages else 0.0
+    if calls > passages:
+        answer = render("grounded_answer", lang, context=format_context(docs), question=question)
+        chars += (calls - passages) * len(answer)
+    return chars / 4
 
 
 def _ranking_calls(strategy: Any) -> float:

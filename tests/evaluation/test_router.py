@@ -219,6 +219,9 @@ def test_a_dry_run_makes_no_llm_call(parts: tuple[FakeRetriever, FakeLLM]) -> No
     assert expected["adaptive"]["calls"] == pytest.approx(1.5)
     assert expected["adaptive"]["calls_max"] > expected["adaptive"]["calls"]
     assert all(e["input_tokens"] > 0 for e in expected.values())
+    # HyDE's passage is asked for by its short prompt, not by the answer prompt over the documents
+    plain, hyde = expected["plain"]["input_tokens"], expected["hyde"]["input_tokens"]
+    assert plain < hyde < 2 * plain
 
 
 def test_the_replay_costs_drafts_after_the_answer_at_its_own_calls() -> None:
