@@ -11,10 +11,11 @@ import pytest
 
 from selfrag_core import ExecutionConfig, PlainRAG, RecursiveRAG, SelfIRAG, SelfRAGConfig
 from selfrag_core.grounding import clean_answer, degenerate_reason, question_coverage
+from selfrag_core.strategies.base import quoted_answer
 from selfrag_core.strategies.recursive import clean_decomposition
 from selfrag_core.strategies.self_rag import uninformative
 from selfrag_core.testing import FakeLLM, FakeRetriever
-from selfrag_core.types import EvaluationResult, Grounding
+from selfrag_core.types import EvaluationResult, Grounding, RetrievedDoc
 
 Q = "What is the capital of France?"
 DOCS = [
@@ -277,3 +278,32 @@ def test_the_small_profile_does_not_trust_the_judge_over_a_supported_answer() ->
     capable = build_strategy("self", FakeRetriever(DOCS), FakeLLM(GOOD), preset=CAPABLE)
     assert isinstance(small, SelfIRAG) and isinstance(capable, SelfIRAG)
     assert small.config.stop_when_supported and not capable.config.stop_when_supported
+
+
+@pytest.mark.parametrize(
+    ("text", "metadata", "quote"),
+    [
+        # a Wikipedia-style passage: its title line, then a sentence that repeats it
+        (
+            "Foo Fighters\nFoo Fighters is a rock band formed in Seattle.",
+            {},
+            "Foo Fighters is a rock band formed in Seattle.",
+        ),
+        # the title in the metadata (as `selfrag eval` and the CLI index a titled document)
+        (
+            "Dave_Grohl\nThe rock band was formed in Seattle.",
+            {"title": "Dave_Grohl"},
+            "The rock band was formed in Seattle.",
+        ),
+        # a wrapped line is not a title: the sentence is quoted whole
+        (
+            "The Foo Fighters rock band was\nformed in Seattle.",
+            {},
+            "The Foo Fighters rock band was formed in Seattle.",
+        ),
+    ],
+)
+def test_a_quote_leaves_out_the_title_line(text: str, metadata: dict[str, Any], quote: str) -> None:
+    # the quoted fallback showed "Foo Fighters Foo Fighters is an American rock band ..."
+    question = "Where was the rock band formed?"
+    assert quoted_answer(question, [RetrievedDoc(text, metadata=metadata)]) == f"\u201c{quote}\u201d [1]"

@@ -106,7 +106,8 @@ def quoted_answer(query: str, docs: list[RetrievedDoc]) -> str | None:
     :func:`~selfrag_core.grounding.question_coverage`; at least :data:`QUOTE_COVERAGE`),
     quoted with its source's marker (``"Honeybees dance to show the way." [1]``): what a
     strategy answers instead of the placeholder when the model's answer is unusable but
-    a document holds one. None when no sentence does (or only a planted instruction)."""
+    a document holds one. None when no sentence does (or only a planted instruction). The
+    document's title line is left out of the quote (:func:`_without_heading`)."""
     best, best_coverage = None, QUOTE_COVERAGE
     for number, doc in enumerate(docs, 1):
         for sentence in split_sentences(doc.text):
@@ -114,8 +115,21 @@ def quoted_answer(query: str, docs: list[RetrievedDoc]) -> str | None:
                 continue
             coverage = question_coverage(sentence, query, sentence)
             if coverage > best_coverage or (best is None and coverage >= best_coverage):
-                best, best_coverage = f"\u201c{sentence}\u201d [{number}]", coverage
+                best, best_coverage = f"\u201c{_without_heading(sentence, doc)}\u201d [{number}]", coverage
     return best
+
+
+def _without_heading(sentence: str, doc: RetrievedDoc) -> str:
+    """``sentence`` without the title line of ``doc`` it begins with: a passage stored as
+    "Foo Fighters\nFoo Fighters is an American rock band ..." reads as one sentence, which
+    a quote would repeat the name in. A title line is the document's first line when it is
+    its ``title`` metadata or the next line begins with it."""
+    first, _, rest = doc.text.strip().partition("\n")
+    heading = " ".join(first.split())
+    is_title = heading == doc.metadata.get("title") or rest.lstrip().startswith(first.strip())
+    if rest.strip() and heading and is_title and sentence.startswith(heading + " "):
+        return sentence[len(heading) + 1 :]
+    return sentence
 
 
 def retrieve_or_empty(
