@@ -488,9 +488,9 @@ def dry_run(
     retrieval (``calls``: no escalation after the answer, ``calls_max``: the costliest one
     within the budget). Input tokens are estimated from the plain answer prompt with the
     retrieved documents (four characters a token) times the calls, HyDE's passages from
-    their own short prompt. ``rag``: the backend,
-    else the index in ``index``, else ``corpus`` (or the data's own) indexed lexically,
-    nothing embedded (:func:`dry_run_backend`, which says what the estimate rests on).
+    their own short prompt. ``rag``: the backend, else the index in ``index``, else
+    ``corpus`` (or the data's own) indexed lexically, nothing embedded
+    (:func:`dry_run_backend`, which says what the estimate rests on).
     ``steps`` (a :class:`~selfrag_core.progress.Progress`) shows the indexing and the
     questions' retrievals as they go.
 
