@@ -415,6 +415,7 @@ class _Question:
     two_things: bool = False  # a yes/no question about two things ("Are A and B both X?")
 
     @classmethod
+    @lru_cache(maxsize=256)  # one verify_answer reads its question three times (checks, topic, pick)
     def of(cls, question: str) -> _Question:
         tokens = _tokens(question)
         names = _names(question) | {_number(t) for t in tokens if _NUMBER.fullmatch(t)}
@@ -819,9 +820,10 @@ def _picked(
             continue
         old = verdicts[i]
         where = old.passage if home is None else home
-        if picked == winner and lifts is not None and lifts(sentence) != winner:
-            return verdicts  # an implied pick is not lifted: the answer may say neither
-        if picked == winner:  # the answer's point holds: its other sentences add detail
+        if picked == winner:
+            if lifts is not None and lifts(sentence) != winner:
+                return verdicts  # an implied pick is not lifted: the answer may say neither
+            # the answer's point holds: its other sentences add detail
             lifted = [Verdict(max(v.score, bounds[0]), True, v.passage, None) for v in verdicts]
             return [*lifted[:i], Verdict(lifted[i].score, True, where, None), *lifted[i + 1 :]]
         verdict = Verdict(min(old.score, bounds[1]), False, where, why)
