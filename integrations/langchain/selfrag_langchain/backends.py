@@ -10,7 +10,7 @@ from langchain_core.documents import Document
 from langchain_core.indexing import InMemoryRecordManager, RecordManager
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from selfrag_core import RetrievedDoc, ScoreKind
 from selfrag_core.ingest import chunk_id, content_source, document_parts
@@ -58,11 +58,16 @@ class VectorStoreSearch(BaseRetriever):
     k: int = 4
     scores: ScoreMode = "relevance"
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    #: what the store's raw scores mean, read once from its type
+    _raw_kind: ScoreKind = PrivateAttr(default=ScoreKind.UNKNOWN)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._raw_kind = raw_score_kind(self.vectorstore)
 
     def _documents(self, found: Any, kind: ScoreKind | None) -> list[Document]:
         if kind is ScoreKind.UNKNOWN:  # unscored documents
             return list(found)
-        kind = kind or raw_score_kind(self.vectorstore)
+        kind = kind or self._raw_kind
         return [to_document(from_document(doc, score, kind)) for doc, score in found]
 
     def _get_relevant_documents(
@@ -112,6 +117,9 @@ class LangChainBackend:
     ) -> None:
         self.retriever = retriever
         self.vectorstore = retriever.vectorstore if isinstance(retriever, VectorStoreSearch) else None
+        fields = type(retriever).model_fields
+        #: the retriever's setting for the number of results, set per call (None: results cut)
+        self._size_field = next((f for f in ("k", "top_k", "search_kwargs") if f in fields), None)
         if self.vectorstore is None and (record_manager is not None or text_splitter is not None):
             raise ValueError("record_manager and text_splitter apply to vector stores, not retrievers")
         self.text_splitter = text_splitter
@@ -125,16 +133,14 @@ class LangChainBackend:
 
     def _call(self, top_k: int) -> tuple[BaseRetriever, dict[str, Any]]:
         """The retriever to call for ``top_k`` documents, and the call's keyword arguments."""
-        retriever = self.retriever
-        if isinstance(retriever, VectorStoreSearch):
+        retriever, field = self.retriever, self._size_field
+        if self.vectorstore is not None:
             return retriever, {"k": top_k}
-        fields = type(retriever).model_fields
-        for name in ("k", "top_k"):
-            if name in fields:
-                return retriever.model_copy(update={name: top_k}), {}
-        if "search_kwargs" in fields:
+        if field == "search_kwargs":
             search_kwargs = {**(getattr(retriever, "search_kwargs", None) or {}), "k": top_k}
-            return retriever.model_copy(update={"search_kwargs": search_kwargs}), {}
+            return retriever.model_copy(update={field: search_kwargs}), {}
+        if field is not None:
+            return retriever.model_copy(update={field: top_k}), {}
         return retriever, {}
 
     def retrieve(self, query: str, top_k: int = 5) -> list[RetrievedDoc]:

@@ -44,6 +44,8 @@ class LlamaIndexBackend:
             raise ValueError("give exactly one of retriever or index")
         self.retriever = retriever
         self.index = index
+        #: a copy of the retriever is sized per top_k when it has this setting, else sliced
+        self._sized = retriever is not None and hasattr(retriever, "similarity_top_k")
         self._by_k: dict[int, Any] = {}
         self._lock = threading.Lock()
 
@@ -59,7 +61,7 @@ class LlamaIndexBackend:
             return self._by_k[top_k]
 
     def _make_retriever(self, top_k: int) -> Any:
-        if hasattr(self.retriever, "similarity_top_k"):
+        if self._sized:
             clone: Any = copy.copy(self.retriever)
             try:
                 clone.similarity_top_k = top_k
