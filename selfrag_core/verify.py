@@ -63,6 +63,7 @@ from selfrag_core.comparison import (
     both_hold,
     chosen,
     comparison,
+    counted,
     favoured,
     resolve,
     same_origin,
@@ -734,7 +735,9 @@ def _compared(
 ) -> list[Verdict]:
     """``verdicts`` with the sentence that picks an alternative checked against the
     passages: of a comparison by date ("Who was born first, A or B?") against both
-    passages' dates (:mod:`selfrag_core.comparison`), else ("Which filmmaker was known for
+    passages' dates (:mod:`selfrag_core.comparison`), of one by a number ("Which genus has
+    more species, A or B?") against the numbers both passages state
+    (:func:`~selfrag_core.comparison.counted`), else ("Which filmmaker was known for
     animation, A or B?") against what each alternative's passage holds of the question
     (:func:`~selfrag_core.comparison.favoured`); capped when they favour the other
     alternative, lifted when they favour it. The yes or no of an answer to "Are A and B
@@ -765,6 +768,11 @@ def _compared(
     picks: Callable[[str], int | None] | None = None
     if offered is not None:
         picks = partial(chosen, Comparison(offered, True, ""))
+        numbers = counted(question, passages)
+        if numbers is not None:
+            more, home = numbers.winner, numbers.passages[numbers.winner]
+            why = f"count_contradicted:{offered[more]}"
+            return _picked(verdicts, sentences, picks, more, home, why, (AGREED, CONTRADICTED))
         winner = favoured(question, passages)
         if winner is not None:
             why = f"not_favoured:{offered[winner]}"

@@ -1,5 +1,5 @@
-"""Comparisons by date answered from two passages: the question's shape, the dates, the
-verifier's check and RecursiveRAG's correction."""
+"""Comparisons by date (or by a number) answered from two passages: the question's shape,
+the dates, the verifier's check and RecursiveRAG's correction."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from selfrag_core.comparison import (
     both_hold,
     chosen,
     comparison,
+    counted,
     derived_answer,
+    quantity,
     resolve,
     same_origin,
 )
@@ -341,3 +343,101 @@ def test_a_yes_no_question_about_one_thing_is_left_to_the_word_checks() -> None:
     assert verify_answer("Yes, Paris is the capital of France.", passages, question=question).supported
     no = verify_answer("No, Paris is not the capital of France.", passages, question=question)
     assert not no.supported and no.sentences[0][1].reason == "negation"
+
+
+@pytest.mark.parametrize(
+    ("question", "counted_noun", "higher"),
+    [
+        ("Which genus has more species, Salvia or Arachis?", "specie", True),
+        ("Which Genus has more species Eucryphia or Lepidozamia ?", "specie", True),
+        ("Which band, Letters to Cleo or Screaming Trees, had more members?", "member", True),
+        ("Who released the most studio albums, Candlelight Red or Motion City Soundtrack?", "album", True),
+        ("Which band has fewer members, Lawson or Royal Blood?", "member", False),
+        ("Which tower is taller, 712 Fifth Avenue or Manhattan Life Insurance Building?", "height", True),
+        ("Which Karakoram mountain is higher: Distaghil Sar or The Crown", "height", True),
+        ("Which has the larger population, Shanghai or Hanggin Rear Banner?", "population", True),
+    ],
+)
+def test_the_quantity_a_question_compares(question: str, counted_noun: str, higher: bool) -> None:
+    asked = quantity(question)
+    assert asked is not None and (asked.counted, asked.higher) == (counted_noun, higher)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Which performance act has a higher instrument to person ratio, Badly Drawn Boy or Wolf Alice?",
+        "Who was born first, Erika Jayne or Marco Da Silva?",
+        "How many species does Salvia have?",
+    ],
+)
+def test_other_questions_compare_no_number_they_can_read(question: str) -> None:
+    asked = quantity(question)
+    assert asked is None or counted(question, GENERA) is None
+
+
+GENERA = [  # HotpotQA's passages, shortened
+    "Salvia\nSalvia is the largest genus of plants in the mint family, with nearly 1000 species of shrubs.",
+    "Arachis\nArachis is a genus of about 70 species of annual and perennial flowering plants.",
+    "Xanthoceras\nXanthoceras sorbifolium is a woody shrub, and the only species in the genus Xanthoceras.",
+    "Polypodium\nPolypodium is a genus of 75–100 species of true ferns.",
+    "Elodea\nElodea is one of the waterweeds: a genus of six species of aquatic plants, described in 1803.",
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "winner", "homes"),
+    [
+        ("Which genus has more species, Salvia or Arachis?", 0, (0, 1)),
+        ("Which genus has more species, Arachis or Salvia?", 1, (1, 0)),
+        ("Which genus has fewer species, Salvia or Arachis?", 1, (0, 1)),
+        ("Which genus has more species, Xanthoceras or Arachis?", 1, (2, 1)),  # "the only species": one
+        ("Which genus has more species, Polypodium or Arachis?", 0, (3, 1)),  # "75–100": at least 75
+        ("Which genus has more species, Elodea or Xanthoceras?", 0, (4, 2)),  # "one of": not a count
+    ],
+)
+def test_the_numbers_of_two_passages_decide(question: str, winner: int, homes: tuple[int, int]) -> None:
+    found = counted(question, GENERA)
+    assert found is not None and (found.winner, found.passages) == (winner, homes)
+
+
+def test_heights_populations_and_band_sizes_are_read_in_their_units() -> None:
+    towers = [
+        "712 Fifth Avenue\n712 5th Avenue is a 650 ft skyscraper at 56th Street.",
+        "Manhattan Life Insurance Building\nIt was a 106 m tower at 64-66 Broadway.",  # 348 ft
+    ]
+    taller = counted("Which tower is taller, 712 Fifth Avenue or Manhattan Life Insurance Building?", towers)
+    assert taller is not None and taller.winner == 0
+    assert taller.amounts == pytest.approx((198.12, 106.0))  # 650 ft in metres
+    places = [
+        "Shanghai\nShanghai is a city with a population of more than 24 million as of 2014.",
+        "Hanggin Rear Banner\nHanggin Rear Banner, 1,767 km², 300,000 inhabitants (2004).",
+    ]
+    smaller = counted("Which has the smaller population, Shanghai or Hanggin Rear Banner?", places)
+    assert smaller is not None and (smaller.winner, smaller.amounts) == (1, (24e6, 3e5))
+    bands = [
+        "Royal Blood (band)\nRoyal Blood are an English rock duo formed in Brighton in 2013.",
+        "Kitchens of Distinction\nKitchens of Distinction are an English three-person rock band.",
+        "Lilys\nLilys are an American band. The only constant member is Kurt Heasley.",
+    ]
+    members = counted("Which band has more members, Kitchens of Distinction or Royal Blood?", bands)
+    assert members is not None and (members.winner, members.amounts, members.passages) == (0, (3, 2), (1, 0))
+    constant = counted("Which band has more constant members, Lilys or Royal Blood?", bands)
+    assert constant is not None and (constant.winner, constant.amounts) == (1, (1, 2))
+
+
+def test_no_number_is_read_where_a_passage_states_none_or_both_state_the_same() -> None:
+    assert counted("Which band has more members, Lawson or American Music Club?", BANDS) is None
+    same = ["Apium\nApium is a genus of 20 species.", "Lavatera\nLavatera is a genus of twenty species."]
+    assert counted("Which genus has more species, Apium or Lavatera?", same) is None
+    assert counted("Which genus has more species, Salvia or Arachis?", GENERA[:1]) is None  # one passage
+
+
+def test_the_verifier_caps_a_pick_the_numbers_contradict_and_lifts_one_they_support() -> None:
+    question = "Which genus has more species, Salvia or Arachis?"
+    wrong = verify_answer("Arachis has more species.", GENERA, question=question)
+    right = verify_answer("Salvia has more species.", GENERA, question=question)
+    assert wrong.score is not None and wrong.score <= 0.1 and not wrong.supported
+    assert wrong.sentences[0][1].reason == "count_contradicted:Salvia"
+    assert wrong.sentences[0][1].passage == 0  # read from the winner's own passage
+    assert right.score is not None and right.score >= 0.8 and right.supported
