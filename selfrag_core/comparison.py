@@ -33,7 +33,8 @@ The verifier caps an answer that picks the other alternative (or the other of ye
 and lifts one that agrees; a pick, or a yes/no about two things, that none of these
 decides scores just under the support threshold whatever its words, which are the
 question's (:func:`selfrag_core.verify.verify_answer`). RecursiveRAG retrieves each
-alternative's passage and corrects an answer the dates contradict (:func:`derived_answer`).
+alternative's passage and corrects an answer the dates or the numbers contradict
+(:func:`derived_answer`).
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ _ENSEMBLE = re.compile(
 )
 _ENSEMBLES = {"duo": 2, "trio": 3, "quartet": 4, "quintet": 5, "sextet": 6}
 #: "more species", "the most studio albums", "fewer members": the comparative and what it
-#: counts (at most five words, the last the counted noun), up to a comma or the end
+#: counts (at most five words, the last the counted noun, a plural), up to a comma or the end
 _COUNTS = re.compile(
     r"(?<!\w)(?P<dir>more|most|fewer|less|least)\s+(?P<what>(?:[\w'’-]+\s+){0,4}?[\w'’-]+)\s*(?:[,:?]|$)",
     re.IGNORECASE,
@@ -292,6 +293,13 @@ class Quantity:
     alternatives: tuple[str, str]
     higher: bool
     counted: str
+    #: how the question names what is counted ("studio albums"; "" for a height or population)
+    words: str = ""
+
+    @property
+    def searched(self) -> str:
+        """What an alternative is searched with beside its name ("Salvia species")."""
+        return self.words or self.counted
 
 
 def quantity(question: str) -> Quantity | None:
@@ -306,7 +314,13 @@ def quantity(question: str) -> Quantity | None:
         found = pattern.search(rest)
         if found is not None:
             word = (found.group("dir") or "more").casefold()
-            return Quantity(offered, word not in _FEWER, kind or _singular(_words(found.group("what"))[-1]))
+            if kind:
+                return Quantity(offered, word not in _FEWER, kind)
+            what = found.group("what")
+            noun = _words(what)[-1]
+            if _singular(noun) == noun:  # "more often", "a more acclaimed guitarist": no count
+                return None
+            return Quantity(offered, word not in _FEWER, _singular(noun), what)
     return None
 
 
@@ -321,42 +335,46 @@ def _value(found: re.Match[str]) -> float:
     return value * _SCALES[scale.casefold()] if scale else value
 
 
-def _amount(passage: str, counted: str) -> float | None:
-    """The number ``passage``'s text states of ``counted``: the first number (digits or
-    words, "a single") at most three words before the noun ("a genus of about 50 species",
-    "a three time Pulitzer Prize winner"), for members else a band's size in one word ("a
-    four-piece", "a duo"); the first height in feet or metres (in metres); the population.
-    None when it states none."""
+def _amount(passage: str, counted: str) -> tuple[float, str] | None:
+    """The number ``passage``'s text states of ``counted``, and how it states it: the first
+    number (digits or words, "a single") at most three words before the noun ("a genus of
+    about 50 species", "a three time Pulitzer Prize winner"), for members else a band's
+    size in one word ("a four-piece", "a duo"); the first height in feet or metres (in
+    metres, "650 ft"); the population ("24 million"). None when it states none."""
     body = _body(passage)
     if counted == "height":
         length = _LENGTH.search(body)
         if length is None:
             return None
         value = float(length.group("n").replace(",", ""))
-        return value * 0.3048 if length.group("unit").casefold() in ("ft", "feet", "foot") else value
+        feet = length.group("unit").casefold() in ("ft", "feet", "foot")
+        return (value * 0.3048 if feet else value), length.group(0)
     if counted == "population":
         people = _PEOPLE.search(body)
         number = None if people is None else re.search(_NUMBER, people.group(0), re.IGNORECASE)
-        return None if number is None else _value(number)
+        return None if number is None else (_value(number), number.group(0))
     noun = rf"\s+{_BETWEEN}{re.escape(counted)}(?:s|es)?(?![\w'’-])"
     found = re.search(rf"(?<![\w.,]){_NUMBER}(?={noun})", body, re.IGNORECASE)
     if found is not None:
-        return _value(found)
+        value = _value(found)
+        return value, found.group(0) if found.group(0)[0].isdigit() else f"{value:,.0f}"
     size = _ENSEMBLE.search(body) if counted == "member" else None
     if size is None:
         return None
     word = size.group(0).casefold()
-    return float(_ENSEMBLES.get(word) or _NUMBER_WORDS.get((size.group("n") or "").casefold(), 0)) or None
+    members = _ENSEMBLES.get(word) or _NUMBER_WORDS.get((size.group("n") or "").casefold(), 0)
+    return (float(members), str(members)) if members else None
 
 
 @dataclass(frozen=True)
 class Counted:
-    """What the passages' numbers say: the alternative that wins, and each one's number
-    and passage."""
+    """What the passages' numbers say: the alternative that wins, each one's number (a
+    height in metres) as compared and as its passage states it, and each one's passage."""
 
     quantity: Quantity
     winner: int  # 0 or 1: the index in ``quantity.alternatives``
     amounts: tuple[float, float]
+    stated: tuple[str, str]  # "650 ft", "1000", "24 million"
     passages: tuple[int, int]  # indices into the passages given to :func:`counted`
 
 
@@ -370,12 +388,12 @@ def counted(question: str, passages: Sequence[str]) -> Counted | None:
     homes = [_home(passages, alternative) for alternative in asked.alternatives]
     if homes[0] is None or homes[1] is None or homes[0] == homes[1]:
         return None
-    amounts = [_amount(passages[i], asked.counted) for i in (homes[0], homes[1])]
-    if amounts[0] is None or amounts[1] is None or amounts[0] == amounts[1]:
+    first, second = (_amount(passages[i], asked.counted) for i in (homes[0], homes[1]))
+    if first is None or second is None or first[0] == second[0]:
         return None
-    more = 0 if amounts[0] > amounts[1] else 1
+    more = 0 if first[0] > second[0] else 1
     winner = more if asked.higher else 1 - more
-    return Counted(asked, winner, (amounts[0], amounts[1]), (homes[0], homes[1]))
+    return Counted(asked, winner, (first[0], second[0]), (first[1], second[1]), (homes[0], homes[1]))
 
 
 _COMPARATIVE = re.compile(
@@ -403,14 +421,20 @@ def chosen(comparison: Comparison, answer: str) -> int | None:
     return 0 if at[0] < at[1] else 1
 
 
-def derived_answer(resolution: Resolution) -> str:
-    """The answer the dates give, citing both passages (1-based markers): "Erika Jayne:
-    1971 [1], against 1977 for Marco Da Silva [2]."."""
+def derived_answer(resolution: Resolution | Counted) -> str:
+    """The answer the dates (or numbers) give, citing both passages (1-based markers):
+    "Erika Jayne: 1971 [1], against 1977 for Marco Da Silva [2].", "Salvia: 1000 species
+    [1], against 70 for Arachis [2]." (each number as its passage states it)."""
     win, lose = resolution.winner, 1 - resolution.winner
-    names, years, homes = resolution.comparison.alternatives, resolution.years, resolution.passages
+    homes = resolution.passages
+    if isinstance(resolution, Resolution):
+        names, said = resolution.comparison.alternatives, [str(y) for y in resolution.years]
+    else:
+        names, said = resolution.quantity.alternatives, list(resolution.stated)
+        said[win] += f" {resolution.quantity.words}" if resolution.quantity.words else ""
     return (
-        f"{names[win]}: {years[win]} [{homes[win] + 1}], "
-        f"against {years[lose]} for {names[lose]} [{homes[lose] + 1}]."
+        f"{names[win]}: {said[win]} [{homes[win] + 1}], "
+        f"against {said[lose]} for {names[lose]} [{homes[lose] + 1}]."
     )
 
 

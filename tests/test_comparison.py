@@ -369,11 +369,12 @@ def test_the_quantity_a_question_compares(question: str, counted_noun: str, high
         "Which performance act has a higher instrument to person ratio, Badly Drawn Boy or Wolf Alice?",
         "Who was born first, Erika Jayne or Marco Da Silva?",
         "How many species does Salvia have?",
+        "Which magazine is published more often, Shonen Jump or Rolling Stone?",
+        "Who was a more acclaimed guitarist Stephen Christian or Joe Gooch?",
     ],
 )
-def test_other_questions_compare_no_number_they_can_read(question: str) -> None:
-    asked = quantity(question)
-    assert asked is None or counted(question, GENERA) is None
+def test_other_questions_compare_no_number(question: str) -> None:
+    assert quantity(question) is None  # a count compares a plural noun
 
 
 GENERA = [  # HotpotQA's passages, shortened
@@ -424,6 +425,7 @@ def test_heights_populations_and_band_sizes_are_read_in_their_units() -> None:
     assert members is not None and (members.winner, members.amounts, members.passages) == (0, (3, 2), (1, 0))
     constant = counted("Which band has more constant members, Lilys or Royal Blood?", bands)
     assert constant is not None and (constant.winner, constant.amounts) == (1, (1, 2))
+    assert constant.stated == ("1", "2")  # "the only constant member", "a duo"
 
 
 def test_no_number_is_read_where_a_passage_states_none_or_both_state_the_same() -> None:
@@ -441,3 +443,34 @@ def test_the_verifier_caps_a_pick_the_numbers_contradict_and_lifts_one_they_supp
     assert wrong.sentences[0][1].reason == "count_contradicted:Salvia"
     assert wrong.sentences[0][1].passage == 0  # read from the winner's own passage
     assert right.score is not None and right.score >= 0.8 and right.supported
+
+
+def test_recursive_corrects_a_pick_the_numbers_contradict() -> None:
+    question = "Which genus has more species, Arachis or Salvia?"
+    backend = FakeRetriever(list(GENERA))
+    llm = FakeLLM("Arachis has more species.")
+    rag = RecursiveRAG(backend, llm, RecursiveRAGConfig(max_depth=1, decomposition="rules", top_k=1))
+    result = rag.query(question)
+    texts = [d.text for d in result.sources]
+    salvia, arachis = (texts.index(GENERA[i]) + 1 for i in (0, 1))
+    assert result.answer == f"Salvia: 1000 species [{salvia}], against 70 for Arachis [{arachis}]."
+    assert backend.queries[1:] == ["Arachis species", "Salvia species"]
+    assert len(llm.calls) == 1
+    corrected = [e for e in result.trace.events if e.name == "comparison_corrected"]
+    assert len(corrected) == 1 and corrected[0].detail["amounts"] == [70, 1000]
+    # an answer the numbers support is kept
+    kept = RecursiveRAG(FakeRetriever(list(GENERA)), FakeLLM("Salvia, with nearly 1000 species."), rag.config)
+    assert kept.query(question).answer == "Salvia, with nearly 1000 species."
+
+
+def test_a_derived_answer_gives_each_number_as_its_passage_states_it() -> None:
+    towers = [
+        "712 Fifth Avenue\n712 5th Avenue is a 650 ft skyscraper at 56th Street.",
+        "Manhattan Life Insurance Building\nIt was a 106 m tower at 64-66 Broadway.",
+    ]
+    found = counted("Which tower is shorter, 712 Fifth Avenue or Manhattan Life Insurance Building?", towers)
+    assert found is not None
+    assert (
+        derived_answer(found)
+        == "Manhattan Life Insurance Building: 106 m [2], against 650 ft for 712 Fifth Avenue [1]."
+    )

@@ -30,7 +30,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.citations import renumber
-from selfrag_core.comparison import Comparison, chosen, comparison, derived_answer, resolve
+from selfrag_core.comparison import (
+    Comparison,
+    Quantity,
+    Resolution,
+    chosen,
+    comparison,
+    counted,
+    derived_answer,
+    quantity,
+    resolve,
+)
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, without_streaming
 from selfrag_core.errors import RAGSystemError
@@ -245,7 +255,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         if depth >= cfg.max_depth:
             why = "decomposition is off" if cfg.max_depth == 0 else f"max_depth {cfg.max_depth} reached"
             return (yield from self._direct(query, context, depth, why))
-        compared = comparison(query) if cfg.decomposition != "llm" else None
+        compared = (comparison(query) or quantity(query)) if cfg.decomposition != "llm" else None
         if compared is not None:
             return (yield from self._compare(query, compared, context, depth))
         parts = split_question(query) if cfg.decomposition != "llm" else [query]
@@ -276,14 +286,16 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources=sources, reason=reason)
 
     def _compare(
-        self, query: str, compared: Comparison, context: dict[str, Any], depth: int
+        self, query: str, compared: Comparison | Quantity, context: dict[str, Any], depth: int
     ) -> Plan[RecursiveRAGResult]:
-        """A comparison by date ("Who was born first, A or B?"): the question and each
-        alternative searched in one round, one answer over their documents, and that
-        answer replaced by the one the documents' dates give when they contradict it
-        (:mod:`selfrag_core.comparison`)."""
+        """A comparison by date ("Who was born first, A or B?") or by a number ("Which genus
+        has more species, A or B?"): the question and each alternative searched in one
+        round, one answer over their documents, and that answer replaced by the one the
+        documents' dates or numbers give when they contradict it (:mod:`selfrag_core.comparison`)."""
         cfg = self.config
-        searches = (query, *(f"{a} {compared.event}".strip() for a in compared.alternatives))
+        dated = isinstance(compared, Comparison)
+        about = compared.event if isinstance(compared, Comparison) else compared.searched
+        searches = (query, *(f"{a} {about}".strip() for a in compared.alternatives))
         found = yield RetrieveMany(self.rag_system, searches, cfg.top_k, retrieval_options(context))
         for search, outcome in zip(searches, found, strict=True):
             if isinstance(outcome, Exception):
@@ -296,18 +308,22 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
                 NOT_ENOUGH_ANSWER, depth, False, [], [], reason=f"{reason}: no documents"
             )
         docs = docs[: cfg.top_k + len(compared.alternatives)]
-        resolution = resolve(compared, [d.text for d in docs])
+        texts = [d.text for d in docs]
+        decided = resolve(compared, texts) if isinstance(compared, Comparison) else counted(query, texts)
+        evidence = "dates" if dated else "numbers"
         try:
             answer = yield from grounded_answer(self, query, docs, cfg.llm_retries)
         except RAGSystemError as e:
-            if resolution is None:
+            if decided is None:
                 raise
-            yield Note("generation_failed", _failure(e), {"then": "the documents' dates"})
+            yield Note("generation_failed", _failure(e), {"then": f"the documents' {evidence}"})
             answer = ""
-        if resolution is not None and chosen(compared, answer) != resolution.winner:
-            derived = derived_answer(resolution)
-            detail = {"answer": answer[:200], "then": derived, "years": list(resolution.years)}
-            yield Note("comparison_corrected", "the documents' dates give another answer", detail)
+        picked = chosen(Comparison(compared.alternatives, True, ""), answer)
+        if decided is not None and picked != decided.winner:
+            derived = derived_answer(decided)
+            values = decided.years if isinstance(decided, Resolution) else decided.amounts
+            detail = {"answer": answer[:200], "then": derived, "years" if dated else "amounts": list(values)}
+            yield Note("comparison_corrected", f"the documents' {evidence} give another answer", detail)
             answer = derived
         return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], sources=docs, reason=reason)
 
