@@ -98,6 +98,11 @@ class Comparison:
     earlier: bool  # the earlier date wins ("first", "older"); else the later ("more recently")
     event: str  # "born", "formed", "released" or "" (unnamed: the passages' first years)
 
+    @property
+    def searched(self) -> str:
+        """What an alternative is searched with beside its name ("Erika Jayne born")."""
+        return self.event
+
 
 @dataclass(frozen=True)
 class Resolution:
@@ -357,7 +362,7 @@ def _amount(passage: str, counted: str) -> tuple[float, str] | None:
     found = re.search(rf"(?<![\w.,]){_NUMBER}(?={noun})", body, re.IGNORECASE)
     if found is not None:
         value = _value(found)
-        return value, found.group(0) if found.group(0)[0].isdigit() else f"{value:,.0f}"
+        return value, (found.group(0) if found.group(0)[0].isdigit() else f"{value:,.0f}")
     size = _ENSEMBLE.search(body) if counted == "member" else None
     if size is None:
         return None

@@ -294,8 +294,8 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         documents' dates or numbers give when they contradict it (:mod:`selfrag_core.comparison`)."""
         cfg = self.config
         dated = isinstance(compared, Comparison)
-        about = compared.event if isinstance(compared, Comparison) else compared.searched
-        searches = (query, *(f"{a} {about}".strip() for a in compared.alternatives))
+        evidence = "dates" if dated else "numbers"
+        searches = (query, *(f"{a} {compared.searched}".strip() for a in compared.alternatives))
         found = yield RetrieveMany(self.rag_system, searches, cfg.top_k, retrieval_options(context))
         for search, outcome in zip(searches, found, strict=True):
             if isinstance(outcome, Exception):
@@ -310,7 +310,6 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         docs = docs[: cfg.top_k + len(compared.alternatives)]
         texts = [d.text for d in docs]
         decided = resolve(compared, texts) if isinstance(compared, Comparison) else counted(query, texts)
-        evidence = "dates" if dated else "numbers"
         try:
             answer = yield from grounded_answer(self, query, docs, cfg.llm_retries)
         except RAGSystemError as e:
