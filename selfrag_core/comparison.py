@@ -19,7 +19,9 @@ each, and compared:
   of it ("a genus of about 50 species", "a single species", "a duo", "a 650 ft
   skyscraper", "300,000 inhabitants"); it was right on 11 of the 12 HotpotQA questions
   where both gold passages state one;
-* :func:`chosen` tells which alternative an answer picks (the one it names first);
+* :func:`decided` is whichever of the two decides a question, :func:`chosen` tells which
+  alternative an answer picks (the one it names first) and :func:`contradicted` whether
+  it picks the other one or neither;
 * :func:`both_hold` answers "Are A and B both X?" with yes when A's own passage and B's
   own passage each state X in their opening sentences ("Broughtonia is a genus of
   orchids", "Laeliocattleya ... orchid"); it never answers no (a passage that does not
@@ -32,9 +34,9 @@ each, and compared:
 The verifier caps an answer that picks the other alternative (or the other of yes and no)
 and lifts one that agrees; a pick, or a yes/no about two things, that none of these
 decides scores just under the support threshold whatever its words, which are the
-question's (:func:`selfrag_core.verify.verify_answer`). RecursiveRAG retrieves each
-alternative's passage and corrects an answer the dates or the numbers contradict
-(:func:`derived_answer`).
+question's (:func:`selfrag_core.verify.verify_answer`). Every strategy's answer check
+replaces an answer the passages' dates or numbers contradict by the one they give
+(:func:`derived_answer`), and RecursiveRAG searches each alternative's passage first.
 """
 
 from __future__ import annotations
@@ -112,6 +114,10 @@ class Resolution:
     winner: int  # 0 or 1: the index in ``comparison.alternatives``
     years: tuple[int, int]
     passages: tuple[int, int]  # indices into the passages given to :func:`resolve`
+
+    @property
+    def alternatives(self) -> tuple[str, str]:
+        return self.comparison.alternatives
 
     @property
     def winner_name(self) -> str:
@@ -382,6 +388,10 @@ class Counted:
     stated: tuple[str, str]  # "650 ft", "1000", "24 million"
     passages: tuple[int, int]  # indices into the passages given to :func:`counted`
 
+    @property
+    def alternatives(self) -> tuple[str, str]:
+        return self.quantity.alternatives
+
 
 def counted(question: str, passages: Sequence[str]) -> Counted | None:
     """Which alternative the passages' numbers favour in a question comparing a quantity
@@ -424,6 +434,18 @@ def chosen(comparison: Comparison, answer: str) -> int | None:
     if at[0] < 0 or at[1] < 0:
         return 0 if at[0] >= 0 else 1
     return 0 if at[0] < at[1] else 1
+
+
+def decided(question: str, passages: Sequence[str]) -> Resolution | Counted | None:
+    """What ``passages`` decide of a question comparing two alternatives: by their dates
+    (:func:`resolve`) or by a number (:func:`counted`); None when they decide nothing."""
+    compared = comparison(question)
+    return resolve(compared, passages) if compared is not None else counted(question, passages)
+
+
+def contradicted(decision: Resolution | Counted, answer: str) -> bool:
+    """Whether ``answer`` picks the other alternative than ``decision``'s, or neither."""
+    return chosen(Comparison(decision.alternatives, True, ""), answer) != decision.winner
 
 
 def derived_answer(resolution: Resolution | Counted) -> str:

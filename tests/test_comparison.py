@@ -16,7 +16,8 @@ from selfrag_core.comparison import (
     resolve,
     same_origin,
 )
-from selfrag_core.config import RecursiveRAGConfig
+from selfrag_core.config import PlainRAGConfig, RecursiveRAGConfig
+from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.testing import FakeLLM, FakeRetriever
 from selfrag_core.verify import THRESHOLD, LexicalVerifier, verify_answer
@@ -474,3 +475,38 @@ def test_a_derived_answer_gives_each_number_as_its_passage_states_it() -> None:
         derived_answer(found)
         == "Manhattan Life Insurance Building: 106 m [2], against 650 ft for 712 Fifth Avenue [1]."
     )
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Samantha Cristoforetti was born first.",
+        "Both were astronauts.",
+        "relevance",
+    ],  # other, neither, unusable
+)
+def test_every_strategys_answer_check_gives_the_pick_the_dates_decide(reply: str) -> None:
+    plain = PlainRAG(FakeRetriever(list(PASSAGES)), FakeLLM(reply), config=PlainRAGConfig(top_k=3))
+    result = plain.query(QUESTION)
+    texts = [d.text for d in result.sources]
+    jean, samantha = texts.index(PASSAGES[1]) + 1, texts.index(PASSAGES[0]) + 1
+    assert result.answer == (
+        f"Jean-Loup Chrétien: 1938 [{jean}], against 1977 for Samantha Cristoforetti [{samantha}]."
+    )
+    notes = [e for e in result.trace.events if e.name == "comparison_corrected"]
+    assert len(notes) == 1 and notes[0].detail["years"] == [1977, 1938]
+
+
+def test_the_answer_check_keeps_a_pick_the_passages_support_or_do_not_decide() -> None:
+    right = PlainRAG(
+        FakeRetriever(list(PASSAGES)),
+        FakeLLM("Jean-Loup Chrétien, born in 1938."),
+        config=PlainRAGConfig(top_k=3),
+    )
+    assert right.query(QUESTION).answer == "Jean-Loup Chrétien, born in 1938."
+    undecided = PlainRAG(
+        FakeRetriever(list(BANDS)), FakeLLM("Lawson has more members."), config=PlainRAGConfig(top_k=2)
+    )
+    result = undecided.query("Which band has more members, Lawson or American Music Club?")
+    assert result.answer == "Lawson has more members."
+    assert not [e for e in result.trace.events if e.name == "comparison_corrected"]

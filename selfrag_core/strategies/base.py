@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from selfrag_core.citations import cite, renumber
+from selfrag_core.comparison import Resolution, contradicted, decided, derived_answer
 from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.engine import (
     Deadline,
@@ -73,12 +74,16 @@ def answer_text(reply: str) -> str:
 
 
 def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
-    """A strategy's final answer; when it is unusable (``grounding.degenerate_reason``:
+    """A strategy's final answer. When it is unusable (``grounding.degenerate_reason``:
     empty, a loop, an echo of the prompt or the question, a refusal although the context
     covers the question, a copy of an instruction planted in a document, a key name, an
     identifier, a date the context does not hold), the source sentence that answers the
     question, quoted (:func:`quoted_answer`), else :data:`GENERATION_FAILED_ANSWER`, with
-    the reason in the trace. :func:`answer_text` cleans it first. Past the query's
+    the reason in the trace. When the question picks one of two alternatives and the
+    documents' dates or numbers decide it (:func:`~selfrag_core.comparison.decided`), an
+    answer that picks the other one or neither (or is unusable) is replaced by the one
+    they give ("Erika Jayne: 1971 [1], against 1977 for Marco Da Silva [2]."; a
+    ``comparison_corrected`` note). :func:`answer_text` cleans it first. Past the query's
     deadline it is not checked: the fallback answer, with the QueryTimeoutError in the
     trace (reason ``query_timeout``)."""
     try:
@@ -89,6 +94,15 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
         return GENERATION_FAILED_ANSWER
     answer = answer_text(answer)
     reason = degenerate_reason(answer, query, context_text(docs))
+    decision = decided(query, [d.text for d in docs])
+    if decision is not None and (reason is not None or contradicted(decision, answer)):
+        derived, dated = derived_answer(decision), isinstance(decision, Resolution)
+        values = decision.years if isinstance(decision, Resolution) else decision.amounts
+        corrected: dict[str, Any] = {"answer": answer[:200], "then": derived}
+        corrected["years" if dated else "amounts"] = list(values)
+        why = f"the documents' {'dates' if dated else 'numbers'} give another answer"
+        yield Note("comparison_corrected", why, corrected)
+        return derived
     if reason is None:
         return answer
     quote = quoted_answer(query, docs)

@@ -30,17 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfrag_core.citations import renumber
-from selfrag_core.comparison import (
-    Comparison,
-    Quantity,
-    Resolution,
-    chosen,
-    comparison,
-    counted,
-    derived_answer,
-    quantity,
-    resolve,
-)
+from selfrag_core.comparison import Comparison, Quantity, comparison, decided, derived_answer, quantity
 from selfrag_core.config import ExecutionConfig, RecursiveRAGConfig
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany, without_streaming
 from selfrag_core.errors import RAGSystemError
@@ -308,22 +298,15 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
                 NOT_ENOUGH_ANSWER, depth, False, [], [], reason=f"{reason}: no documents"
             )
         docs = docs[: cfg.top_k + len(compared.alternatives)]
-        texts = [d.text for d in docs]
-        decided = resolve(compared, texts) if isinstance(compared, Comparison) else counted(query, texts)
+        # the answer check replaces an answer the documents' dates or numbers contradict
         try:
             answer = yield from grounded_answer(self, query, docs, cfg.llm_retries)
         except RAGSystemError as e:
-            if decided is None:
+            decision = decided(query, [d.text for d in docs])
+            if decision is None:
                 raise
             yield Note("generation_failed", _failure(e), {"then": f"the documents' {evidence}"})
-            answer = ""
-        picked = chosen(Comparison(compared.alternatives, True, ""), answer)
-        if decided is not None and picked != decided.winner:
-            derived = derived_answer(decided)
-            values = decided.years if isinstance(decided, Resolution) else decided.amounts
-            detail = {"answer": answer[:200], "then": derived, "years" if dated else "amounts": list(values)}
-            yield Note("comparison_corrected", f"the documents' {evidence} give another answer", detail)
-            answer = derived
+            answer = derived_answer(decision)
         return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], sources=docs, reason=reason)
 
     def _sub(self, question: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
