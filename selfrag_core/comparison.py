@@ -448,10 +448,18 @@ def contradicted(decision: Resolution | Counted, answer: str) -> bool:
     return chosen(Comparison(decision.alternatives, True, ""), answer) != decision.winner
 
 
-def derived_answer(resolution: Resolution | Counted) -> str:
+#: a derived answer, in the question's language
+_DERIVED = {
+    "en": "{winner}: {said} [{home}], against {other_said} for {other} [{other_home}].",
+    "ar": "{winner}: {said} [{home}]، مقابل {other_said} لـ{other} [{other_home}].",
+}
+
+
+def derived_answer(resolution: Resolution | Counted, language: str = "en") -> str:
     """The answer the dates (or numbers) give, citing both passages (1-based markers):
     "Erika Jayne: 1971 [1], against 1977 for Marco Da Silva [2].", "Salvia: 1000 species
-    [1], against 70 for Arachis [2]." (each number as its passage states it)."""
+    [1], against 70 for Arachis [2]." (each number as its passage states it); in Arabic
+    for ``language`` "ar"."""
     win, lose = resolution.winner, 1 - resolution.winner
     homes = resolution.passages
     if isinstance(resolution, Resolution):
@@ -459,10 +467,10 @@ def derived_answer(resolution: Resolution | Counted) -> str:
     else:
         names, said = resolution.quantity.alternatives, list(resolution.stated)
         said[win] += f" {resolution.quantity.words}" if resolution.quantity.words else ""
-    return (
-        f"{names[win]}: {said[win]} [{homes[win] + 1}], "
-        f"against {said[lose]} for {names[lose]} [{homes[lose] + 1}]."
-    )
+    return _DERIVED.get(language, _DERIVED["en"]).format(
+        winner=names[win], said=said[win], home=homes[win] + 1,
+        other=names[lose], other_said=said[lose], other_home=homes[lose] + 1,
+    )  # fmt: skip
 
 
 #: the question words that frame "Are A and B both X?" rather than say what X is

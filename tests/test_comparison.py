@@ -510,3 +510,18 @@ def test_the_answer_check_keeps_a_pick_the_passages_support_or_do_not_decide() -
     result = undecided.query("Which band has more members, Lawson or American Music Club?")
     assert result.answer == "Lawson has more members."
     assert not [e for e in result.trace.events if e.name == "comparison_corrected"]
+
+
+def test_the_corrected_answer_is_in_the_questions_language() -> None:
+    question = "من ولد أولاً، سامانثا كريستوفوريتي أم جان لو كريتيان؟"
+    passages = [
+        "سامانثا كريستوفوريتي\nسامانثا كريستوفوريتي (ولدت 26 أبريل 1977) رائدة فضاء إيطالية.",
+        "جان لو كريتيان\nجان لو كريتيان (ولد 20 أغسطس 1938) جنرال فرنسي متقاعد.",
+    ]
+    plain = PlainRAG(
+        FakeRetriever(passages), FakeLLM("سامانثا كريستوفوريتي."), config=PlainRAGConfig(top_k=2)
+    )
+    result = plain.query(question)
+    texts = [d.text for d in result.sources]
+    jean, samantha = texts.index(passages[1]) + 1, texts.index(passages[0]) + 1
+    assert result.answer == f"جان لو كريتيان: 1938 [{jean}]، مقابل 1977 لـسامانثا كريستوفوريتي [{samantha}]."

@@ -96,7 +96,7 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     reason = degenerate_reason(answer, query, context_text(docs))
     decision = decided(query, [d.text for d in docs])
     if decision is not None and (reason is not None or contradicted(decision, answer)):
-        derived, dated = derived_answer(decision), isinstance(decision, Resolution)
+        derived, dated = derived_answer(decision, detect_language(query)), isinstance(decision, Resolution)
         values = decision.years if isinstance(decision, Resolution) else decision.amounts
         corrected: dict[str, Any] = {"answer": answer[:200], "then": derived}
         corrected["years" if dated else "amounts"] = list(values)

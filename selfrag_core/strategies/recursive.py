@@ -306,7 +306,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             if decision is None:
                 raise
             yield Note("generation_failed", _failure(e), {"then": f"the documents' {evidence}"})
-            answer = derived_answer(decision)
+            answer = derived_answer(decision, detect_language(query))
         return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], sources=docs, reason=reason)
 
     def _sub(self, question: str, context: dict[str, Any], depth: int) -> Plan[RecursiveRAGResult]:
