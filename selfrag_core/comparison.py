@@ -207,11 +207,8 @@ def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolutio
     """Which alternative the passages' dates favour, or None when an alternative has no
     passage of its own (at least all its words in the opening), a year is missing, or
     both years are equal."""
-    if comparison is None:
-        return None
-    found = [_home(passages, alternative) for alternative in comparison.alternatives]
-    homes = [h for h in found if h is not None]
-    if len(homes) < 2 or homes[0] == homes[1]:
+    homes = None if comparison is None else _homes(passages, comparison.alternatives)
+    if comparison is None or homes is None:
         return None
     years = [_year(passages[i], comparison.event) for i in homes]
     if years[0] is None or years[1] is None or years[0] == years[1]:
@@ -219,6 +216,13 @@ def resolve(comparison: Comparison | None, passages: Sequence[str]) -> Resolutio
     first = 0 if years[0] < years[1] else 1
     winner = first if comparison.earlier else 1 - first
     return Resolution(comparison, winner, (years[0], years[1]), (homes[0], homes[1]))
+
+
+def _homes(passages: Sequence[str], alternatives: tuple[str, str]) -> tuple[int, int] | None:
+    """Each alternative's own passage (:func:`_home`), or None when one has none or both
+    have the same."""
+    first, second = (_home(passages, alternative) for alternative in alternatives)
+    return None if first is None or second is None or first == second else (first, second)
 
 
 def _home(passages: Sequence[str], alternative: str) -> int | None:
@@ -400,15 +404,15 @@ def counted(question: str, passages: Sequence[str]) -> Counted | None:
     asked = quantity(question)
     if asked is None:
         return None
-    homes = [_home(passages, alternative) for alternative in asked.alternatives]
-    if homes[0] is None or homes[1] is None or homes[0] == homes[1]:
+    homes = _homes(passages, asked.alternatives)
+    if homes is None:
         return None
-    first, second = (_amount(passages[i], asked.counted) for i in (homes[0], homes[1]))
+    first, second = (_amount(passages[i], asked.counted) for i in homes)
     if first is None or second is None or first[0] == second[0]:
         return None
     more = 0 if first[0] > second[0] else 1
     winner = more if asked.higher else 1 - more
-    return Counted(asked, winner, (first[0], second[0]), (first[1], second[1]), (homes[0], homes[1]))
+    return Counted(asked, winner, (first[0], second[0]), (first[1], second[1]), homes)
 
 
 _COMPARATIVE = re.compile(
@@ -438,9 +442,8 @@ def chosen(comparison: Comparison, answer: str) -> int | None:
 
 def decided(question: str, passages: Sequence[str]) -> Resolution | Counted | None:
     """What ``passages`` decide of a question comparing two alternatives: by their dates
-    (:func:`resolve`) or by a number (:func:`counted`); None when they decide nothing."""
-    compared = comparison(question)
-    return resolve(compared, passages) if compared is not None else counted(question, passages)
+    (:func:`resolve`), else by a number (:func:`counted`); None when they decide nothing."""
+    return resolve(comparison(question), passages) or counted(question, passages)
 
 
 def contradicted(decision: Resolution | Counted, answer: str) -> bool:

@@ -59,13 +59,12 @@ import numpy as np
 
 from selfrag_core.comparison import (
     Comparison,
+    Resolution,
     alternatives,
     both_hold,
     chosen,
-    comparison,
-    counted,
+    decided,
     favoured,
-    resolve,
     same_origin,
 )
 from selfrag_core.grounding import (
@@ -757,22 +756,18 @@ def _compared(
         return _picked(
             verdicts, sentences, _yes_or_no, int(said == "no"), None, why, bounds, lifts=_said_yes_or_no
         )
-    resolution = resolve(comparison(question), passages)
-    if resolution is not None:
-        home = resolution.passages[resolution.winner]
-        why = f"comparison_contradicted:{resolution.winner_name}"
-        pick = partial(chosen, resolution.comparison)
-        return _picked(verdicts, sentences, pick, resolution.winner, home, why, (AGREED, CONTRADICTED))
+    decision = decided(question, passages)  # by the dates, else by a number
+    if decision is not None:
+        side, home = decision.winner, decision.passages[decision.winner]
+        kind = "comparison" if isinstance(decision, Resolution) else "count"
+        why = f"{kind}_contradicted:{decision.alternatives[side]}"
+        pick = partial(chosen, Comparison(decision.alternatives, True, ""))
+        return _picked(verdicts, sentences, pick, side, home, why, (AGREED, CONTRADICTED))
     asked = _Question.of(question)
     offered = asked.offered
     picks: Callable[[str], int | None] | None = None
     if offered is not None:
         picks = partial(chosen, Comparison(offered, True, ""))
-        numbers = counted(question, passages)
-        if numbers is not None:
-            more, home = numbers.winner, numbers.passages[numbers.winner]
-            why = f"count_contradicted:{offered[more]}"
-            return _picked(verdicts, sentences, picks, more, home, why, (AGREED, CONTRADICTED))
         winner = favoured(question, passages)
         if winner is not None:
             why = f"not_favoured:{offered[winner]}"

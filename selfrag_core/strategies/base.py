@@ -96,12 +96,11 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     reason = degenerate_reason(answer, query, context_text(docs))
     decision = decided(query, [d.text for d in docs])
     if decision is not None and (reason is not None or contradicted(decision, answer)):
-        derived, dated = derived_answer(decision, detect_language(query)), isinstance(decision, Resolution)
-        values = decision.years if isinstance(decision, Resolution) else decision.amounts
-        corrected: dict[str, Any] = {"answer": answer[:200], "then": derived}
-        corrected["years" if dated else "amounts"] = list(values)
-        why = f"the documents' {'dates' if dated else 'numbers'} give another answer"
-        yield Note("comparison_corrected", why, corrected)
+        derived = derived_answer(decision, detect_language(query))
+        values: tuple[float, float] = decision.years if isinstance(decision, Resolution) else decision.amounts
+        evidence, key = ("dates", "years") if isinstance(decision, Resolution) else ("numbers", "amounts")
+        corrected: dict[str, Any] = {"answer": answer[:200], "then": derived, key: list(values)}
+        yield Note("comparison_corrected", f"the documents' {evidence} give another answer", corrected)
         return derived
     if reason is None:
         return answer

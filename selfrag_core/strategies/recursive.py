@@ -283,8 +283,6 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         round, one answer over their documents, and that answer replaced by the one the
         documents' dates or numbers give when they contradict it (:mod:`selfrag_core.comparison`)."""
         cfg = self.config
-        dated = isinstance(compared, Comparison)
-        evidence = "dates" if dated else "numbers"
         searches = (query, *(f"{a} {compared.searched}".strip() for a in compared.alternatives))
         found = yield RetrieveMany(self.rag_system, searches, cfg.top_k, retrieval_options(context))
         for search, outcome in zip(searches, found, strict=True):
@@ -305,6 +303,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             decision = decided(query, [d.text for d in docs])
             if decision is None:
                 raise
+            evidence = "dates" if isinstance(compared, Comparison) else "numbers"
             yield Note("generation_failed", _failure(e), {"then": f"the documents' {evidence}"})
             answer = derived_answer(decision, detect_language(query))
         return RecursiveRAGResult(answer, depth, False, list(searches[1:]), [], sources=docs, reason=reason)
