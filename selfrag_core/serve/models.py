@@ -4,9 +4,14 @@ shares and let each strategy's own ``to_dict()`` fields through."""
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+logger = logging.getLogger("selfrag.serve")
 
 Scalar = str | int | float | bool
 
@@ -19,9 +24,18 @@ class StrategyOptions(BaseModel):
     """The options that are strategy settings, by their names in the strategies' configs
     (``selfrag_core.config``): a query's per-call overrides. Each applies only to the
     strategies whose config has it (422 otherwise). ``max_iterations`` and ``threshold``,
-    the old names of two, are still accepted for one release (deprecated)."""
+    the old names of two, are still accepted for one release (deprecated: the server logs a
+    warning naming the new name, once per old name)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for old in sorted(OLD_NAMES.keys() & data.keys()):
+                _deprecated(old)
+        return data
 
     top_k: int | None = Field(None, ge=1, description="documents retrieved per search")
     max_refinement_iterations: int | None = Field(
@@ -34,6 +48,22 @@ class StrategyOptions(BaseModel):
         "(`threshold`: its deprecated old name)",
     )  # fmt: skip
     max_depth: int | None = Field(None, ge=0, le=5, description="RecursiveRAG decomposition depth")
+
+
+#: the deprecated old name of an option -> its name
+OLD_NAMES = {
+    old: name
+    for name, option in StrategyOptions.model_fields.items()
+    if isinstance(option.validation_alias, AliasChoices)
+    for old in option.validation_alias.choices
+    if isinstance(old, str) and old != name
+}
+
+
+@functools.cache
+def _deprecated(old: str) -> None:
+    """Log, once per process, that a request used an option's deprecated old name."""
+    logger.warning("selfrag serve: the query option %r is deprecated; send %r", old, OLD_NAMES[old])
 
 
 class QueryOptions(StrategyOptions):
@@ -63,13 +93,7 @@ class QueryRequest(QueryOptions):
 #: the request fields that are /query options (the OpenAI endpoint's ``selfrag`` extension
 #: takes them too), and with them the deprecated old names some still take (``threshold``)
 OPTIONS = frozenset(QueryRequest.model_fields) - {"question", "stream"}
-OPTIONS_ACCEPTED = OPTIONS | {
-    name
-    for option in QueryRequest.model_fields.values()
-    if isinstance(option.validation_alias, AliasChoices)
-    for name in option.validation_alias.choices
-    if isinstance(name, str)
-}
+OPTIONS_ACCEPTED = OPTIONS | frozenset(OLD_NAMES)
 
 
 class ErrorBody(BaseModel):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import httpx
 import pytest
 from serve_helpers import ANSWER, Server
+
+from selfrag_core.serve import models
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +66,22 @@ def test_threshold_and_iterations_change_the_loop_per_request_only(
     assert client.get("/query/self", params={"q": QUESTION, **options}).json()["iterations"] == 2
     default = client.post("/query/self", json={"question": QUESTION}).json()
     assert default["iterations"] == 1  # the shared instance kept its own settings
+
+
+def test_an_old_option_name_is_logged_once_naming_the_new_one(caplog: pytest.LogCaptureFixture) -> None:
+    models._deprecated.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="selfrag.serve"):
+        models.QueryRequest.model_validate({"question": QUESTION, "confidence_threshold": 0.5})
+        assert caplog.messages == []  # the config's name: nothing to say
+        for _ in range(2):
+            request = models.QueryRequest.model_validate({"question": QUESTION, **STRICT[1]})
+    assert (request.confidence_threshold, request.max_refinement_iterations) == (1.0, 2)
+    assert caplog.messages == [
+        "selfrag serve: the query option 'max_iterations' is deprecated; send 'max_refinement_iterations'",
+        "selfrag serve: the query option 'threshold' is deprecated; send 'confidence_threshold'",
+    ]  # once each, however many requests use it
+    old = models.OPTIONS_ACCEPTED - models.OPTIONS
+    assert old == {"max_iterations", "threshold"}
 
 
 def test_healing_takes_threshold_and_top_k_per_request(client: httpx.Client) -> None:
