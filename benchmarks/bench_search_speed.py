@@ -142,8 +142,8 @@ def dense_rag(vectors: np.ndarray, texts: list[str], queries: dict[str, np.ndarr
 
 def least_search(rag: RAG) -> Callable[[str], list[SearchHit]]:
     """The least a Python search returning hits can do with the store's own scan: the query
-    checked, its vector looked up and normalised, ``its scan (``dot_scores``), the top
-    10, ten hits (no filters, no locks, no hybrid scores): the floor under ``RAG.search``."""
+    checked, its vector looked up and normalised, the scan (``dot_scores``), the top 10, ten
+    hits (no filters, no lock, no hybrid scores): the floor under ``RAG.search``."""
     index = rag._index
     matrix = index.vectors()
 
