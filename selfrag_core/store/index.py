@@ -534,12 +534,10 @@ class Index:
         dense score and hybrid scores keep their scale. Call under the lock."""
         if self.dim is not None and qvecs.shape[1] != self.dim and len(self.chunks):
             self.check_dim(qvecs.shape[1])
-        parts = []
-        if self._base_vectors is not None:
-            parts.append(self._part_scores(self._base_vectors, self._ann("base"), qvecs, self.chunks.kept))
-        parts.append(self._part_scores(self._tail_matrix(), self._ann("tail"), qvecs, None))
-        if len(parts) == 1:
-            return parts[0]
+        tail_part = self._part_scores(self._tail_matrix(), self._ann("tail"), qvecs, None)
+        if self._base_vectors is None:
+            return tail_part
+        parts = [self._part_scores(self._base_vectors, self._ann("base"), qvecs, self.chunks.kept), tail_part]
         (base, base_known), (tail, tail_known) = parts
         if base_known is None and tail_known is None:
             return np.vstack((base, tail)), None

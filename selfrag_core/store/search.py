@@ -34,8 +34,9 @@ _RRF_K = 60
 #: the vectors MMR compares when the index has none (no embedder)
 _MMR_EMBEDDER = HashingEmbeddings(512)
 
-#: one ranked chunk: (position in the index, score, lexical score, dense score)
-Ranked = tuple[int, float, float | None, float | None]
+#: ranked chunks, best first, as columns: their positions in the index, scores, lexical
+#: scores and dense scores
+Ranked = tuple[list[int], list[float], list[float | None], list[float | None]]
 
 
 @dataclass
@@ -102,9 +103,7 @@ def search_many(
                 column += 1
             ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
             hits = _hits(index, ranked)
-            found.append(
-                (hits, _hit_vectors(index, [r[0] for r in ranked]) if reranker is not None else None)
-            )
+            found.append((hits, _hit_vectors(index, ranked[0]) if reranker is not None else None))
     results = []
     for query, (hits, vectors) in zip(queries, found, strict=True):
         if reranker is not None and vectors is not None:
@@ -155,6 +154,8 @@ def _matches(value: Any, condition: Any) -> bool:
 
 def _mask(index: Index, metadata_filter: Any, filters: Mapping[str, Any]) -> np.ndarray | None:
     """Which chunks the filters keep (None: all)."""
+    if metadata_filter is None and not filters:
+        return None
     conditions = dict(filters)
     predicate: Callable[[dict[str, Any]], Any] | None = None
     if isinstance(metadata_filter, Mapping):
@@ -228,7 +229,7 @@ def _rank(
     valid: np.ndarray | None,
     pool: int,
     among: np.ndarray | None = None,
-) -> list[Ranked]:
+) -> Ranked:
     """The top ``pool`` chunks for one query, given its BM25 and dense scores, among the
     ``valid`` positions (all when None); only the positions ``among`` are scored when the
     caller knows no other can rank (an approximate dense search), the scales still set by
@@ -255,15 +256,12 @@ def _rank(
         part = _best(score, pool)
         candidates, score = candidates[part], score[part]
     values = score.tolist()
-    nothing = [None] * len(values)
-    return list(
-        zip(
-            candidates.tolist(),
-            values,
-            nothing if lex is None else values if one else lex[candidates].tolist(),
-            nothing if dense is None else values if one else dense[candidates].tolist(),
-            strict=True,
-        )
+    nothing: list[float | None] = [None] * len(values)
+    return (
+        candidates.tolist(),
+        values,
+        nothing if lex is None else values if one else lex[candidates].tolist(),
+        nothing if dense is None else values if one else dense[candidates].tolist(),
     )
 
 
@@ -300,33 +298,26 @@ def _best(score: np.ndarray, k: int) -> np.ndarray:
     return order if among is None else among[order]
 
 
-def _fuse(rankings: list[list[Ranked]], pool: int) -> list[Ranked]:
+def _fuse(rankings: list[Ranked], pool: int) -> Ranked:
     """Reciprocal rank fusion of the rankings of a query and its expansions."""
     fused: dict[int, list[Any]] = {}
-    for ranking in rankings:
-        for rank, (p, _, lx, dn) in enumerate(ranking):
+    for positions, _, lexical, dense in rankings:
+        for rank, (p, lx, dn) in enumerate(zip(positions, lexical, dense, strict=True)):
             entry = fused.setdefault(p, [p, 0.0, lx, dn])
             entry[1] += 1.0 / (_RRF_K + rank + 1)
     ordered = sorted(fused.values(), key=lambda e: -e[1])[:pool]
-    return [(e[0], e[1], e[2], e[3]) for e in ordered]
+    return [e[0] for e in ordered], [e[1] for e in ordered], [e[2] for e in ordered], [e[3] for e in ordered]
 
 
-def _hits(index: Index, ranked: list[Ranked]) -> list[SearchHit]:
+def _hits(index: Index, ranked: Ranked) -> list[SearchHit]:
     """The ranked chunks as hits (each with its own copy of the chunk's metadata)."""
-    chunks = index.chunks.at([r[0] for r in ranked])
+    positions, scores, lexical, dense = ranked
     similarity = ScoreKind.SIMILARITY
     return [
         SearchHit(
-            c.text,
-            score,
-            dict(c.metadata),
-            c.id,
-            similarity,
-            source=c.source,
-            lexical_score=lexical,
-            dense_score=dense,
+            c.text, s, dict(c.metadata), c.id, similarity, source=c.source, lexical_score=lx, dense_score=dn
         )
-        for c, (_, score, lexical, dense) in zip(chunks, ranked, strict=True)
+        for c, s, lx, dn in zip(index.chunks.at(positions), scores, lexical, dense, strict=True)
     ]
 
 
