@@ -32,8 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from selfrag_core.grounding import content_stems, content_tokens
+from selfrag_core.signals.text import sentence_spans, strip_markup
 from selfrag_core.types import Citation, RetrievedDoc
-from selfrag_core.verify import DEFAULT, Verifier, sentence_spans, strip_markup
+from selfrag_core.verify import DEFAULT, Verifier
 
 #: support at which a source counts as supporting a sentence
 SUPPORT_THRESHOLD = 0.5

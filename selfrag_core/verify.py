@@ -73,49 +73,26 @@ from selfrag_core.grounding import (
     content_stems,
     question_coverage,
     repetition,
-    strip_ar_prefix,
 )
+from selfrag_core.signals.features import answering_features, support_features
+from selfrag_core.signals.fitted import shipped
+from selfrag_core.signals.text import GENERIC as _GENERIC
+from selfrag_core.signals.text import NUMBER as _NUMBER
+from selfrag_core.signals.text import PRONOUNS as _PRONOUNS
+from selfrag_core.signals.text import clean_sentence as clean_sentence
+from selfrag_core.signals.text import content as _content
+from selfrag_core.signals.text import names as _names
+from selfrag_core.signals.text import negated as _negated
+from selfrag_core.signals.text import number as _number
+from selfrag_core.signals.text import sentence_spans as sentence_spans
+from selfrag_core.signals.text import split_sentences as split_sentences
+from selfrag_core.signals.text import stem as _stem
+from selfrag_core.signals.text import strip_markup as strip_markup
+from selfrag_core.signals.text import tokens as _tokens
 
 #: the score at which a sentence counts as supported
 THRESHOLD = 0.5
 
-_WORD = re.compile(r"[^\W_]+(?:[.,]\d+)*", re.UNICODE)  # "2.25" and "1,000" stay one token
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_TAG = re.compile(r"<\s*(/?)\s*([A-Za-z][A-Za-z0-9]*)[^<>]{0,200}>")
-_BLOCK_TAGS = frozenset(
-    {"p", "br", "li", "ul", "ol", "div", "tr", "td", "h1", "h2", "h3", "h4", "h5", "h6", "hr"}
-)
-#: a list item's marker at the start of a line: "1.", "2)", "-", "*", "•", "+"
-_ITEM = re.compile(r"(?m)^[ \t]*(?:\d{1,3}[.)]|[-*•+]|#{1,6})[ \t]+")
-#: citation markers, of the expected shape ("[1]", "[1, 2]") and others ("【1】", "[^1]", "[source 1]", "(1)")
-_MARKER = re.compile(
-    r"\s*(?:\[\s*-?\d+(?:\s*[,;]\s*-?\d+)*\s*\]|【\s*\d{1,3}\s*】|\[\^\s*\d{1,3}\s*\]"
-    r"|\[\s*(?:source|doc)\w*\s*\d{1,3}\s*\]|\(\s*\d{1,2}\s*\)(?=\s*(?:[.!?؟,;]|$)))",
-    re.IGNORECASE,
-)
-_ABBREVIATIONS = frozenset([
-    "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "vs", "etc", "eg", "ie", "al", "inc", "ltd",
-    "co", "fig", "no", "vol", "ch", "pp", "approx", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
-    "sep", "sept", "oct", "nov", "dec", "v", "mt", "ft", "gen", "gov", "sen", "rev", "capt", "col", "lt",
-])  # fmt: skip
-#: words that only frame a claim: missing from a passage, they are weak evidence against it
-_GENERIC = frozenset([
-    "also", "including", "include", "includes", "included", "known", "called", "named", "several",
-    "many", "various", "other", "others", "main", "important", "different", "first", "second",
-    "new", "well", "however", "although", "because", "since", "while", "both", "each", "one", "two",
-    "three", "can", "could", "would", "should", "will", "may", "might", "must", "used", "use",
-    "uses", "using", "made", "make",
-])  # fmt: skip
-_PRONOUNS = frozenset([
-    "he", "she", "it", "they", "him", "her", "its", "their", "them", "his", "hers", "theirs",
-    "this", "these", "those", "who", "which", "هو", "هي", "هم", "هن", "ذلك", "تلك",
-])  # fmt: skip
-_NEGATIONS = frozenset([
-    "not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot", "n't",
-    "isn't", "aren't", "wasn't", "weren't", "don't", "doesn't", "didn't", "won't", "can't",
-    "couldn't", "shouldn't", "hasn't", "haven't", "hadn't", "لا", "ليس", "ليست", "لم", "لن", "غير",
-    "بدون",
-])  # fmt: skip
 _YES_NO_START = re.compile(r"^\s*(?:yes|no|نعم|لا)\b[\s,.!:;-]*", re.IGNORECASE)
 
 
@@ -144,11 +121,23 @@ class Verdict:
 @dataclass(frozen=True)
 class AnswerVerdict:
     """The verdicts of an answer's sentences and the answer's score (None when it has no
-    sentence with a content word to check)."""
+    sentence with a content word to check). ``probability``: the fitted support check's
+    probability that the answer is supported (:mod:`selfrag_core.signals.fitted`);
+    ``informativeness``: the fitted answering check's probability that it answers the
+    question, in [0, 1] (None without a question); ``answering_threshold``: where that
+    check passes (:attr:`answers`)."""
 
     sentences: list[tuple[str, Verdict]] = field(default_factory=list)
     score: float | None = None
     threshold: float = THRESHOLD
+    probability: float | None = None
+    informativeness: float | None = None
+    answering_threshold: float = THRESHOLD
+
+    @property
+    def answers(self) -> bool:
+        """Whether the answer says something the question asks (True when unknown)."""
+        return self.informativeness is None or self.informativeness >= self.answering_threshold
 
     @property
     def supported(self) -> bool:
@@ -180,157 +169,6 @@ def best(verdicts: Sequence[Verdict]) -> Verdict:
     """The verdict of the passage that supports a sentence best (the first on a tie), or a
     ``"no_passage"`` verdict when there is none."""
     return max(verdicts, key=lambda v: v.score, default=Verdict(0.0, False, None, "no_passage"))
-
-
-# ----------------------------------------------------------------------------- splitting
-
-
-def _blank(text: str, span: tuple[int, int], fill: str = " ") -> str:
-    start, end = span
-    return text[:start] + fill * (end - start) + text[end:]
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """The ``(start, end)`` offsets of the sentences of ``text``: a sentence ends at
-    ``. ! ? ؟`` followed by a blank (not after an abbreviation, an initial or inside a
-    number), at a blank line, before a list item and at a block tag (``<p>``, ``<br>``,
-    ``<li>``); a single line break inside a sentence is a wrapped line, not an end.
-    List markers and tags are left out of the spans; ``[n]`` markers after a sentence's
-    end belong to it."""
-    scan = text
-    cuts: set[int] = set()
-    for m in _TAG.finditer(text):
-        if m.group(2).lower() in _BLOCK_TAGS:
-            cuts.add(m.start())
-        scan = _blank(scan, m.span())
-    for m in _ITEM.finditer(scan):
-        cuts.add(m.start())
-        scan = _blank(scan, m.span())
-    for m in re.finditer(r"\n[ \t]*\n", scan):
-        cuts.add(m.start())
-    for m in re.finditer(r"[.!?؟]+", scan):
-        end = m.end()
-        after = scan[end:]
-        marker = re.match(r"(?:\s*\(?\[[\[\]\d,;\s-]*\]\)?)*", after)
-        end += marker.end() if marker else 0
-        if end < len(scan) and not scan[end].isspace():
-            continue  # "2.25", "e.g.x", "U.S.A"
-        if m.group() == "." and _no_end(scan, m.start(), end):
-            continue
-        cuts.add(end)
-    spans = []
-    start = 0
-    for cut in sorted(cuts | {len(scan)}):
-        piece = scan[start:cut]
-        if piece.strip():
-            lead = len(piece) - len(piece.lstrip())
-            spans.append((start + lead, start + len(piece.rstrip())))
-        start = cut
-    return spans
-
-
-def _no_end(scan: str, dot: int, end: int) -> bool:
-    """Whether the point at ``dot`` ends no sentence: after an abbreviation or an initial,
-    or before a lower-case word."""
-    word = re.search(r"([^\W\d_]+)\.?$", scan[max(0, dot - 12) : dot])
-    if word and (
-        word.group(1).casefold() in _ABBREVIATIONS or (len(word.group(1)) == 1 and word.group(1).isupper())
-    ):
-        return True
-    following = re.match(r"\s+(\S)", scan[end:])
-    return bool(following and following.group(1).islower())
-
-
-def split_sentences(text: str) -> list[str]:
-    """The sentences of ``text`` (:func:`sentence_spans`), without ``[n]`` markers, tags
-    and list markers, on one line each."""
-    return [clean_sentence(text[start:end]) for start, end in sentence_spans(text)]
-
-
-def clean_sentence(sentence: str) -> str:
-    """``sentence`` without citation markers, tags and list markers, on one line: the
-    claim a verifier checks."""
-    return " ".join(_MARKER.sub("", strip_markup(sentence)).split())
-
-
-def strip_markup(sentence: str) -> str:
-    """``sentence`` without tags and list markers, on one line (its markers kept)."""
-    return " ".join(_ITEM.sub("", _TAG.sub(" ", sentence)).split())
-
-
-# ----------------------------------------------------------------------------- signals
-
-
-def _tokens(text: str) -> list[str]:
-    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-
-
-_ARABIC_FOLD = str.maketrans("ةىأإآ", "تيااا")
-
-
-@lru_cache(maxsize=1 << 16)  # every passage's words, stemmed for each answer checked against it
-def _stem(token: str) -> str:
-    """A word's stem for matching: a number as written (without thousands commas), else
-    its first five letters once an English inflection is cut ("married" and "marry",
-    "played" and "play" match; Arabic: proclitics stripped and letter variants folded, so
-    "عاصمة" and "عاصمتها" match)."""
-    if _NUMBER.fullmatch(token):
-        return token.replace(",", "")
-    if not token.isascii():
-        token = strip_ar_prefix(token).translate(_ARABIC_FOLD)
-    else:
-        for suffix, stem in _SUFFIXES:
-            if token.endswith(suffix) and len(token) - len(suffix) >= 3 and not token.endswith("ss"):
-                token = token[: -len(suffix)] + stem
-                break
-    return token[:5]
-
-
-#: English inflections cut before the five letters are taken (not from "ss": "bass", "glass")
-_SUFFIXES = (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
-
-
-def _content(tokens: Sequence[str]) -> list[str]:
-    """The tokens that carry content: not stopwords (Arabic proclitics stripped first),
-    not negations, not single letters ("s" of "France's")."""
-    return [
-        t
-        for t in tokens
-        if (len(t) > 1 or t.isdigit())
-        and t not in STOPWORDS
-        and strip_ar_prefix(t) not in STOPWORDS
-        and t not in _NEGATIONS
-    ]
-
-
-def _number(token: str) -> str:
-    return token.replace(",", "")
-
-
-def _names(sentence: str) -> set[str]:
-    """The case-folded names of a sentence: capitalised Latin-script words that are not
-    stopwords (the first word too: "Einstein won ..."), and numbers."""
-    names = set()
-    for m in re.finditer(r"[^\W_]+(?:[.,]\d+)*", unicodedata.normalize("NFKC", sentence)):
-        word = m.group()
-        if _NUMBER.fullmatch(word):
-            names.add(_number(word))
-        elif word[0].isupper() and word[0].isascii() and len(word) > 1:
-            folded = word.casefold()
-            if folded not in STOPWORDS and folded not in _GENERIC and folded not in _PRONOUNS:
-                names.add(folded)
-    return names
-
-
-def _negated(tokens: Sequence[str], near: set[str] | None = None) -> bool:
-    """Whether ``tokens`` hold a negation (one followed within four words by a stem of
-    ``near``, when given); "not only" and "not just" negate nothing."""
-    return any(
-        (token in _NEGATIONS or token.endswith("n't"))
-        and tokens[i + 1 : i + 2] not in (["only"], ["just"], ["merely"])
-        and (near is None or any(_stem(t) in near for t in tokens[i + 1 : i + 5]))
-        for i, token in enumerate(tokens)
-    )
 
 
 @dataclass
@@ -661,13 +499,18 @@ def verify_answer(
     loop = repetition(answer)
     if loop is not None:  # a loop across sentences ("Answer: 2003\nAnswer: 2004") is one
         return AnswerVerdict(
-            [(clean_sentence(answer), Verdict(0.0, False, None, loop))], 0.0, checker.threshold
+            [(clean_sentence(answer), Verdict(0.0, False, None, loop))],
+            0.0,
+            checker.threshold,
+            0.0,
+            0.0 if question else None,
         )
     sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
     if not sentences:
         return AnswerVerdict([], None, checker.threshold)
     texts = list(passages)
     verdicts = [best(row) for row in checker.verify(sentences, texts, question)]
+    fitted = _fitted(sentences, [v.score for v in verdicts], texts, question, checker)
     if question:
         verdicts = _on_topic(verdicts, sentences, question, texts, checker.threshold)
         verdicts = _compared(verdicts, sentences, question, texts, checker.threshold)
@@ -677,9 +520,38 @@ def verify_answer(
                 v if v.score <= NOT_AN_ANSWER else Verdict(NOT_AN_ANSWER, False, v.passage, why)
                 for v in verdicts
             ]
-    scores = [v.score for v in verdicts]
-    score = 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
-    return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold)
+    score = _mean_and_min([v.score for v in verdicts])
+    return AnswerVerdict(list(zip(sentences, verdicts, strict=True)), score, checker.threshold, *fitted)
+
+
+def _mean_and_min(scores: Sequence[float]) -> float:
+    """An answer's score from its sentences': the mean of their mean and their minimum, so
+    one invented sentence pulls a long answer down."""
+    return 0.5 * (sum(scores) / len(scores)) + 0.5 * min(scores)
+
+
+def _fitted(
+    sentences: list[str], lexical: list[float], passages: list[str], question: str, checker: Verifier
+) -> tuple[float, float | None, float]:
+    """The fitted checks' probabilities for an answer: that it is supported (its sentences'
+    by :func:`_mean_and_min`), that it answers ``question`` (its most answering
+    sentence's; None without a question), and the answering check's threshold; over the
+    embedder of ``checker`` when it has one."""
+    embedder = getattr(checker, "embedder", None)
+    embed = None if embedder is None else getattr(embedder, "embed_documents", embedder)
+    checks = shipped()
+    support = checks.pick("support", embed is not None)
+    answering = checks.pick("answering", embed is not None)
+    supported = [
+        support.probability(support_features(s, passages, score, embed))
+        for s, score in zip(sentences, lexical, strict=True)
+    ]
+    informative = (
+        max(answering.probability(answering_features(s, question, embed)) for s in sentences)
+        if question
+        else None
+    )
+    return _mean_and_min(supported), informative, answering.threshold
 
 
 #: an answer that is not of the kind the question asks for scores at most this

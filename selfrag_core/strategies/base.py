@@ -34,9 +34,9 @@ from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.runner import StreamEvent, arun_query, astream_query, run_query, stream_query
+from selfrag_core.signals.text import split_sentences
 from selfrag_core.types import Result, RetrievedDoc, Trace
 from selfrag_core.validation import validate_context, validate_query
-from selfrag_core.verify import split_sentences
 
 if TYPE_CHECKING:
     from selfrag_core.memory import ConversationMemory
