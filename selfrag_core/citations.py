@@ -67,13 +67,16 @@ def cite(
     *,
     threshold: float = SUPPORT_THRESHOLD,
     verifier: Verifier | None = None,
+    question: str = "",
 ) -> list[Citation]:
     """The citations of ``answer`` against ``sources`` (see the module docstring): each
     sentence (:func:`~selfrag_core.verify.sentence_spans`: lists, markup and wrapped lines
     split right) checked by ``verifier`` (the default claim-level
     :class:`~selfrag_core.verify.LexicalVerifier`) against each source on its own; a
     source supports it at a score of ``threshold`` or more. An unsupported sentence is
-    flagged ``unsupported`` and with the verifier's reason (``number_not_in_source:2019``)."""
+    flagged ``unsupported`` and with the verifier's reason (``number_not_in_source:2019``).
+    ``question``: what the answer answers; its own names and numbers are given, not
+    claimed ("79 characters" to "What line length does PEP 8 recommend?" claims no "8")."""
     texts = [d.text for d in sources]
     scan = _blank_code(answer)
     citations = []
@@ -92,7 +95,7 @@ def cite(
             elif number not in cited:
                 cited.append(number)
         citations.append(Citation(sentence, start, end, cited, flags=flags, attributed=not cited))
-    rows = (verifier or DEFAULT).verify([c.sentence for c in citations], texts) if citations else []
+    rows = (verifier or DEFAULT).verify([c.sentence for c in citations], texts, question) if citations else []
     for citation, row in zip(citations, rows, strict=True):
         # a sentence that cites nothing is attributed to the source that supports it best
         candidates = [row[n - 1] for n in citation.cited] if citation.cited else row

@@ -205,6 +205,8 @@ class Run:
     def __init__(self, config: ExecutionConfig, on_token: TokenSink | None = None) -> None:
         self.config = config
         self.on_token = on_token
+        #: the question the run answers ("" when unknown): the checks hold an answer to it
+        self.query = ""
         self.trace = Trace(listener=_TRACE_LISTENER.get())
         self._calls = 0
         self._lock = threading.Lock()

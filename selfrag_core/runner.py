@@ -225,6 +225,7 @@ def run_query(
     strategy = _as_called(strategy, query, context)
     plan = strategy.plan(query, context)
     run = run if run is not None else Run(_execution_of(strategy))
+    run.query = run.query or query
     with _reports_finished(strategy, run):
         result = run_sync(plan, run)
     return _finish_of(strategy)(result, run)
@@ -238,6 +239,7 @@ async def arun_query(
     strategy = _as_called(strategy, query, context)
     plan = strategy.plan(query, context)
     run = run if run is not None else Run(_execution_of(strategy))
+    run.query = run.query or query
     with _reports_finished(strategy, run):
         result = await run_async(plan, run)
     return _finish_of(strategy)(result, run)
@@ -289,14 +291,15 @@ def stream_query(
     final answer's tokens as they happen, then the result (see :class:`StreamEvent` and
     :func:`closing_events`). Bad input raises here, before anything runs."""
     strategy = _as_called(strategy, query, context)
-    return _stream(strategy, strategy.plan(query, context))
+    return _stream(strategy, strategy.plan(query, context), query)
 
 
-def _streamed_run(strategy: Any, put: Callable[[StreamEvent[Any]], None]) -> Run:
+def _streamed_run(strategy: Any, put: Callable[[StreamEvent[Any]], None], query: str) -> Run:
     """The run of a streamed query: its tokens and steps go to ``put`` in the order they
     happen (a listener of :func:`~selfrag_core.engine.observe_trace` still hears every
     trace event)."""
     run = Run(_execution_of(strategy), on_token=lambda text: put(StreamEvent("token", text)))
+    run.query = query
     outer = run.trace.listener
 
     def listener(event: TraceEvent) -> None:
@@ -310,9 +313,9 @@ def _streamed_run(strategy: Any, put: Callable[[StreamEvent[Any]], None]) -> Run
     return run
 
 
-def _stream(strategy: Any, plan: Plan[Any]) -> Iterator[StreamEvent[Any]]:
+def _stream(strategy: Any, plan: Plan[Any], query: str) -> Iterator[StreamEvent[Any]]:
     events: queue.Queue[StreamEvent[Any] | BaseException] = queue.Queue()
-    run = _streamed_run(strategy, events.put)
+    run = _streamed_run(strategy, events.put, query)
 
     def work() -> None:
         try:
@@ -342,10 +345,10 @@ def astream_query(
 ) -> AsyncIterator[StreamEvent[Any]]:
     """Async :func:`stream_query`, on the running event loop."""
     strategy = _as_called(strategy, query, context)
-    return _astream(strategy, strategy.plan(query, context))
+    return _astream(strategy, strategy.plan(query, context), query)
 
 
-async def _astream(strategy: Any, plan: Plan[Any]) -> AsyncIterator[StreamEvent[Any]]:
+async def _astream(strategy: Any, plan: Plan[Any], query: str) -> AsyncIterator[StreamEvent[Any]]:
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[StreamEvent[Any]] = asyncio.Queue()
     on_loop = threading.get_ident()
@@ -356,7 +359,7 @@ async def _astream(strategy: Any, plan: Plan[Any]) -> AsyncIterator[StreamEvent[
         else:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
-    run = _streamed_run(strategy, put)
+    run = _streamed_run(strategy, put, query)
     task = asyncio.ensure_future(run_async(plan, run))
     streamed: list[str] = []
 

@@ -127,3 +127,19 @@ def test_the_semantic_variant_is_used_with_an_embedder() -> None:
     assert verdict.probability is not None
     # the lexical verifier's own cosine, the support cosine and the answering cosine
     assert any(question in texts for texts in calls)
+
+
+def test_a_questions_own_numbers_are_not_claims_in_the_citations() -> None:
+    """Issue 52: "79 characters" to "What maximum line length does PEP 8 recommend?" was
+    flagged number_not_in_source:8, the "8" of "PEP 8" copied from the question."""
+    from selfrag_core import PlainRAG
+    from selfrag_core.testing import FakeLLM, FakeRetriever
+
+    passage = "Limit all lines to a maximum of 79 characters."
+    answer = "PEP 8 recommends a maximum line length of 79 characters [1]."
+    result = PlainRAG(FakeRetriever([passage]), FakeLLM([answer])).query(
+        "What maximum line length does PEP 8 recommend?"
+    )
+    assert result.answer == answer
+    flags = [f for c in result.citations for f in c.flags]
+    assert "number_not_in_source:8" not in flags

@@ -477,7 +477,11 @@ class _Scorer:
             scores["support_score"] = 0.0 if grounding.degenerate else grounding.support_score
             # the share of the answer's sentences a source supports (unknown for a refusal)
             refusal = is_refusal(outcome.answer)
-            citations = [] if refusal else cite(outcome.answer, outcome.sources, verifier=self.verifier)
+            citations = (
+                []
+                if refusal
+                else cite(outcome.answer, outcome.sources, verifier=self.verifier, question=question.question)
+            )
             scores["sentence_support"] = supported_share(citations)
             if self.faithfulness is not None:
                 texts = [d.text for d in outcome.sources]

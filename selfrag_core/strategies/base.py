@@ -423,7 +423,7 @@ class Strategy(Generic[R]):
             elif not result.citations:
                 try:
                     Deadline("the citations").check(run)
-                    result.citations = cite(answer, result.documents, verifier=verifier)
+                    result.citations = cite(answer, result.documents, verifier=verifier, question=run.query)
                 except QueryTimeoutError as e:
                     run.record_note(
                         Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})

@@ -311,7 +311,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         except QueryTimeoutError as e:
             yield Note("metric_failed", f"{type(e).__name__}: {e}", {"then": "score 0"})
             return 0.0, "the query ran out of time"
-        attempt.citations = cite(attempt.answer, attempt.sources, verifier=self.verifier)
+        attempt.citations = cite(attempt.answer, attempt.sources, verifier=self.verifier, question=query)
         attempt.evidence = evidence(query, attempt.answer, attempt.sources, attempt.citations)
         try:
             scored = yield from metric_plan(self.metric, query, attempt.answer, contexts)
@@ -342,7 +342,7 @@ def evidence(
     if not context or assess(answer, question, context).degenerate is not None:
         return 0.0
     if citations is None:
-        citations = cite(answer, list(sources), verifier=verifier)
+        citations = cite(answer, list(sources), verifier=verifier, question=question)
     share = supported_share(citations) or 0.0
     return math.sqrt(share * question_coverage(answer, question, context))
 

@@ -410,7 +410,7 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             verifier=self.config.verifier,
         )
         if grounding.supported:
-            grounding.citations = cite(answer, docs, verifier=self.config.verifier)
+            grounding.citations = cite(answer, docs, verifier=self.config.verifier, question=query)
             grounding.sentence_support = supported_share(grounding.citations)
         return grounding
 
