@@ -46,9 +46,9 @@ from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.contenders import ranks
 from selfrag_core.evaluation.data import EvalData
-from selfrag_core.evaluation.gate import _results_file
+from selfrag_core.evaluation.gate import _results_file, load_results
 from selfrag_core.evaluation.metrics import paired_difference
-from selfrag_core.evaluation.report import EvalReport, _grid, load_results
+from selfrag_core.evaluation.report import EvalReport, _grid
 from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_in_memory, ranks_only
 from selfrag_core.presets import ADAPTIVE, BASELINE, build_strategy
 from selfrag_core.progress import Steps, step
@@ -95,17 +95,7 @@ def _rows(
         pairs = [(q.id, dict(r)) for q, r in zip(run.questions, run.results, strict=True) if r]
         return run.name, pairs
     path = _results_file(run)  # the run's folder, its summary.json or its results.jsonl
-    try:
-        lines = load_results(path)
-    except (OSError, ValueError) as e:
-        raise ConfigurationError(
-            f"cannot read {path}: {e}; give a results.jsonl that selfrag eval wrote"
-        ) from e
-    pairs = [
-        (str(line["id"]), dict(line["results"]))
-        for line in lines
-        if isinstance(line, Mapping) and "id" in line and isinstance(line.get("results"), Mapping)
-    ]
+    pairs = list(load_results(path).items())
     return path.parent.name, pairs
 
 
