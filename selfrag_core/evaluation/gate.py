@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag_core.errors import ConfigurationError
-from selfrag_core.evaluation.data import _is_id, _json_problem, _json_type, _kind, _read_text
+from selfrag_core.evaluation.data import _clip, _is_id, _json_problem, _json_type, _kind, _read_text
 from selfrag_core.evaluation.metrics import PairedDifference, paired_difference
 from selfrag_core.evaluation.report import EvalReport
 from selfrag_core.parsing import load_json
@@ -130,9 +130,9 @@ def _result_line(text: str, where: str) -> tuple[str, dict[str, dict[str, Any]]]
         raise bad(f'field "results" is {_kind(line, "results")}, not an object')
     for name, record in records.items():
         if not isinstance(record, dict):
-            raise bad(f"results.{name} is a JSON {_json_type(record)}, not an object")
+            raise bad(f"results.{_clip(name)} is a JSON {_json_type(record)}, not an object")
         if not isinstance(record.get("metrics") or {}, dict):
-            raise bad(f"results.{name}.metrics is {_kind(record, 'metrics')}, not an object")
+            raise bad(f"results.{_clip(name)}.metrics is {_kind(record, 'metrics')}, not an object")
     return str(line["id"]), records
 
 
@@ -225,7 +225,7 @@ def compare_runs(
 
 
 def _names(run: dict[str, dict[str, dict[str, Any]]]) -> str:
-    return ", ".join(sorted({c for records in run.values() for c in records})) or "none"
+    return ", ".join(sorted({_clip(c) for records in run.values() for c in records})) or "none"
 
 
 def _number(value: Any) -> float | None:
