@@ -18,7 +18,7 @@ from selfrag_core.cli import main
 from selfrag_core.evaluation import load_questions
 from selfrag_core.evaluation.gate import read_run
 from selfrag_core.evaluation.router import fit_router
-from selfrag_core.strategies.adaptive import load_router
+from selfrag_core.strategies.adaptive import SIGNALS, load_router
 
 DEEP_ARRAYS = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECTS = '{"a": ' * 100_000 + "0" + "}" * 100_000
@@ -293,3 +293,17 @@ def test_a_huge_bad_line_among_good_ones_is_skipped_without_being_echoed(tmp_pat
     path.write_text(line(id=HUGE, question="Where?") + "\n" + line(id=HUGE, question="Where else?") + "\n")
     [problem] = load_questions(path).problems
     assert problem.where == "q.jsonl:2" and "duplicate id" in problem.message and len(problem.message) < 1_000
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), True])
+def test_a_run_whose_routing_signals_are_not_finite_numbers_is_not_fitted_on(
+    tmp_path: Path, bad: Any
+) -> None:
+    signals = {**dict.fromkeys(SIGNALS, 1.0), "parts": bad}
+    records = {"plain": {"metrics": {"f1": 0.5}, "signals": signals}, "hyde": {"metrics": {"f1": 1.0}}}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.jsonl").write_text(
+        "".join(line(id=f"c{i}", results=records) + "\n" for i in range(8))
+    )
+    with pytest.raises(ConfigurationError, match="0 question"):  # not a router of NaN weights
+        fit_router(tmp_path / "run")
