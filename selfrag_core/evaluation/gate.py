@@ -60,7 +60,7 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class Run:
+class SavedRun:
     """A run read back from its files: ``path`` (its ``results.jsonl``), ``questions``
     (``{question id: {contender: its record}}``) and, from its ``summary.json`` when it has
     one, whether each metric is better higher."""
@@ -70,7 +70,7 @@ class Run:
     higher_is_better: dict[str, bool]
 
 
-def read_run(run: str | os.PathLike[str]) -> Run:
+def read_run(run: str | os.PathLike[str]) -> SavedRun:
     """The run in a folder (the ``--out`` of a ``selfrag eval``), its ``summary.json`` or
     its ``results.jsonl``; a ConfigurationError naming the file (and line) when it is
     missing, empty or not what ``selfrag eval`` writes."""
@@ -78,10 +78,10 @@ def read_run(run: str | os.PathLike[str]) -> Run:
     questions = load_results(path)
     if not questions:
         raise ConfigurationError(
-            f"{path}: no results (the file is empty): there is nothing to compare with; give the --out "
-            "folder of a selfrag eval run that answered questions"
+            f"{path}: holds no results, so there is nothing to compare with; give the --out folder of a "
+            "selfrag eval run that answered questions"
         )
-    return Run(path, questions, _higher_is_better(path.with_name("summary.json")))
+    return SavedRun(path, questions, _higher_is_better(path.with_name("summary.json")))
 
 
 def _results_file(run: str | os.PathLike[str]) -> Path:
@@ -147,10 +147,9 @@ def _higher_is_better(summary: Path) -> dict[str, bool]:
             f"but {', '.join(sorted(LOWER_IS_BETTER))} is then taken as better higher)"
         )
 
+    text = _read_text(summary)  # unreadable or not UTF-8: a ConfigurationError saying so
     try:
-        data = load_json(_read_text(summary))
-    except ConfigurationError:
-        raise  # unreadable, not UTF-8: it says so
+        data = load_json(text)
     except ValueError as e:
         raise bad(f"not valid JSON ({_json_problem(e, at_line=True)})") from e
     if not isinstance(data, dict):
@@ -171,14 +170,17 @@ def _higher_is_better(summary: Path) -> dict[str, bool]:
 
 
 def compare_runs(
-    current: EvalReport | str | os.PathLike[str], baseline: Run | str | os.PathLike[str], *, seed: int = 0
+    current: EvalReport | str | os.PathLike[str],
+    baseline: SavedRun | str | os.PathLike[str],
+    *,
+    seed: int = 0,
 ) -> list[Comparison]:
     """Every (contender, metric) both runs measured, ``current`` minus ``baseline`` over the
     questions both answered, with its paired 95% interval and verdict. ``baseline``: a run's
     folder or file, or a :func:`read_run` of one. Raises ConfigurationError when a run
     cannot be read or the comparison would judge nothing: the baseline answered fewer than
     :data:`MIN_SHARED` of ``current``'s questions, or no (contender, metric) is in both."""
-    base = baseline if isinstance(baseline, Run) else read_run(baseline)
+    base = baseline if isinstance(baseline, SavedRun) else read_run(baseline)
     if isinstance(current, EvalReport):
         directions = {**base.higher_is_better, **{m.name: m.higher_is_better for m in current.metrics}}
         now = {

@@ -108,8 +108,8 @@ def squad(data: Any) -> Case:
 
 CASES = {
     # a baseline run's results.jsonl: every line is one that selfrag eval writes, or an error
-    "results/empty": Case("baseline", {"run/results.jsonl": ""}, "run", "no results"),
-    "results/blank lines": Case("baseline", {"run/results.jsonl": "\n  \n\n"}, "run", "no results"),
+    "results/empty": Case("baseline", {"run/results.jsonl": ""}, "run", "holds no results"),
+    "results/blank lines": Case("baseline", {"run/results.jsonl": "\n  \n\n"}, "run", "holds no results"),
     "results/truncated": baseline(result("c1")[:40]),
     "results/deep arrays": baseline(DEEP_ARRAYS),
     "results/deep objects": baseline(DEEP_OBJECTS),

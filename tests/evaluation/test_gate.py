@@ -121,7 +121,7 @@ def test_a_baseline_sharing_under_half_the_run_s_questions_cannot_judge(tmp_path
         else:
             with pytest.raises(ConfigurationError, match="answered 19 of this run's 40 question"):
                 assert_no_regression(now, tmp_path / "base")
-    with pytest.raises(ConfigurationError, match="the file is empty"):  # and an empty one, nothing
+    with pytest.raises(ConfigurationError, match="holds no results"):  # and an empty one, nothing
         (tmp_path / "base" / "results.jsonl").write_text("")
         compare_runs(now, tmp_path / "base")
 
