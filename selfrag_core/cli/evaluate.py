@@ -12,6 +12,7 @@ from typing import Any
 
 from selfrag_core.cli.commands import _generation_options, _llm, _routing, _verifier
 from selfrag_core.cli.files import CLIError, _external_backend, _open_external, default_index_dir
+from selfrag_core.parsing import load_json
 from selfrag_core.presets import preset_for
 from selfrag_core.progress import Progress
 
@@ -28,6 +29,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     data = load_questions(args.questions)
     for problem in data.problems[:20]:
         print(f"selfrag: skipped {problem}", file=sys.stderr)
+    baseline = None
+    if args.baseline is not None:  # a baseline the gate cannot read fails before the run, not after it
+        from selfrag_core.evaluation.gate import read_run
+
+        baseline = read_run(args.baseline)
     limit = args.limit
     if args.offset is not None:  # a slice in file order, not a sample: questions OFFSET .. OFFSET+LIMIT-1
         if args.offset < 0:
@@ -77,11 +83,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
     if args.fit_router:
         _fit_router(args, report, out)
-    if args.baseline is None:
+    if baseline is None:
         return 0
     from selfrag_core.evaluation.gate import compare_runs, gate_report, regressions
 
-    comparisons = compare_runs(report, args.baseline, seed=args.seed)
+    comparisons = compare_runs(report, baseline, seed=args.seed)
     print(f"\n{gate_report(comparisons)}")
     return 1 if regressions(comparisons) else 0
 
@@ -133,6 +139,6 @@ def _fit_router(args: argparse.Namespace, report: Any, out: Path) -> None:
     print(f"\n{fit.table()}\nrouter: {path} (use it with --strategy adaptive --router {path})")
     summary = out / "summary.json"
     if summary.exists():
-        data = json.loads(summary.read_text(encoding="utf-8"))
+        data = load_json(summary.read_text(encoding="utf-8"))
         data["router"] = {"path": str(path), **fit.figures()}
         summary.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")

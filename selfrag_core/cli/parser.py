@@ -240,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         metavar="RUN",
         help="an earlier run (its --out folder, summary.json or results.jsonl) to compare with question by "
-        "question; exit 1 when a metric is significantly worse (its whole 95%% interval below zero)",
+        "question; exit 1 when a metric is significantly worse (its whole 95%% interval below zero), 2 when "
+        "the gate cannot judge (a baseline unreadable, empty or sharing under half the run's questions)",
     )
     p.add_argument(
         "--shared-replies",

@@ -330,7 +330,7 @@ def _read_qrels(folder: Path, split: str, problems: list[InputProblem]) -> dict[
             except ValueError:
                 grade = math.nan
             if not math.isfinite(grade):
-                raise _Skip(f'score "{score}" is not a number; write a relevance grade such as 1')
+                raise _Skip(f'score "{_clip(score)}" is not a number; write a relevance grade such as 1')
             qrels.setdefault(query_id, {})[doc_id] = grade
     return qrels
 
@@ -399,7 +399,7 @@ def _some(items: list[T], what: str, path: Path, problems: list[InputProblem]) -
 def _unique(seen: dict[str, str], key: str, where: str, advice: str) -> str:
     """``key``, remembered as used at ``where``; a key used before is a :class:`_Skip`."""
     if key in seen:
-        raise _Skip(f'duplicate id "{key}" (first used at {seen[key]}); {advice}')
+        raise _Skip(f'duplicate id "{_clip(key)}" (first used at {seen[key]}); {advice}')
     seen[key] = where
     return key
 
@@ -426,7 +426,9 @@ def _text(entry: dict[str, Any], key: str) -> str:
 
 def _answers(value: Any, key: str) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise _Skip(f'field "{key}" is a string; write a list of strings: "{key}": {json.dumps([value])}')
+        raise _Skip(
+            f'field "{key}" is a string; write a list of strings: "{key}": {json.dumps([_clip(value)])}'
+        )
     if not isinstance(value, list) or not all(isinstance(a, str) and a.strip() for a in value):
         raise _Skip(f'field "{key}" must be a list of non-empty strings, e.g. ["Paris", "Paris, France"]')
     return tuple(dict.fromkeys(value))
@@ -463,7 +465,13 @@ def _fail(key: str, entry: dict[str, Any], advice: str) -> NoReturn:
 def _unknown_field(key: str, known: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f' (did you mean "{close[0]}"?)' if close else ""
-    return f'unknown field "{key}"{hint}; the known fields are: {", ".join(known)}'
+    return f'unknown field "{_clip(key)}"{hint}; the known fields are: {", ".join(known)}'
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """``text`` for a message: its first ``limit`` characters and "..." when it is longer
+    (a huge value in a file is not echoed back)."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _kind(entry: dict[str, Any], key: str) -> str:

@@ -412,8 +412,3 @@ def _grid(rows: list[list[str]]) -> list[str]:
         "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))])
         for row in rows
     ]
-
-
-def load_results(path: Path) -> list[Mapping[str, Any]]:
-    """The lines of a ``results.jsonl`` (to read a run back, or what an interrupted one kept)."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -46,9 +46,9 @@ from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.evaluation.contenders import ranks
 from selfrag_core.evaluation.data import EvalData
-from selfrag_core.evaluation.gate import _results_file
+from selfrag_core.evaluation.gate import _number, _results_file, load_results
 from selfrag_core.evaluation.metrics import paired_difference
-from selfrag_core.evaluation.report import EvalReport, _grid, load_results
+from selfrag_core.evaluation.report import EvalReport, _grid
 from selfrag_core.evaluation.runner import _backend, corpus_documents, has_index, index_in_memory, ranks_only
 from selfrag_core.presets import ADAPTIVE, BASELINE, build_strategy
 from selfrag_core.progress import Steps, step
@@ -95,32 +95,16 @@ def _rows(
         pairs = [(q.id, dict(r)) for q, r in zip(run.questions, run.results, strict=True) if r]
         return run.name, pairs
     path = _results_file(run)  # the run's folder, its summary.json or its results.jsonl
-    try:
-        lines = load_results(path)
-    except (OSError, ValueError) as e:
-        raise ConfigurationError(
-            f"cannot read {path}: {e}; give a results.jsonl that selfrag eval wrote"
-        ) from e
-    pairs = [
-        (str(line["id"]), dict(line["results"]))
-        for line in lines
-        if isinstance(line, Mapping) and "id" in line and isinstance(line.get("results"), Mapping)
-    ]
+    pairs = list(load_results(path).items())
     return path.parent.name, pairs
 
 
 def _value(record: Mapping[str, Any] | None, metric: str) -> float | None:
-    if record is None:
-        return None
-    value = (record.get("metrics") or {}).get(metric)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return None if record is None else _number((record.get("metrics") or {}).get(metric))
 
 
 def _cost(record: Mapping[str, Any] | None, key: str) -> float | None:
-    value = None if record is None else record.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return None if record is None else _number(record.get(key))
 
 
 @dataclass
@@ -134,7 +118,7 @@ def _questions(pairs: list[tuple[str, dict[str, dict[str, Any]]]], baseline: str
     out = []
     for qid, records in sorted(pairs, key=lambda pair: pair[0]):  # results.jsonl is in finishing order
         signals = (records.get(baseline) or {}).get("signals")
-        if isinstance(signals, Mapping) and all(isinstance(signals.get(s), (int, float)) for s in SIGNALS):
+        if isinstance(signals, Mapping) and all(_number(signals.get(s)) is not None for s in SIGNALS):
             out.append(_Question(qid, {s: float(signals[s]) for s in SIGNALS}, records))
     return out
 

@@ -93,3 +93,50 @@ def test_the_command_line_exits_1_on_a_regression_and_0_on_none(tmp_path: Path, 
     (better / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert main([*args, "--out", str(tmp_path / "third"), "--baseline", str(better)]) == 1
     assert "regression(s)" in capsys.readouterr().out
+    # the baseline is read before the run: a run written over it is still compared with what it held
+    assert main([*args, "--out", str(better), "--baseline", str(better)]) == 1
+    assert "regression(s)" in capsys.readouterr().out
+    # a baseline that answered one of the 40 questions cannot judge them: exit 2, saying what to do
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "results.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    assert main([*args, "--out", str(tmp_path / "fourth"), "--baseline", str(partial)]) == 2
+    captured = capsys.readouterr()
+    assert "regression(s)" not in captured.out
+    assert captured.err.strip().splitlines()[-1] == (
+        f"selfrag: error: the baseline {partial / 'results.jsonl'} answered 1 of this run's 40 question(s) "
+        "(matched by id); the gate judges only when at least 50% are in common: run the baseline on the "
+        "same questions (the same file, --limit, --offset and --seed)"
+    )
+
+
+def test_a_baseline_sharing_under_half_the_run_s_questions_cannot_judge(tmp_path: Path) -> None:
+    now = run(tmp_path / "now", set())
+    lines = (tmp_path / "now" / "results.jsonl").read_text().splitlines()
+    for kept, judged in ((19, False), (20, True)):  # of 40: under half, then half
+        (tmp_path / "base").mkdir(exist_ok=True)
+        (tmp_path / "base" / "results.jsonl").write_text("\n".join(lines[:kept]) + "\n")
+        if judged:
+            assert {c.difference.n for c in compare_runs(now, tmp_path / "base")} == {20}
+        else:
+            with pytest.raises(ConfigurationError, match="answered 19 of this run's 40 question"):
+                assert_no_regression(now, tmp_path / "base")
+    with pytest.raises(ConfigurationError, match="holds no results"):  # and an empty one, nothing
+        (tmp_path / "base" / "results.jsonl").write_text("")
+        compare_runs(now, tmp_path / "base")
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{"other": {"metrics": {"f1": 1.0}}}, {"mine": {"metrics": {"recall@10": 1.0}}},
+     {"mine": {"metrics": {"f1": float("nan")}}}, {"mine": {"metrics": {"f1": "high"}}}, {"mine": {}}],
+    ids=["another contender", "another metric", "not finite", "not a number", "no metrics"],
+)  # fmt: skip
+def test_a_baseline_with_nothing_in_common_cannot_judge(tmp_path: Path, record: Any) -> None:
+    now = run(tmp_path / "now", set())
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "results.jsonl").write_text(
+        "".join(json.dumps({"id": q.id, "results": record}) + "\n" for q in DATA.questions)
+    )
+    with pytest.raises(ConfigurationError, match="measured no contender on the same metric"):
+        compare_runs(now, tmp_path / "base")
