@@ -34,7 +34,9 @@ logger = logging.getLogger("selfrag")
 T = TypeVar("T")
 
 #: the fields of a JSONL question line
-JSONL_FIELDS = ("id", "question", "answers", "relevant")
+JSONL_FIELDS = ("id", "question", "answers", "relevant", "decision")
+#: the gold decisions of a yes/no question
+DECISIONS = ("yes", "no", "maybe")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class EvalQuestion:
     question: str
     answers: tuple[str, ...] = ()
     relevant: Mapping[str, float] = field(default_factory=dict, hash=False)
+    #: the gold decision of a yes/no question (:data:`DECISIONS`), or None
+    decision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,9 @@ class EvalData:
 
     def has_relevance(self) -> bool:
         return any(q.relevant for q in self.questions)
+
+    def has_decisions(self) -> bool:
+        return any(q.decision for q in self.questions)
 
     def sample(self, limit: int | None, seed: int = 0) -> EvalData:
         """``limit`` questions drawn with ``seed``, kept in file order (all when
@@ -124,7 +131,8 @@ def load_questions(path: str | os.PathLike[str], *, split: str = "test") -> Eval
 
 def load_jsonl(path: str | os.PathLike[str]) -> EvalData:
     """One JSON object per line: ``question`` (required), ``answers`` (a list of
-    strings), ``relevant`` (a list of ids, or an object id -> grade), ``id``."""
+    strings), ``relevant`` (a list of ids, or an object id -> grade), ``id``,
+    ``decision`` (a yes/no question's gold decision: yes, no or maybe)."""
     path = Path(path)
     seen: dict[str, str] = {}
 
@@ -138,7 +146,7 @@ def load_jsonl(path: str | os.PathLike[str]) -> EvalData:
         qid = _unique(
             seen, _id(line, "id", default=f"q{number}"), f"line {number}", "give each question its own id"
         )
-        return EvalQuestion(qid, question, answers, relevant)
+        return EvalQuestion(qid, question, answers, relevant, _decision(line.get("decision")))
 
     problems: list[InputProblem] = []
     questions = _read_jsonl(path, parse, problems)
@@ -422,6 +430,16 @@ def _text(entry: dict[str, Any], key: str) -> str:
     if not (isinstance(value, str) and value.strip()):
         _fail(key, entry, "write a non-empty string")
     return value
+
+
+def _decision(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.strip().casefold() not in DECISIONS:
+        raise _Skip(
+            f'field "decision" must be one of {", ".join(DECISIONS)} (a yes/no question\'s gold decision)'
+        )
+    return value.strip().casefold()
 
 
 def _answers(value: Any, key: str) -> tuple[str, ...]:

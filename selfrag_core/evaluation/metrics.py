@@ -54,6 +54,41 @@ def token_f1(prediction: str, golds: Sequence[str]) -> float | None:
     return max(_f1(normalize_answer(prediction).split(), normalize_answer(gold).split()) for gold in golds)
 
 
+def new_word_f1(prediction: str, golds: Sequence[str], question: str) -> float | None:
+    """Token F1 over the words that the question does not hold, of the prediction and of
+    each gold answer (the best over them): restating the question cannot raise it ("The
+    answer to the question 'Do X enable Y?' is: No." scores as "No."). Plain
+    :func:`token_f1` for a gold answer made only of the question's words; None without
+    gold answers."""
+    if not golds:
+        return None
+    asked = set(normalize_answer(question).split())
+    predicted = [t for t in normalize_answer(prediction).split() if t not in asked]
+    best = 0.0
+    for gold in golds:
+        words = normalize_answer(gold).split()
+        new = [t for t in words if t not in asked]
+        best = max(best, _f1(predicted, new) if new else _f1(normalize_answer(prediction).split(), words))
+    return best
+
+
+def decision_match(prediction: str, decision: str | None) -> float | None:
+    """1.0 when the answer opens with the gold yes or no (:func:`opening_yes_no`), or
+    ends with it after a preamble ("The answer to the question ... is: No."), else 0.0
+    (another one, or none); None without a gold yes or no (none, or "maybe")."""
+    if decision not in ("yes", "no"):
+        return None
+    said = opening_yes_no(prediction)
+    if said is None:
+        closing = _CLOSING_YES_NO.search(prediction)
+        said = None if closing is None else closing.group(1).casefold() == "yes"
+    return float(said is not None and said == (decision == "yes"))
+
+
+#: a yes or no closing an answer after a preamble ("The answer ... is: No.")
+_CLOSING_YES_NO = re.compile(r"(?:\bis|:)\s*[\"'“]?(yes|no)\b\W*$", re.IGNORECASE)
+
+
 def answer_contains_gold(prediction: str, golds: Sequence[str], question: str = "") -> float | None:
     """1.0 when a normalised gold answer occurs in the normalised prediction as a run of
     whole tokens ("1916" in "the answer is 1916", not "191"), else 0.0; None without gold

@@ -34,10 +34,12 @@ from selfrag_core.evaluation.data import (
 )
 from selfrag_core.evaluation.metrics import (
     answer_contains_gold,
+    decision_match,
     doc_ids,
     exact_match,
     mrr,
     ndcg_at_k,
+    new_word_f1,
     recall_at_k,
     token_f1,
 )
@@ -409,7 +411,10 @@ def _metrics(
             MetricInfo("f1", "answer F1"),
             MetricInfo("em", "exact match"),
             MetricInfo("gold_in_answer", "gold answer in the answer"),
+            MetricInfo("f1_new", "answer F1 beyond the question's words"),
         ]
+    if data.has_decisions() and not ranking:
+        metrics.append(MetricInfo("decision", "yes/no decided right"))
     if data.has_relevance():
         metrics += [
             MetricInfo(f"recall@{k}", f"recall@{k}"),
@@ -459,6 +464,10 @@ class _Scorer:
             scores["em"] = 0.0 if failed else exact_match(text, question.answers)
             gold = answer_contains_gold(text, question.answers, question.question)  # a pick by its pick
             scores["gold_in_answer"] = 0.0 if failed else gold
+            scores["f1_new"] = 0.0 if failed else new_word_f1(text, question.answers, question.question)
+        if question.decision and answered:
+            decided = decision_match(without_markers(outcome.answer), question.decision)
+            scores["decision"] = None if decided is None else (0.0 if failed else decided)
         if question.relevant:
             scores[f"recall@{self.k}"] = recall_at_k(ranked, question.relevant, self.k)
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)

@@ -237,7 +237,7 @@ def test_a_contender_that_returns_no_answer_has_that_error_and_is_not_scored_as_
     )
     assert record["answer"] == "" and record["sources"] == []
     # scored as a contender that raises: a wrong answer, and no grounding measured
-    assert record["metrics"] == {"f1": 0.0, "em": 0.0, "gold_in_answer": 0.0}
+    assert record["metrics"] == {"f1": 0.0, "em": 0.0, "gold_in_answer": 0.0, "f1_new": 0.0}
     assert report.summary()["odd"]["errors"] == 1
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -326,3 +328,62 @@ def test_percentile_interpolates_linearly() -> None:
     assert percentile([], 50) is None
     with pytest.raises(ValueError, match="between 0 and 100"):
         percentile(values, 101)
+
+
+# -- issue 54: a correctness metric that restating the question cannot raise ----------
+
+TELEONCOLOGY = "Do teleoncology models of care enable safe delivery of chemotherapy in rural towns?"
+TELE_GOLD = [
+    "Teleoncology models of care enable safe delivery of chemotherapy in rural towns with lower travel."
+]
+
+
+def test_restating_the_question_raises_f1_but_not_new_word_f1() -> None:
+    from selfrag_core.evaluation.metrics import new_word_f1
+
+    restated = f'The answer to the question "{TELEONCOLOGY}" is: No.'
+    plain = "The answer to this question is: No."
+    assert token_f1(restated, TELE_GOLD) > token_f1(plain, TELE_GOLD) + 0.3  # what the issue saw
+    assert (
+        new_word_f1(restated, TELE_GOLD, TELEONCOLOGY) == new_word_f1(plain, TELE_GOLD, TELEONCOLOGY) == 0.0
+    )
+    assert new_word_f1("Yes, with lower travel.", TELE_GOLD, TELEONCOLOGY) == pytest.approx(0.8)
+
+
+def test_new_word_f1_of_a_gold_made_of_the_questions_words_is_plain_f1() -> None:
+    from selfrag_core.evaluation.metrics import new_word_f1
+
+    assert new_word_f1("Paris", ["Paris"], "Is Paris the capital?") == token_f1("Paris", ["Paris"])
+    assert new_word_f1("anything", [], "Is Paris the capital?") is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "decision", "expected"),
+    [
+        ("No, it does not.", "no", 1.0),
+        ("The answer to this question is: No.", "no", 1.0),
+        (f'The answer to the question "{TELEONCOLOGY}" is: No.', "yes", 0.0),
+        ("There is no evidence either way.", "no", 0.0),  # a "no" inside says no decision
+        ("Yes.", "maybe", None),
+        ("Yes.", None, None),
+    ],
+)
+def test_the_yes_no_decision(answer: str, decision: str | None, expected: float | None) -> None:
+    from selfrag_core.evaluation.metrics import decision_match
+
+    assert decision_match(answer, decision) == expected
+
+
+def test_a_jsonl_question_carries_its_decision(tmp_path: Path) -> None:
+    from selfrag_core.evaluation.data import load_jsonl
+
+    path = tmp_path / "q.jsonl"
+    lines = [
+        {"id": "a", "question": "Is it?", "answers": ["It is."], "decision": "Yes"},
+        {"id": "b", "question": "Is it not?", "decision": "perhaps"},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    data = load_jsonl(path)
+    assert [q.decision for q in data.questions] == ["yes"]
+    assert data.has_decisions()
+    assert any("decision" in p.message for p in data.problems)

@@ -48,7 +48,12 @@ def test_the_failure_placeholder_scores_as_no_answer_and_is_counted() -> None:
     records = {q.id: r["flaky"] for q, r in zip(report.questions, report.results, strict=True) if r}
     for qid in failing:
         assert records[qid]["no_answer"] == "generation failed"
-        assert records[qid]["metrics"] == {"f1": 0.0, "em": 0.0, "gold_in_answer": 0.0}  # no grounding either
+        assert records[qid]["metrics"] == {
+            "f1": 0.0,
+            "em": 0.0,
+            "gold_in_answer": 0.0,
+            "f1_new": 0.0,
+        }  # no grounding either
     assert records["q1"]["no_answer"] is None and records["q1"]["metrics"]["f1"] == 1.0
     summary = report.summary()
     assert summary["flaky"]["no_answers"] == 2 and summary["plain"]["no_answers"] == 0
