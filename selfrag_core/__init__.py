@@ -11,6 +11,10 @@ The layers, each importing only those below it (pyproject's import-linter contra
   run, stream and retrieve with a strategy), the strategies (``strategies/``), the edges
   (``retrieval``: backends, ``llm``: LLMs, ``config``, ``types``: results, ``ingest``:
   writing), and the signals (``verify``, ``citations``, ``grounding``, ``comparison``).
+
+The adapters (``selfrag_langchain``, ``selfrag_llamaindex``) import these names, and
+``selfrag_core.backends`` (its ``__all__``: the embedder they wrap), never a module under
+them: where a module lives is not part of the API (pyproject's contract ``adapters-public``).
 """
 
 from selfrag_core.config import (
@@ -49,7 +53,7 @@ from selfrag_core.errors import (
     RetrievalTimeoutError,
     StrategyError,
 )
-from selfrag_core.ingest import WritableBackend, aingest, chunk_id, ingest
+from selfrag_core.ingest import WritableBackend, aingest, chunk_id, content_source, document_parts, ingest
 from selfrag_core.llm import _acall_llm as _acall_llm  # importable; not in __all__ (no spec name)
 from selfrag_core.llm import _call_llm
 from selfrag_core.memory import ConversationMemory
@@ -59,7 +63,13 @@ from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile, profile_of
 from selfrag_core.protocols import BackendLike, LLMLike, LLMOutput
 from selfrag_core.replay import CachedLLM, CacheMissError
 from selfrag_core.retrieval import _aretrieve_safe as _aretrieve_safe  # importable; not in __all__
-from selfrag_core.retrieval import _deduplicate, _retrieve_safe
+from selfrag_core.retrieval import (
+    _deduplicate,
+    _retrieve_safe,
+    astore_search,
+    normalize_results,
+    store_search,
+)
 from selfrag_core.runner import (
     Step,
     StreamEvent,
@@ -101,6 +111,7 @@ from selfrag_core.types import (
     Trace,
     TraceEvent,
 )
+from selfrag_core.workers import shutting_down
 
 __version__ = "0.1.0"
 
@@ -179,15 +190,21 @@ __all__ = [
     "aingest",
     "aretrieve_documents",
     "arun_query",
+    "astore_search",
     "astream_query",
     "check_strategy",
     "chunk_id",
+    "content_source",
+    "document_parts",
     "ingest",
+    "normalize_results",
     "observe_trace",
     "profile_of",
     "retrieve_documents",
     "retrieve_or_empty",
     "run_query",
+    "shutting_down",
     "step_of",
+    "store_search",
     "stream_query",
 ]

@@ -13,6 +13,9 @@ import pytest
 
 from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM
 
+#: the core's modules the adapters may import from (each one's ``__all__``)
+PUBLIC_MODULES = ("selfrag_core", "selfrag_core.backends")
+
 
 def test_core_import_pulls_no_framework() -> None:
     code = (
@@ -48,7 +51,8 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "SelfRAGConfig", "SelfRAGResult", "Step", "Strategy", "StrategyError", "StreamEvent", "SubAnswer",
          "Trace", "TraceEvent", "WritableBackend", "_call_llm", "_deduplicate", "_retrieve_safe",
          "aingest", "aretrieve_documents", "arun_query", "astream_query", "retrieve_documents",
-         "check_strategy", "chunk_id", "ingest",
+         "check_strategy", "chunk_id", "content_source", "document_parts", "ingest",
+         "normalize_results", "store_search", "astore_search", "shutting_down",
          "observe_trace", "retrieve_or_empty", "run_query", "step_of", "stream_query"]
     )  # fmt: skip
     namespace: dict[str, object] = {}
@@ -57,17 +61,25 @@ def test_public_api_is_exactly_the_documented_one() -> None:
 
 
 def test_adapters_import_only_public_names() -> None:
-    """The LangChain and LlamaIndex adapters use the core's public API only: every name
-    they import from ``selfrag_core`` is in ``__all__`` of the module it comes from (the
-    package's, or a submodule's such as ``selfrag_core.retrieval``'s), never an underscored
-    helper or a module's incidental import."""
+    """The LangChain and LlamaIndex adapters use the core's public API only: they import
+    from ``selfrag_core`` (the library) and ``selfrag_core.backends`` (the embedder they
+    wrap), never from a module under them (pyproject's ``adapters-public`` contract checks
+    the modules too), and every name they import is in that module's ``__all__``, never an
+    underscored helper or a module's incidental import."""
     root = Path(__file__).resolve().parents[1] / "integrations"
     private: list[str] = []
     sources = sorted(root.glob("*/selfrag_*/**/*.py"))
     assert len(sources) >= 10  # both adapters' packages were found
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                private += [
+                    f"{path.name}: import {a.name}" for a in node.names if a.name.startswith("selfrag_core.")
+                ]
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "selfrag_core":
+                if node.module not in PUBLIC_MODULES:
+                    private.append(f"{path.name}: from {node.module}")
+                    continue
                 public = getattr(importlib.import_module(str(node.module)), "__all__", ())
                 private += [
                     f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name not in public
@@ -75,8 +87,26 @@ def test_adapters_import_only_public_names() -> None:
     assert private == []
 
 
+def test_backends_load_the_shared_embedder_on_first_use() -> None:
+    """``selfrag_core.backends`` (``--backend``) loads the local models' modules only when
+    an adapter asks for ``SharedEmbedder``."""
+    code = (
+        "import sys, selfrag_core.backends as b\n"
+        "before = 'selfrag_core.local' in sys.modules\n"
+        "b.SharedEmbedder, b.EMBEDDER_NAMES\n"
+        "print(before, 'selfrag_core.local' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_submodules_export_what_they_define() -> None:
-    for name in ("selfrag_core.retrieval", "selfrag_core.workers", "selfrag_core.backends.embedders"):
+    for name in (
+        *PUBLIC_MODULES,
+        "selfrag_core.retrieval",
+        "selfrag_core.workers",
+        "selfrag_core.backends.embedders",
+    ):
         module = importlib.import_module(name)
         assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
 

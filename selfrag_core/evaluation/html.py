@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from selfrag_core.errors import MissingDependencyError
-from selfrag_core.evaluation.report import metric_spread, reading_notes, under_load
+from selfrag_core.evaluation.reading import metric_spread, reading_notes, under_load
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

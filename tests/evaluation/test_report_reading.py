@@ -15,7 +15,7 @@ from test_evaluate import TWINS, reader, run, varying, write_data
 
 from selfrag_core.evaluation import EvalData, EvalQuestion, EvalSettings, evaluate
 from selfrag_core.evaluation.metrics import mean_interval, paired_difference
-from selfrag_core.evaluation.report import metric_spread, under_load
+from selfrag_core.evaluation.reading import metric_spread, under_load
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER
 from selfrag_core.types import Answer, RetrievedDoc
 

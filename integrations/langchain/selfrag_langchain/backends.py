@@ -12,9 +12,15 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from selfrag_core import RetrievedDoc, ScoreKind
-from selfrag_core.ingest import chunk_id, content_source, document_parts
-from selfrag_core.retrieval import astore_search, store_search
+from selfrag_core import (
+    RetrievedDoc,
+    ScoreKind,
+    astore_search,
+    chunk_id,
+    content_source,
+    document_parts,
+    store_search,
+)
 from selfrag_langchain._convert import from_document, to_document
 
 ScoreMode = Literal["relevance", "raw"]

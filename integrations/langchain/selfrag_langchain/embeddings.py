@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from selfrag_core.backends.embedders import EMBEDDER_NAMES, SharedEmbedder
+from selfrag_core.backends import EMBEDDER_NAMES, SharedEmbedder
 
 __all__ = ["EMBEDDER_NAMES", "SelfRAGEmbeddings"]
 

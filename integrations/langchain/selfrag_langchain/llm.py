@@ -13,8 +13,7 @@ from langchain_core.language_models import BaseLanguageModel
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import ensure_config, merge_configs
 
-from selfrag_core import LLMOutput
-from selfrag_core.workers import shutting_down
+from selfrag_core import LLMOutput, shutting_down
 from selfrag_langchain._convert import reply_output, structured_output
 
 logger = logging.getLogger("selfrag")

@@ -1,7 +1,7 @@
 """selfrag for LlamaIndex: the strategies as query engines and retrievers, any
 LlamaIndex LLM as their LLM and any retriever or index as their backend.
 
-    from selfrag_core.strategies import SelfIRAG
+    from selfrag_core import SelfIRAG
     from selfrag_llamaindex import LlamaIndexLLM, SelfRAGQueryEngine, as_backend
 
     strategy = SelfIRAG(as_backend(index), LlamaIndexLLM(llm))

@@ -12,8 +12,7 @@ from typing import Any
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
 from pydantic import BaseModel, Field, create_model
 
-from selfrag_core import LLMOutput, Result, RetrievedDoc, ScoreKind
-from selfrag_core.retrieval import normalize_results
+from selfrag_core import LLMOutput, Result, RetrievedDoc, ScoreKind, normalize_results
 
 logger = logging.getLogger("selfrag")
 

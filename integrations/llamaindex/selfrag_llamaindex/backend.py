@@ -11,8 +11,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.schema import Document
 
-from selfrag_core import RetrievedDoc
-from selfrag_core.ingest import content_source, document_parts
+from selfrag_core import RetrievedDoc, content_source, document_parts
 from selfrag_llamaindex import _events
 from selfrag_llamaindex._convert import docs_from_nodes, note
 

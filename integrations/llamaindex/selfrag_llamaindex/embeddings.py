@@ -10,7 +10,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.constants import DEFAULT_EMBED_BATCH_SIZE
 
-from selfrag_core.backends.embedders import EMBEDDER_NAMES, SharedEmbedder
+from selfrag_core.backends import EMBEDDER_NAMES, SharedEmbedder
 
 __all__ = ["EMBEDDER_NAMES", "SelfRAGEmbedding"]
 
