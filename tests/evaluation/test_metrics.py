@@ -344,10 +344,10 @@ def test_restating_the_question_raises_f1_but_not_new_word_f1() -> None:
     restated = f'The answer to the question "{TELEONCOLOGY}" is: No.'
     plain = "The answer to this question is: No."
     assert token_f1(restated, TELE_GOLD) > token_f1(plain, TELE_GOLD) + 0.3  # what the issue saw
-    assert (
-        new_word_f1(restated, TELE_GOLD, TELEONCOLOGY) == new_word_f1(plain, TELE_GOLD, TELEONCOLOGY) == 0.0
-    )
-    assert new_word_f1("Yes, with lower travel.", TELE_GOLD, TELEONCOLOGY) == pytest.approx(0.8)
+    assert new_word_f1(restated, TELE_GOLD, TELEONCOLOGY) == 0.0
+    assert new_word_f1(plain, TELE_GOLD, TELEONCOLOGY) == 0.0
+    # "yes with lower travel" against "with lower travel": precision 3/4, recall 1
+    assert new_word_f1("Yes, with lower travel.", TELE_GOLD, TELEONCOLOGY) == pytest.approx(6 / 7)
 
 
 def test_new_word_f1_of_a_gold_made_of_the_questions_words_is_plain_f1() -> None:
