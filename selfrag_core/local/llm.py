@@ -150,6 +150,10 @@ class LocalLLM:
         self._lock = threading.Lock()
         self._grammars: dict[str, Any] = {}
 
+    #: calls answered at once: one (the lock); the service runs one query at a time on it
+    #: and lines the others up (``serve.admission``)
+    concurrency = 1
+
     def __repr__(self) -> str:
         return f"LocalLLM({self.name!r}, chat={self.chat}, n_ctx={self.n_ctx})"
 
