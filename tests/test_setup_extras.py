@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def default_extras() -> list[str]:
     script = (ROOT / "scripts" / "setup-local.sh").read_text(encoding="utf-8")
     found = re.search(r'^EXTRAS="\$\{1:-([^}]*)\}"$', script, re.MULTILINE)
-    assert found, "setup-local.sh sets EXTRAS=\"${1:-...}\""
+    assert found, 'setup-local.sh sets EXTRAS="${1:-...}"'
     return found.group(1).split(",")
 
 
