@@ -136,13 +136,14 @@ class Admission:
             max(1, self.retry_after_s, math.ceil(wait)),
         )
 
-    async def turn(self) -> None:
+    async def turn(self) -> bool:
         """Wait until an admitted query may run (at most ``concurrency`` run at once, in the
-        order they came); :meth:`done_running` gives the turn back. Cancelled while it
-        waits, the query leaves the line (a turn it was just given passes on)."""
+        order they came); :meth:`done_running` gives the turn back. Whether it waited.
+        Cancelled while it waits, the query leaves the line (a turn it was just given
+        passes on)."""
         if self.running < self.concurrency and not self._waiting:
             self.running += 1
-            return
+            return False
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
         try:
@@ -153,6 +154,7 @@ class Admission:
             else:
                 self._waiting.remove(turn)
             raise
+        return True
 
     def done_running(self) -> None:
         """A query that had its turn has ended: the next one in line runs."""

@@ -318,15 +318,15 @@ async def _run_query(
     async def query() -> Outcome | ApiError:
         """The query once it has its turn (``Admission.turn``), within what is left of its
         timeout; refused with 503 when its wait left too little of it (a late estimate)."""
-        await state.admission.turn()
+        waited = await state.admission.turn()
         try:
-            left = None if timeout is None else timeout - (time.monotonic() - admitted)
-            late = _late(state, left)
-            if late is not None:
-                return late
-            # the wait for its turn counts against the query's timeout
-            waited = left is not None and timeout is not None and timeout - left > 0.01
-            run_as = dataclasses.replace(execution, query_timeout=left) if waited else execution
+            run_as = execution
+            if waited and timeout is not None:  # the wait for its turn counts against its timeout
+                left = timeout - (time.monotonic() - admitted)
+                late = _late(state, left)
+                if late is not None:
+                    return late
+                run_as = dataclasses.replace(execution, query_timeout=left)
             return await _guarded(
                 execute(
                     strategy, question, body, run_as, settings, push if body.stream else None,
@@ -406,12 +406,12 @@ async def _run_query(
     )
 
 
-def _late(state: ServiceState, left: float | None) -> ApiError | None:
+def _late(state: ServiceState, left: float) -> ApiError | None:
     """The 503 of a query whose wait for its turn left less of its timeout than a query
     takes (the service time grew while it waited), or None: it runs."""
     admission = state.admission
     per = admission.service_s() if admission.measured else None
-    if left is None or (per is None and left > 0):
+    if per is None and left > 0:
         return None
     needs = 0.0 if per is None else per * min(admission.concurrency, max(1, admission.running))
     if left > needs:

@@ -198,3 +198,22 @@ def test_the_llms_declared_concurrency() -> None:
     assert declared_concurrency(object()) is None
     with pytest.raises(ValueError, match="query_concurrency"):
         ServeSettings(query_concurrency=0)
+
+
+def test_a_query_that_did_not_wait_runs_whatever_the_service_time() -> None:
+    """Only a wait in line can leave a query too little of its timeout: one admitted
+    straight to its turn runs even when the measured service time exceeds its timeout
+    (say, the mean of slower strategies), or nothing would ever finish to lower it."""
+    from serve_helpers import ScriptedLLM, make_rag, serving
+
+    from selfrag_core.strategies import PlainRAG
+
+    rag, llm = make_rag(), ScriptedLLM()
+    llm.concurrency = 1  # type: ignore[attr-defined]
+    with serving(rag, llm, {"plain": PlainRAG(rag, llm)}, query_timeout=3.0) as server:
+        admission = server.state.admission
+        admission._busy, admission._done = 100.0, 1.0  # 100 s a query, past the 3 s timeout
+        with server.client() as client:
+            assert client.get("/query/plain", params={"q": "Capital of France?"}).status_code == 200
+        per = admission.service_s()
+        assert per is not None and per < 100.0  # the answered query lowered it
