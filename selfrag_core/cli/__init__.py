@@ -4,8 +4,8 @@ a local LLM.
     selfrag index PATH...                 # files and folders (text files, recursively); files gone
                                           # from a folder leave the index (--keep-removed keeps them)
     selfrag delete SOURCE...              # the chunks of indexed files (paths) or other sources
-    selfrag ask "question" --strategy self|hyde|recursive|healing [--json]
-    selfrag demo                          # sample corpus + all four strategies
+    selfrag ask "question" --strategy self|hyde|recursive|healing|adaptive|drafts|plain [--json]
+    selfrag demo                          # sample corpus + the four self-improving strategies
     selfrag stats [--json]
     selfrag eval questions.jsonl --corpus corpus.jsonl   # each strategy against a plain retrieve-and-answer
     selfrag mcp [--http]                  # the tools ask, search, add_documents for MCP clients

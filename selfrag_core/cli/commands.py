@@ -192,9 +192,19 @@ def cmd_ask(args: argparse.Namespace) -> int:
             raise CLIError(f"the index at {_index_dir(args)} is empty; run `selfrag index PATH...` first")
     if args.strategy != ADAPTIVE and (args.router or args.call_budget is not None):
         raise CLIError(f"--router and --call-budget are for --strategy {ADAPTIVE}, not {args.strategy!r}")
+    metadata_filter = metadata_filter_of(getattr(args, "filters", None) or [], _writer_of(rag))
     strategy = _strategy(args, args.strategy, rag, _llm(args), _verifier(args))
+    context = {"metadata_filter": metadata_filter} if metadata_filter else None
     with nullcontext() if args.quiet else observe_trace(step_lines(Progress(args.plain))):
-        result = run_strategy(strategy, args.question)
+        result = run_strategy(strategy, args.question, context)
+    if metadata_filter and getattr(result, "no_answer", None) == "no_documents":
+        shown = " ".join(f"--filter {k}={json.dumps(v) if not isinstance(v, str) else v}"
+                         for k, v in metadata_filter.items())  # fmt: skip
+        raise CLIError(
+            f"no indexed chunk matches {shown}: a filter compares the metadata exactly (a file "
+            "indexed by `selfrag index` has title, its file name, and source, its absolute path)",
+            code=1,
+        )
     why = unanswered(result)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
@@ -207,6 +217,43 @@ def cmd_ask(args: argparse.Namespace) -> int:
             code=1,
         )
     return 0
+
+
+def _writer_of(rag: Any) -> Writer | None:
+    """``rag``'s writer, None for a backend that is only searched."""
+    try:
+        return writer(rag)
+    except ConfigurationError:
+        return None
+
+
+def metadata_filter_of(filters: list[str], w: Writer | None = None) -> dict[str, Any]:
+    """``--filter KEY=VALUE`` options as a ``metadata_filter`` (what the HTTP service's
+    ``metadata_filter`` is: each key's value must equal it). VALUE is read as JSON when it
+    is a number, ``true``/``false`` or a quoted string, else taken as it is; a ``source``
+    is taken as indexed (``selfrag delete``'s rule: a relative path is made absolute) when
+    ``w`` is given. CLIError for a malformed option or a key given twice."""
+    conditions: dict[str, Any] = {}
+    for given in filters:
+        key, sep, raw = given.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CLIError(f"--filter {given!r} is not KEY=VALUE; e.g. --filter title=pep-0572.txt")
+        if key in conditions:
+            raise CLIError(f"--filter {key}=... is given twice; a chunk's {key} has one value: give it once")
+        value: Any = raw
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, (bool, int, float, str)) and not (
+            isinstance(parsed, float) and not math.isfinite(parsed)
+        ):
+            value = parsed
+        if key == "source" and isinstance(value, str) and w is not None:
+            value = _as_source(value, w)
+        conditions[key] = value
+    return conditions
 
 
 def index_stats(rag: Any, directory: Path) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from selfrag_core.display import one_line, score_label, snippet, step_text
@@ -13,10 +13,11 @@ from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, _no_informati
 from selfrag_core.types import Result
 
 
-def run_strategy(strategy: Any, question: str) -> Any:
-    """The strategy's result object (SelfHealingRAG's report when every attempt failed)."""
+def run_strategy(strategy: Any, question: str, context: Mapping[str, Any] | None = None) -> Any:
+    """The strategy's result object (SelfHealingRAG's report when every attempt failed);
+    ``context``: the query's options (a ``metadata_filter``)."""
     try:
-        return run_query(strategy, question)
+        return run_query(strategy, question, context)
     except StrategyError as e:
         if e.report is None:
             raise

@@ -155,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument(
+        "--filter", action="append", default=[], dest="filters", metavar="KEY=VALUE",
+        help="retrieve only chunks whose metadata KEY equals VALUE (repeatable: all must hold), as the "
+             "HTTP service's metadata_filter; a file indexed here has title (its name) and source (its "
+             "path; a relative one is made absolute); VALUE is a number or true/false when it reads as "
+             "one, quote it (KEY='\"572\"') for the text",
+    )  # fmt: skip
+    p.add_argument(
         "-q", "--quiet", action="store_true",
         help="no step lines on stderr (each retrieval, sub-question, verdict, attempt and fallback as it "
              "happens)",

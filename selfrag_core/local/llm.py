@@ -150,6 +150,10 @@ class LocalLLM:
         self._lock = threading.Lock()
         self._grammars: dict[str, Any] = {}
 
+    #: calls answered at once: one (the lock); the service runs one query at a time on it
+    #: and lines the others up (``serve.admission``)
+    concurrency = 1
+
     def __repr__(self) -> str:
         return f"LocalLLM({self.name!r}, chat={self.chat}, n_ctx={self.n_ctx})"
 
@@ -203,14 +207,29 @@ class LocalLLM:
     async def agenerate_structured(self, prompt: str, schema: dict[str, Any]) -> LLMOutput:
         return await to_thread(self.generate_structured, prompt, schema)
 
-    def stream(self, prompt: str) -> Iterator[str]:
-        """Yield the reply piece by piece (the model is locked until the generator ends)."""
+    def stream(self, prompt: str) -> Iterator[str | LLMOutput]:
+        """Yield the reply piece by piece (the model is locked until the generator ends),
+        then an empty ``LLMOutput`` with the call's token counts, which llama.cpp's
+        streamed chunks do not carry (a streamed answer reported none: issue #52): the
+        prompt's tokens are the context's length when the first token comes (the prompt
+        evaluated, from an empty context), the reply's one a chunk."""
+        prompt_tokens: int | None = None
+        reply_tokens = 0
         with taking(self._lock):
             for chunk in self._complete(prompt, self.max_tokens, None, stream=True):
                 choice = chunk["choices"][0]
-                piece = choice.get("delta", {}).get("content") if self.chat else choice.get("text")
+                if choice.get("finish_reason") is not None:
+                    continue
+                delta = choice.get("delta", {})
+                if self.chat and "content" not in delta:  # the role's chunk, before the first token
+                    continue
+                if prompt_tokens is None:
+                    prompt_tokens = _context_length(self._llama)
+                reply_tokens += 1
+                piece = delta.get("content") if self.chat else choice.get("text")
                 if piece:
                     yield piece
+        yield LLMOutput("", prompt_tokens, reply_tokens)
 
     # ------------------------------------------------------------------ internals
     def _complete(self, prompt: str, max_tokens: int, grammar: Any, *, stream: bool = False) -> Any:
@@ -286,6 +305,12 @@ class LocalLLM:
             bounded = bound_schema(schema, self.item_max_chars, self.string_max_chars)
             self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(bounded), verbose=False)
         return self._grammars[key]
+
+
+def _context_length(llama: Any) -> int | None:
+    """The tokens in a llama context (``Llama.n_tokens``), None where it has no such count."""
+    n = getattr(llama, "n_tokens", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def auto_threads(preferred: int = 2) -> int:

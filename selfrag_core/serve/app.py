@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
@@ -34,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.otel import configure_otlp, emit_spans
-from selfrag_core.serve.admission import Admission
+from selfrag_core.serve.admission import Admission, declared_concurrency
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
 from selfrag_core.serve.errors import CONFIGURATION_ERROR, INTERNAL_ERROR, error_body, error_response
 from selfrag_core.serve.execution import Outcome, execute, prepare
@@ -123,8 +124,10 @@ class ServiceState:
 
     def __post_init__(self) -> None:
         settings = self.settings
+        concurrency = settings.query_concurrency or declared_concurrency(self.llm)
         self.admission = Admission(
             settings.max_concurrent_queries,
+            concurrency=concurrency,
             measured=settings.admission_control,
             memory_s=max(settings.query_timeout or 60.0, 10.0),
             retry_after_s=settings.retry_after_s,
@@ -309,20 +312,44 @@ async def _run_query(
         state.counters["rejected"] += 1
         raise ApiError(503, refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
     traces: list[Trace] = []  # the query's trace, kept even when the query raises
-    query = execute(
-        strategy, question, body, execution, settings, push if body.stream else None,
-        on_trace=traces.append, context=reply.context,
-    )  # fmt: skip
+    admitted = time.monotonic()
+    measures = [False]  # whether the query ran to its end: a measure of the service time
+
+    async def query() -> Outcome | ApiError:
+        """The query once it has its turn (``Admission.turn``), within what is left of its
+        timeout; refused with 503 when its wait left too little of it (a late estimate)."""
+        waited = await state.admission.turn()
+        try:
+            run_as = execution
+            if waited and timeout is not None:  # the wait for its turn counts against its timeout
+                left = timeout - (time.monotonic() - admitted)
+                late = _late(state, left)
+                if late is not None:
+                    return late
+                run_as = dataclasses.replace(execution, query_timeout=left)
+            return await _guarded(
+                execute(
+                    strategy, question, body, run_as, settings, push if body.stream else None,
+                    on_trace=traces.append, context=reply.context,
+                )
+            )  # fmt: skip
+        finally:
+            state.admission.done_running()
 
     def finish(outcome: Outcome | ApiError | BaseException | None) -> tuple[int, dict[str, Any]]:
         """The reply, and the query counted once in the stats and the metrics."""
+        measures[0] = not (
+            outcome is None
+            or (isinstance(outcome, ApiError) and outcome.status == 503)
+            or (isinstance(outcome, Outcome) and outcome.exceeded == "query_timeout")
+        )
         if isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
             status, content, error = 500, error_body(500, INTERNAL_ERROR), type(outcome).__name__
         elif outcome is None:  # nobody is waiting for the answer
             state.counters["abandoned"] += 1
             status, content, error = 499, {}, None
         elif isinstance(outcome, ApiError):
-            state.counters["failed"] += 1
+            state.counters["rejected" if outcome.status == 503 else "failed"] += 1
             status, error = outcome.status, outcome.cause
             content = error_body(status, outcome.message, outcome.type, **outcome.extra)
         elif outcome.exceeded is not None:
@@ -343,20 +370,25 @@ async def _run_query(
 
     if not body.stream:
         try:
-            outcome = await _unless_disconnected(request, _guarded(query))
+            outcome = await _unless_disconnected(request, query())
             status, content = finish(outcome)
         except Exception as e:  # answered as a 500 by the middleware
             finish(e)
             raise
         finally:
-            state.admission.release(timeout)
-        return Response(status_code=499) if outcome is None else reply.json(status, content)
+            state.admission.release(timeout, finished=measures[0])
+        if outcome is None:
+            return Response(status_code=499)
+        response = reply.json(status, content)
+        if isinstance(outcome, ApiError) and outcome.headers:
+            response.headers.update(outcome.headers)
+        return response
 
     async def produce() -> None:
         push("start", {"strategy": name, "question": question})
         try:
             try:
-                status, content = finish(await _guarded(query))
+                status, content = finish(await query())
             except Exception as e:  # headers are sent: the error goes in the stream
                 logger.error("streamed query failed: %s: %s", type(e).__name__, e, exc_info=e)
                 status, content = finish(e)
@@ -365,11 +397,33 @@ async def _run_query(
             loop.call_soon_threadsafe(events.put_nowait, None)
 
     task = asyncio.create_task(produce())
-    task.add_done_callback(lambda _: state.admission.release(timeout))  # even if cancelled before it ran
+    # even if cancelled before it ran
+    task.add_done_callback(lambda _: state.admission.release(timeout, finished=measures[0]))
     return StreamingResponse(
         _sse(events, task, reply),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _late(state: ServiceState, left: float) -> ApiError | None:
+    """The 503 of a query whose wait for its turn left less of its timeout than a query
+    takes (the service time grew while it waited), or None: it runs."""
+    admission = state.admission
+    per = admission.service_s() if admission.measured else None
+    if per is None and left > 0:
+        return None
+    needs = 0.0 if per is None else per * min(admission.concurrency, max(1, admission.running))
+    if left > needs:
+        return None
+    per = per or 0.0
+    retry = max(1, state.settings.retry_after_s, math.ceil(admission.active * per))
+    return ApiError(
+        503,
+        f"the query waited its turn until {max(left, 0):.2g}s of its timeout were left, less than the "
+        f"about {needs:.2g}s a query takes here; retry in {retry}s",
+        headers={"Retry-After": str(retry)},
+        extra={"retry_after_s": retry},
     )
 
 

@@ -202,6 +202,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, shared: bool = True) -> No
         "admits up to --max-concurrent)",
     )
     add(
+        "--query-concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="queries that run at once, the others admitted waiting their turn (default: what the "
+        "LLM declares, 1 for a local model; else up to --max-concurrent)",
+    )
+    add(
         "--workers",
         type=_positive_int,
         default=1,
@@ -231,6 +239,7 @@ def settings_from_args(args: argparse.Namespace, index_dir: str | None = None) -
     settings = ServeSettings.from_env(
         max_concurrent_queries=args.max_concurrent,
         admission_control=getattr(args, "admission_control", True),
+        query_concurrency=getattr(args, "query_concurrency", None),
         query_timeout=args.timeout,
         max_llm_calls=args.max_llm_calls,
         cors_origins=tuple(args.cors_origin),

@@ -29,8 +29,14 @@ class ServeSettings:
     admission_control: admit only as many queries as can be expected to finish within
         their timeout, from the measured service time (busy seconds per finished query):
         the rest get 503 at once, with a Retry-After of the expected wait, instead of
-        waiting behind the others into a 504 (``serve.admission``). Until a query has
-        finished, up to ``max_concurrent_queries`` are admitted. False: always up to it.
+        waiting behind the others into a 504 (``serve.admission``). A query cut off by
+        its timeout is not a finished one (the service time grows with the overload).
+        Until a query has finished, only the queries that can run at once
+        (``query_concurrency``) are admitted. False: always up to ``max_concurrent_queries``.
+    query_concurrency: queries that run at once; the other admitted queries wait their
+        turn, first come first served, their wait counted against their timeout. None
+        (the default): what the LLM declares (its ``concurrency``: the local model answers
+        one call at a time, 1), else up to ``max_concurrent_queries``.
     retry_after_s: the Retry-After value sent with 503 (at least this when measured).
     max_llm_calls / query_timeout: per-request caps (a request may only lower them);
         a query that hits either gets 504 with its partial trace.
@@ -53,6 +59,7 @@ class ServeSettings:
     max_question_chars: int = 4_000
     max_concurrent_queries: int = 256
     admission_control: bool = True
+    query_concurrency: int | None = None
     retry_after_s: int = 1
     max_llm_calls: int | None = 32
     query_timeout: float | None = 60.0
@@ -74,6 +81,8 @@ class ServeSettings:
         for name in ("max_batch_documents", "max_document_chars"):
             check_int(name, getattr(self, name), 1)
         check_int("retry_after_s", self.retry_after_s, 0)
+        if self.query_concurrency is not None:
+            check_int("query_concurrency", self.query_concurrency, 1)
         if self.max_llm_calls is not None:
             check_int("max_llm_calls", self.max_llm_calls, 1)
         check_positive_or_none("query_timeout", self.query_timeout)

@@ -126,3 +126,94 @@ def test_a_served_querys_timeout_names_the_servers_or_the_requests_knob() -> Non
         message
         == "the query ran past its 5.0s timeout; retry later or raise the request's timeout (up to 60s)"
     )
+
+
+def test_a_query_cut_off_by_its_timeout_is_not_a_finished_one() -> None:
+    """Counted as finished, the queries abandoned at their timeout made the service time
+    fall as the overload grew (20 queries on a 8 s model, 30 s each: 30 s / 20 = 1.5 s)."""
+    clock = Clock()
+    admission = Admission(256, clock=clock)
+    serve_one_at_a_time(admission, clock, 2, 8.0, 30.0)
+    for _ in range(20):
+        admission.admit(None)  # (no timeout, so that all 20 are admitted)
+    clock.now += 30.0
+    for _ in range(3):
+        admission.release(None)
+    for _ in range(17):
+        admission.release(None, finished=False)
+    per = admission.service_s()
+    assert per is not None and per > 8.0  # 46 busy seconds for 5 answered queries, not 46 / 22
+    assert admission.capacity(30.0) == 2
+
+
+def test_before_any_measurement_only_what_runs_at_once_is_admitted() -> None:
+    clock = Clock()
+    admission = Admission(256, concurrency=1, retry_after_s=1, clock=clock)
+    assert admission.admit(30.0) is None
+    refusal = admission.admit(30.0)
+    assert refusal is not None and refusal.retry_after_s == 1
+    assert "not measured yet" in refusal.message
+    clock.now += 8.0
+    admission.release(30.0)
+    assert admission.capacity(30.0) == 3  # measured: 8 s each, 3 fit in 0.9 x 30 s: one runs, two wait
+    assert Admission(256, concurrency=4).capacity(30.0) == 4
+    assert Admission(8, concurrency=100).concurrency == 8
+
+
+def test_queries_beyond_the_concurrency_wait_their_turn_in_order() -> None:
+    import asyncio
+
+    admission = Admission(256, concurrency=1)
+    order: list[int] = []
+
+    async def one(i: int) -> None:
+        await admission.turn()
+        try:
+            order.append(i)
+            await asyncio.sleep(0.01)
+        finally:
+            admission.done_running()
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(one(i)) for i in range(4)]
+        await asyncio.sleep(0)
+        assert (admission.running, admission.waiting) == (1, 3)
+        tasks[2].cancel()  # its client went away while it waited: it leaves the line
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert order == [0, 1, 3]
+    assert (admission.running, admission.waiting) == (0, 0)
+
+
+def test_the_llms_declared_concurrency() -> None:
+    from selfrag_core.local.llm import LocalLLM
+    from selfrag_core.serve.admission import declared_concurrency
+
+    class Declares:
+        concurrency = 2
+
+    assert LocalLLM.concurrency == 1  # one call at a time (its lock)
+    assert declared_concurrency(Declares()) == 2
+    assert declared_concurrency(object()) is None
+    with pytest.raises(ValueError, match="query_concurrency"):
+        ServeSettings(query_concurrency=0)
+
+
+def test_a_query_that_did_not_wait_runs_whatever_the_service_time() -> None:
+    """Only a wait in line can leave a query too little of its timeout: one admitted
+    straight to its turn runs even when the measured service time exceeds its timeout
+    (say, the mean of slower strategies), or nothing would ever finish to lower it."""
+    from serve_helpers import ScriptedLLM, make_rag, serving
+
+    from selfrag_core.strategies import PlainRAG
+
+    rag, llm = make_rag(), ScriptedLLM()
+    llm.concurrency = 1  # type: ignore[attr-defined]
+    with serving(rag, llm, {"plain": PlainRAG(rag, llm)}, query_timeout=3.0) as server:
+        admission = server.state.admission
+        admission._busy, admission._done = 100.0, 1.0  # 100 s a query, past the 3 s timeout
+        with server.client() as client:
+            assert client.get("/query/plain", params={"q": "Capital of France?"}).status_code == 200
+        per = admission.service_s()
+        assert per is not None and per < 100.0  # the answered query lowered it
