@@ -283,7 +283,7 @@ def main() -> None:
                 continue
             support[variant] = fit_support(claims, use, (*SUPPORT_FEATURES, *extra))
             answering[variant] = fit_answering(claims, use, (*ANSWERING_FEATURES, *extra))
-        Checks(support, answering).save(args.fit)
+        Checks({"support": support, "answering": answering}).save(args.fit)
         print(f"wrote {args.fit}")
         return
     checks = Checks.load(args.checks) if args.checks else shipped()

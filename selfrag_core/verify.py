@@ -492,9 +492,13 @@ def verify_answer(
 ) -> AnswerVerdict:
     """Each sentence of ``answer`` (those with a content word) checked by ``verifier``
     (the default :class:`LexicalVerifier`) against ``passages``, and the answer's score.
-    With ``question``, a sentence's score is also weighed by how far the passage it is
-    read from speaks to the question (:func:`~selfrag_core.grounding.question_coverage`:
-    a name copied from a passage on another subject is supported, but is no answer)."""
+    With ``question``, the lexical verifier's sentence scores are also weighed by how far
+    the passage they are read from speaks to the question
+    (:func:`~selfrag_core.grounding.question_coverage`: a name copied from a passage on
+    another subject is supported, but is no answer) and held to its picks and asked kind
+    (:func:`not_an_answer`); a verifier of yours is taken as it scores. Beside the score,
+    the fitted checks' ``probability`` (supported) and ``informativeness`` (answers the
+    question) of :mod:`selfrag_core.signals.fitted`."""
     checker = verifier or DEFAULT
     loop = repetition(answer)
     if loop is not None:  # a loop across sentences ("Answer: 2003\nAnswer: 2004") is one
@@ -511,7 +515,7 @@ def verify_answer(
     texts = list(passages)
     verdicts = [best(row) for row in checker.verify(sentences, texts, question)]
     fitted = _fitted(sentences, [v.score for v in verdicts], texts, question, checker)
-    if question:
+    if question and isinstance(checker, LexicalVerifier):  # a verifier of yours gets none of its rules
         verdicts = _on_topic(verdicts, sentences, question, texts, checker.threshold)
         verdicts = _compared(verdicts, sentences, question, texts, checker.threshold)
         why = not_an_answer(answer, question)

@@ -135,7 +135,10 @@ def test_a_questions_own_numbers_are_not_claims_in_the_citations() -> None:
     from selfrag_core import PlainRAG
     from selfrag_core.testing import FakeLLM, FakeRetriever
 
-    passage = "Limit all lines to a maximum of 79 characters."
+    passage = (
+        "Maximum Line Length\nLimit all lines to a maximum of 79 characters. For flowing long blocks "
+        "of text (docstrings or comments), the line length should be limited to 72 characters."
+    )
     answer = "PEP 8 recommends a maximum line length of 79 characters [1]."
     result = PlainRAG(FakeRetriever([passage]), FakeLLM([answer])).query(
         "What maximum line length does PEP 8 recommend?"
@@ -143,3 +146,70 @@ def test_a_questions_own_numbers_are_not_claims_in_the_citations() -> None:
     assert result.answer == answer
     flags = [f for c in result.citations for f in c.flags]
     assert "number_not_in_source:8" not in flags
+
+
+PEP_CHUNKS = [
+    "PEP: 8 Title: Style Guide for Python Code. Maximum Line Length: limit all lines to a maximum "
+    "of 79 characters. For flowing long blocks of text, the line length should be limited to 72.",
+    "PEP: 572 Title: Assignment Expressions. This is a proposal for creating a way to assign to "
+    "variables within an expression using the notation NAME := expr.",
+]
+
+
+def test_an_out_of_corpus_question_is_answered_not_in_the_documents() -> None:
+    """Issue 54: an out-of-corpus question got the model's memory, never "the documents do
+    not say"; the backend's scores cannot tell (its best irrelevant chunk scores high)."""
+    from selfrag_core import PlainRAG
+    from selfrag_core.testing import FakeLLM, FakeRetriever
+
+    llm = FakeLLM(["Paris is the capital of France."])
+    result = PlainRAG(FakeRetriever(PEP_CHUNKS), llm).query("What is the capital of France?")
+    assert result.no_answer == "not_in_documents"
+    assert "Paris" not in result.answer
+    notes = [e for e in result.trace.fallbacks if e.name == "not_in_documents"]
+    assert notes and notes[0].detail["relevance"] < notes[0].detail["threshold"]
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("What maximum line length does PEP 8 recommend?", "79 characters [1]."),
+        ("What maximum line length does PEP 8 recommend?", "PEP 8 recommends 79 characters [1]."),
+        ("What does PEP 572 introduce?", "Assignment expressions, NAME := expr [2]."),
+    ],
+)
+def test_a_question_the_documents_speak_to_is_answered(question: str, answer: str) -> None:
+    from selfrag_core import PlainRAG
+    from selfrag_core.testing import FakeLLM, FakeRetriever
+
+    result = PlainRAG(FakeRetriever(PEP_CHUNKS), FakeLLM([answer])).query(question)
+    assert result.no_answer is None
+    assert result.answer == answer
+
+
+def test_relevance_features_see_the_questions_words() -> None:
+    from selfrag_core.signals.features import relevance_features
+
+    near = relevance_features("What maximum line length does PEP 8 recommend?", PEP_CHUNKS)
+    far = relevance_features("What is the capital of France?", PEP_CHUNKS)
+    assert near["best"] > 0.5 > far["best"] == far["union"] == 0.0
+
+
+def test_a_verifier_of_yours_gets_none_of_the_lexical_rules() -> None:
+    """Issue 54: verify_answer wrapped a user's verifier in the lexical rules (an answer
+    giving no date to a "when" question was capped at 0.2 whatever the verifier said)."""
+    from selfrag_core.verify import NOT_AN_ANSWER, Verdict
+
+    class Always:
+        threshold = 0.5
+
+        def verify(
+            self, sentences: list[str], passages: list[str], question: str = ""
+        ) -> list[list[Verdict]]:
+            return [[Verdict(0.9, True, j, None) for j in range(len(passages))] for _ in sentences]
+
+    question = "When was the Eiffel Tower completed?"
+    answer = "The Eiffel Tower was completed long ago."
+    passages = ["The Eiffel Tower was completed in 1889."]
+    assert verify_answer(answer, passages, Always(), question).score == pytest.approx(0.9)
+    assert (verify_answer(answer, passages, question=question).score or 0.0) <= NOT_AN_ANSWER

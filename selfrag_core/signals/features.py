@@ -164,3 +164,38 @@ def _cosines(embed: Embed, text: str, others: list[str]) -> np.ndarray:
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     result: np.ndarray = vectors[1:] @ vectors[0]
     return result
+
+
+RELEVANCE_FEATURES = ("best", "window", "union", "length")
+
+
+def relevance_features(
+    question: str, passages: Sequence[str], embed: Embed | None = None
+) -> dict[str, float]:
+    """The relevance features of the retrieved ``passages`` to ``question``: the share of
+    the question's content words that the best passage holds, its best window of two
+    sentences, and all of them together, and how many there are; with ``embed``,
+    :data:`SEMANTIC`, the cosine of the question and its closest window. A backend's
+    scores cannot say "nothing relevant" (min-max scaled, the best of irrelevant
+    passages scores 1): these can."""
+    asked = set(_stems(question))
+    size = len(asked) or 1
+    prepared = [_passage(p) for p in passages]
+    best = window = 0.0
+    union: set[str] = set()
+    for p in prepared:
+        union |= p.stems
+        best = max(best, len(asked & p.stems) / size)
+        for i, here in enumerate(p.sentences):
+            held = here | p.sentences[i + 1] if i + 1 < len(p.sentences) else here
+            window = max(window, len(asked & held) / size)
+    found = {
+        "best": best,
+        "window": window,
+        "union": len(asked & union) / size,
+        "length": math.log1p(len(asked)),
+    }
+    if embed is not None:
+        windows = _closest_windows(asked, prepared)
+        found[SEMANTIC] = float(_cosines(embed, question, windows).max()) if windows else 0.0
+    return found

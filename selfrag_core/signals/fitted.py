@@ -1,12 +1,13 @@
 """Fitted checks: a logistic model over named LLM-free features, read from a JSON file.
 
-A check's score is the probability the model gives: fitted on labelled data (the
-shipped file, ``checks.json``, on ExpertQA's ``*_val`` claims by
-``scripts/fit_checks.py``; ``selfrag eval --fit-verifier`` refits it on a user's own
-labelled runs), so a score of 0.7 means that about 70% of such claims were supported
-where it was fitted. The model is small enough to read: the file lists each feature's
-mean, scale and weight, the threshold chosen on the fitting split, and what it was
-fitted and reported on.
+A check's score is the probability the model gives, fitted on labelled data, so a score
+of 0.7 means that about 70% of such cases were positive where it was fitted. The shipped
+file, ``checks.json``, holds the support and answering checks fitted on ExpertQA's
+``*_val`` claims (``benchmarks/checks_expertqa.py --fit``) and the checks fitted on the
+shared tuning sets (``benchmarks/answer_choice.py --fit``,
+``benchmarks/relevance_fit.py --fit``); the same scripts refit them on other data. The
+model is small enough to read: the file lists each feature's mean, scale and weight, the
+threshold chosen on the fitting split, and what it was fitted on.
 
     {"version": 1,
      "support": {"lexical": {"features": [...], "mean": [...], "scale": [...],
@@ -91,8 +92,8 @@ class LogisticCheck:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigurationError(
-                f"not a fitted check ({type(e).__name__}: {e}): refit it with scripts/fit_checks.py "
-                "or selfrag eval --fit-verifier"
+                f"not a fitted check ({type(e).__name__}: {e}): "
+                "refit it with benchmarks/checks_expertqa.py --fit"
             ) from e
 
 
@@ -134,43 +135,54 @@ def fit(
     )
 
 
+#: the kinds of check a checks file holds; the first two are required
+KINDS = ("support", "answering", "choice", "relevance")
+
+
 @dataclass(frozen=True)
 class Checks:
-    """The fitted checks of one file: ``support`` and ``answering``, each with its
-    ``lexical`` variant and (maybe) its ``semantic`` one."""
+    """The fitted checks of one file, by kind (:data:`KINDS`: ``support`` and
+    ``answering`` always; ``choice``, between the model's answer and a quote
+    (:mod:`selfrag_core.signals.choice`), and ``relevance``, of the retrieved passages to
+    the question, when fitted), each with its ``lexical`` variant and (maybe) its
+    ``semantic`` one."""
 
-    support: Mapping[str, LogisticCheck]
-    answering: Mapping[str, LogisticCheck]
+    kinds: Mapping[str, Mapping[str, LogisticCheck]]
     source: str = ""
 
+    def has(self, kind: str) -> bool:
+        return bool(self.kinds.get(kind))
+
     def pick(self, kind: str, semantic: bool) -> LogisticCheck:
-        """The ``kind`` check ("support" or "answering") for a caller with (``semantic``)
-        or without an embedder."""
-        variants = self.support if kind == "support" else self.answering
+        """The ``kind`` check for a caller with (``semantic``) or without an embedder."""
+        variants = self.kinds.get(kind)
+        if not variants:
+            raise ConfigurationError(f"{self.source or 'the checks file'} has no {kind} check: refit it")
         return variants["semantic"] if semantic and "semantic" in variants else variants["lexical"]
 
+    def with_kind(self, kind: str, variants: Mapping[str, LogisticCheck]) -> Checks:
+        """These checks with the ``kind`` check replaced by ``variants``."""
+        return Checks({**self.kinds, kind: dict(variants)}, self.source)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": VERSION,
-            "support": {k: v.to_dict() for k, v in self.support.items()},
-            "answering": {k: v.to_dict() for k, v in self.answering.items()},
-        }
+        kinds = {kind: {name: c.to_dict() for name, c in v.items()} for kind, v in self.kinds.items() if v}
+        return {"version": VERSION, **kinds}
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "") -> Checks:
         where = source or "the checks file"
+        refit = "refit it with benchmarks/checks_expertqa.py --fit"
         if not isinstance(data, Mapping) or data.get("version") != VERSION:
-            raise ConfigurationError(
-                f"{where} is not a version-{VERSION} checks file: refit it with scripts/fit_checks.py "
-                "or selfrag eval --fit-verifier"
-            )
-        parts = {}
-        for kind in ("support", "answering"):
+            raise ConfigurationError(f"{where} is not a version-{VERSION} checks file: {refit}")
+        kinds = {}
+        for kind in KINDS:
             variants = data.get(kind)
+            if variants is None and kind not in KINDS[:2]:
+                continue
             if not isinstance(variants, Mapping) or "lexical" not in variants:
-                raise ConfigurationError(f"{where} has no lexical {kind} check: refit it")
-            parts[kind] = {str(k): LogisticCheck.from_dict(v) for k, v in variants.items()}
-        return cls(parts["support"], parts["answering"], source)
+                raise ConfigurationError(f"{where} has no lexical {kind} check: {refit}")
+            kinds[kind] = {str(k): LogisticCheck.from_dict(v) for k, v in variants.items()}
+        return cls(kinds, source)
 
     @classmethod
     def load(cls, path: str | Path) -> Checks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from selfrag_core.citations import cite, renumber
@@ -34,9 +35,12 @@ from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.runner import StreamEvent, arun_query, astream_query, run_query, stream_query
+from selfrag_core.signals.features import relevance_features
+from selfrag_core.signals.fitted import shipped
 from selfrag_core.signals.text import split_sentences
 from selfrag_core.types import Result, RetrievedDoc, Trace
 from selfrag_core.validation import validate_context, validate_query
+from selfrag_core.verify import verify_answer
 
 if TYPE_CHECKING:
     from selfrag_core.memory import ConversationMemory
@@ -93,6 +97,11 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
         yield Note("answer_rejected", f"{type(e).__name__}: {e}", detail)
         return GENERATION_FAILED_ANSWER
     answer = answer_text(answer)
+    relevance = documents_relevance(query, docs, answer)
+    if relevance is not None:
+        detail = {"relevance": round(relevance.probability, 4), "threshold": relevance.threshold}
+        yield Note("not_in_documents", "the documents found do not speak to the question", detail)
+        return NOT_ENOUGH_ANSWER
     reason = degenerate_reason(answer, query, context_text(docs))
     decision = decided(query, [d.text for d in docs])
     if decision is not None and (reason is not None or contradicted(decision, answer)):
@@ -108,6 +117,37 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     detail = {"reason": reason, "answer": answer[:200], "then": "a quote" if quote else "fallback answer"}
     yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
     return quote or GENERATION_FAILED_ANSWER
+
+
+@dataclass(frozen=True)
+class Irrelevant:
+    """The fitted relevance check's verdict on documents that do not speak to a question."""
+
+    probability: float
+    threshold: float
+
+
+def documents_relevance(query: str, docs: list[RetrievedDoc], answer: str = "") -> Irrelevant | None:
+    """Whether the retrieved ``docs`` fail to speak to ``query`` at all, by the fitted
+    relevance check (:func:`~selfrag_core.signals.features.relevance_features`: the
+    question's words in the passages; a backend's own scores, ranks or min-max scaled,
+    cannot say "nothing relevant"): the check's probability and threshold when they do
+    not, and the fitted support check does not hold ``answer`` supported by them either;
+    else None (and for no documents: that is its own answer). Then every strategy answers
+    that the documents do not say (``no_answer: "not_in_documents"``), not from the
+    model's memory."""
+    checks = shipped()
+    if not docs or not checks.has("relevance"):
+        return None
+    check = checks.pick("relevance", semantic=False)
+    texts = [d.text for d in docs]
+    probability = check.probability(relevance_features(query, texts))
+    if probability >= check.threshold:
+        return None
+    supported = verify_answer(answer, texts, question=query).probability if answer.strip() else None
+    if supported is not None and supported >= checks.pick("support", semantic=False).threshold:
+        return None
+    return Irrelevant(probability, check.threshold)
 
 
 #: the share of the question's words a source sentence must hold to be quoted as its answer
