@@ -47,10 +47,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     w = _writer(rag, spec)
     gone = gone_sources(w, args.paths)
     dropped = {} if args.keep_removed or not gone else delete_sources(w, gone)
+    progress = Progress(args.plain)
     upgrade = getattr(rag, "upgrade_bm25", None)  # an index an older selfrag saved: its BM25 terms anew
     upgraded = spec is None and callable(upgrade) and bool(upgrade())
+    if upgraded:
+        progress.say("the BM25 index, saved by an older selfrag, was rebuilt: identifiers are searchable")
     done = index_paths(
-        rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose,
+        rag, gathered, progress, encoding=args.encoding, verbose=args.verbose,
         changed=any(dropped.values()) or upgraded,
     )  # fmt: skip
     more = "" if args.verbose else " (-v lists them)"

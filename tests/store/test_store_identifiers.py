@@ -195,8 +195,11 @@ def test_selfrag_index_upgrades_an_index_saved_before_identifier_terms(
         _legacy(m)
         assert cli.main(argv) == 0
     assert "+" not in json.loads((index / "manifest.json").read_text())["tokenizer"]
-    assert cli.main(argv) == 0  # nothing new to index: the BM25 index is rebuilt and saved
     capsys.readouterr()
+    assert cli.main(argv) == 0  # nothing new to index: the BM25 index is rebuilt and saved
+    assert "was rebuilt: identifiers are searchable" in capsys.readouterr().err
+    assert cli.main(argv) == 0
+    assert "rebuilt" not in capsys.readouterr().err  # once
     assert json.loads((index / "manifest.json").read_text())["tokenizer"].endswith("+identifiers")
     hits = RAG.load(index).search("What does PEP 572 introduce?", top_k=1)
     assert hits[0].source == str((folder / "pep-0572.rst").resolve())
