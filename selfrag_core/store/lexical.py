@@ -184,6 +184,7 @@ class Tokenizer:
         english = _import_bm25s().stopwords.STOPWORDS_EN
         self._stop = frozenset(english) | {_normalise_arabic(w) for w in _ARABIC_STOPWORDS}
         self._cache: dict[str, str] = {}
+        self._named: tuple[str | None, list[str]] = (None, [])  # the last source's file name terms
 
     def _term(self, word: str) -> str:
         """The index term of a new word ("" for a stopword), remembered in the cache."""
@@ -228,16 +229,19 @@ class Tokenizer:
         size = len(folded)
         for match in _NUMBER.finditer(folded):
             start, end = match.span()
-            if end < size and _word_char(folded[end]):
+            if end < size and (folded[end].isalnum() or folded[end] == "_"):
                 continue  # "5mg", "1st": a word's part
             number = match.group()
-            before = folded[start - 1] if start else " "
-            alone = (before != "." and _alone(folded, start)) or (before == "v" and _alone(folded, start - 1))
-            if "." in number and alone:  # a dotted number, on its own or after a "v"
-                out.append(number)
+            dotted = "." in number
+            if dotted:  # a dotted number, on its own or after a "v" (not a part of "a.3.8")
+                before = folded[start - 1] if start else " "
+                if before == "v":
+                    before = folded[start - 2] if start > 1 else " "
+                if not (before.isalnum() or before in "._"):
+                    out.append(number)
             word_end = _mark_start(folded, start)
             if word_end == start or word_end == 0 or not folded[word_end - 1].isalpha():
-                continue
+                continue  # no marks, or no word before them
             word_start = word_end - 1
             while word_start > 0 and folded[word_start - 1].isalpha():
                 word_start -= 1
@@ -245,7 +249,7 @@ class Tokenizer:
                 continue  # the end of a word that holds a digit ("h1n1 5")
             term = self._word_term(folded[word_start:word_end])
             if term:  # not a stopword ("in 2019")
-                out.append(term + (number if "." in number else number.lstrip("0") or "0"))
+                out.append(term + (number if dotted else number.lstrip("0") or "0"))
         return out
 
     def _word_term(self, word: str) -> str:
@@ -260,9 +264,12 @@ class Tokenizer:
         identifiers (:func:`file_name`) with the prefix :data:`NAME_FIELD`, each once (not
         counted in the chunk's length)."""
         terms = self(text)
-        name = None if source is None else file_name(source)
-        if name and _DIGIT.search(name) is not None:
-            terms += sorted({NAME_FIELD + _unpadded(t) for t in self(name) if _DIGIT.search(t)})
+        if source is not None:
+            if self._named[0] != source:  # a document's chunks come one after another
+                name = file_name(source)
+                found = self(name) if name and _DIGIT.search(name) is not None else []
+                self._named = (source, sorted({NAME_FIELD + _unpadded(t) for t in found if _DIGIT.search(t)}))
+            terms += self._named[1]
         return terms
 
     def query(self, text: str) -> list[str]:
