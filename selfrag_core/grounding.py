@@ -160,7 +160,10 @@ _WORD_SPAN = re.compile(r"[^\W_]+", re.UNICODE)
 def repetition(text: str) -> str | None:
     """Why ``text`` is a loop, or None: ``"answer_loop"`` ("Answer:" or "Question:" said
     twice or more), ``"repetition"`` (a run of three words said three times, or one word
-    four times in a row: "the Git-based Git-based Git-based Git-based")."""
+    four times in a row: "the Git-based Git-based Git-based Git-based"; or a unit said
+    again and again that changes only in its numbers, one of them counting: "PEP: 397
+    Title: 397 Created: 397 PEP: 398 Title: 398 Created: 398 ...", see
+    :func:`_counting_loop_start`)."""
     if len(_LABEL.findall(text)) >= 2:
         return "answer_loop"
     return "repetition" if _loop_start(_words(text)) is not None else None
@@ -177,7 +180,66 @@ def _loop_start(words: list[str]) -> int | None:
         at.append(i)
         if len(at) == 3:
             return at[1]
+    return _counting_loop_start(words)
+
+
+#: a counting loop's unit holds at least this many different words that are not numbers
+#: (fewer is a table: "GDP in 1990: 5.2; GDP in 1991: 5.4; GDP in 1992: 5.1")
+_COUNTED_UNIT_WORDS = 4
+#: a unit of at least this many words said twice is a loop already when a number in it counts by one
+_LONG_UNIT = 12
+_NUMBER = "#"  # what a word with a digit is compared as
+
+
+def _number(word: str) -> int | None:
+    """The number a word's digits spell ("397", "v2" -> 2), or None without one (or too long)."""
+    digits = "".join(c for c in word if c.isdecimal())
+    return int(digits) if 0 < len(digits) <= 18 else None
+
+
+def _counting_loop_start(words: list[str]) -> int | None:
+    """Where the second round of a loop that counts begins, or None: a unit of words
+    repeated as it is but for its numbers (each word with a digit compared as one), with
+    at least :data:`_COUNTED_UNIT_WORDS` different other words, and a number in it that
+    counts ("PEP: 397 Title: ... PEP: 398 Title: ..."). Said three times in a row (the
+    third round may be cut short: the model ran out of tokens), the number goes up or
+    down from round to round; said twice (both whole), the unit holds :data:`_LONG_UNIT`
+    words or more and the number goes up or down by one. A list ("1. Paris 2. Berlin 3.
+    Rome") or a table of years changes more than its numbers, or holds too few words."""
+    numbers = [_number(w) for w in words]
+    masked = [w if n is None else _NUMBER for w, n in zip(words, numbers, strict=True)]
+    seen: dict[tuple[str, ...], int] = {}
+    for i in range(len(masked) - 2):
+        gram = tuple(masked[i : i + 3])
+        if _NUMBER not in gram or gram.count(_NUMBER) == 3:
+            continue  # the loops without numbers are found before; numbers alone are a table
+        a, seen[gram] = seen.get(gram), i
+        if a is not None and _counted_round(masked, numbers, a, i - a):
+            while a > 0 and masked[a - 1] == masked[i - 1]:  # the first round starts earlier
+                a, i = a - 1, i - 1
+            return i
     return None
+
+
+def _counted_round(masked: list[str], numbers: list[int | None], a: int, period: int) -> bool:
+    """Whether the unit at ``a``, ``period`` words long, is said again right after it (and
+    a third time, or is long) with a number in it counting (see :func:`_counting_loop_start`)."""
+    b, c, n = a + period, a + 2 * period, len(masked)
+    unit = masked[a:b]
+    if c > n or masked[b:c] != unit or len(set(unit) - {_NUMBER}) < _COUNTED_UNIT_WORDS:
+        return False
+    slots = [j for j, w in enumerate(unit) if w == _NUMBER]
+    third = n - c >= 3 and masked[c : c + period] == unit[: n - c]
+    for j in slots:
+        first, second = numbers[a + j], numbers[b + j]
+        last = numbers[c + j] if third and c + j < n else None
+        if first is None or second is None:
+            continue  # not reached: a masked word is a number
+        if last is not None and (first < second < last or first > second > last):
+            return True
+        if period >= _LONG_UNIT and abs(second - first) == 1:
+            return True
+    return False
 
 
 def _cut_loop(text: str) -> str:

@@ -62,6 +62,42 @@ def test_keep_removed_keeps_them_and_says_so(
     assert len(sources(index)) == 3
 
 
+def test_files_emptied_in_the_folder_leave_the_index(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path
+) -> None:
+    """A file truncated to 0 bytes (or left with only whitespace) has no text to replace its
+    old chunks with: re-indexing drops them (even with --keep-removed: the file is there),
+    and they are no longer retrieved."""
+    index = tmp_path / "index"
+    run(capsys, "index", str(folder), "--index", str(index), *FAST)
+    assert any("Nile" in h.text for h in RAG.load(index).retrieve("Where does the Nile flow?", top_k=3))
+    (folder / "nile.txt").write_bytes(b"")
+    (folder / "sub" / "volcano.txt").write_text("  \n\n")
+    code, out, _ = run(capsys, "index", str(folder), "--index", str(index), "--keep-removed", *FAST)
+    assert code == 0
+    assert out.startswith("1 file(s) read, 0 new chunk(s), 2 emptied file(s) dropped (2 chunk(s)); index at")
+    assert "now holds 1 chunk(s) from 1 source(s)" in out and "2 file(s) skipped" in out
+    rag = RAG.load(index)  # saved
+    assert set(rag.sources()) == {str((folder / "bees.md").resolve())}
+    hits = rag.retrieve("Where does the Nile flow? Volcanoes erupt", top_k=3)
+    assert not any("Nile" in h.text or "Volcano" in h.text for h in hits)
+    code, out, _ = run(capsys, "index", str(folder), "--index", str(index), *FAST)
+    assert code == 0 and "emptied file" not in out  # nothing left to drop: nothing said
+
+
+def test_a_named_file_emptied_leaves_the_index(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path
+) -> None:
+    index = tmp_path / "index"
+    nile = folder / "nile.txt"
+    run(capsys, "index", str(nile), str(folder / "bees.md"), "--index", str(index), *FAST)
+    nile.write_text("")
+    code, out, err = run(capsys, "index", str(nile), "--index", str(index), *FAST)
+    assert code == 1 and f"skipped: {nile} is empty" in err  # named and unreadable, as before
+    assert ", 1 emptied file(s) dropped (1 chunk(s))" in out
+    assert set(sources(index)) == {str((folder / "bees.md").resolve())}
+
+
 def test_only_files_under_the_folders_indexed_are_dropped(
     capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path
 ) -> None:

@@ -117,7 +117,8 @@ async def test_self_healing_over_hyde_then_a_plain_backend() -> None:
 
 
 def test_self_healing_shares_its_budget_with_a_composed_strategy() -> None:
-    off = FakeRetriever(["The office is in Berlin, near the service entrance."])
+    # documents that speak to the question (the SLA) without holding the answer: answered
+    off = FakeRetriever(["The SLA says uptime is reported by the office in Berlin."])
     good = FakeRetriever(["The SLA guarantees 99.9 percent uptime every month."])
     llm = healing_script(good_marker="never")
     hyde = HyDERAG(off, llm, num_hypothetical_docs=3)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from selfrag_core import ExecutionConfig, GroundingConfig, SelfIRAG, SelfRAGConfig
+from selfrag_core import ExecutionConfig, GroundingConfig, PlainRAG, SelfIRAG, SelfRAGConfig
+from selfrag_core.store import RAG
+from selfrag_core.strategies.base import NOT_ENOUGH_ANSWER
 from selfrag_core.strategies.self_rag import GENERATION_FAILED_ANSWER
 from selfrag_core.testing import FakeLLM, FakeRetriever, FakeStructuredLLM
 from selfrag_core.testing import judge_json as judged
@@ -146,9 +148,36 @@ def test_backend_failure_degrades(instant: ExecutionConfig) -> None:
     broken = FakeRetriever(["x"], fail=ConnectionError("vector db down"))
     llm = FakeLLM(judged("I do not know: the information is not available.", 9))
     result = make(llm, broken, instant).query(Q)
-    assert result.answer.startswith("I do not know") and result.sources == []
+    # nothing to answer from: PlainRAG's answer, no LLM call, and the failure says why
+    assert result.answer == NOT_ENOUGH_ANSWER and result.sources == [] and llm.n_calls == 0
+    assert result.no_answer == "retrieval_failed"
     assert result.trace.fallbacks[0].name == "retrieval_failed"
     assert "vector db down" in (result.trace.fallbacks[0].error or "")
+
+
+@pytest.mark.parametrize("fast_mode", [True, False])
+def test_no_documents_is_no_answer_without_an_llm_call(instant: ExecutionConfig, fast_mode: bool) -> None:
+    """Retrieval finds nothing: SelfIRAG answers as the other strategies do (PlainRAG's
+    text, ``no_answer="no_documents"``) and asks the LLM nothing, sync, async and streamed."""
+    llm = FakeLLM(judged("The information is not available in the indexed documents.", 9))
+    strategy = make(llm, FakeRetriever([]), instant, fast_mode=fast_mode)
+    plain = PlainRAG(FakeRetriever([]), llm, execution=instant).query(Q)
+    results = [strategy.query(Q), asyncio.run(strategy.aquery(Q))]
+    results += [e.result for e in strategy.stream(Q) if e.result is not None]
+    assert len(results) == 3 and llm.n_calls == 0
+    for result in results:
+        assert result.answer == plain.answer == NOT_ENOUGH_ANSWER
+        assert result.no_answer == plain.no_answer == "no_documents"
+        assert result.to_dict()["no_answer"] == "no_documents"
+        assert result.sources == [] and result.iterations == 0 and result.history == []
+        assert [f.name for f in result.trace.fallbacks] == ["not_enough_information"]
+
+
+def test_an_empty_store_is_no_answer_without_an_llm_call(instant: ExecutionConfig) -> None:
+    llm = FakeLLM(judged("The information is not available in the indexed documents.", 9))
+    result = make(llm, RAG(), instant).query(Q)
+    assert result.answer == NOT_ENOUGH_ANSWER and result.no_answer == "no_documents"
+    assert llm.n_calls == 0
 
 
 def test_grounding_rejects_confident_degenerate_answer(

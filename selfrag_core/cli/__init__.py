@@ -2,7 +2,8 @@
 a local LLM.
 
     selfrag index PATH...                 # files and folders (text files, recursively); files gone
-                                          # from a folder leave the index (--keep-removed keeps them)
+                                          # from a folder leave the index (--keep-removed keeps them),
+                                          # emptied files too
     selfrag delete SOURCE...              # the chunks of indexed files (paths) or other sources
     selfrag ask "question" --strategy self|hyde|recursive|healing|adaptive|drafts|plain [--json]
     selfrag demo                          # sample corpus + the four self-improving strategies

@@ -47,16 +47,22 @@ def cmd_index(args: argparse.Namespace) -> int:
     w = _writer(rag, spec)
     gone = gone_sources(w, args.paths)
     dropped = {} if args.keep_removed or not gone else delete_sources(w, gone)
-    files, added, skipped, problems = index_paths(
-        rag, gathered, Progress(args.plain), encoding=args.encoding, verbose=args.verbose,
-        changed=any(dropped.values()),
+    progress = Progress(args.plain)
+    upgrade = getattr(rag, "upgrade_bm25", None)  # an index an older selfrag saved: its BM25 terms anew
+    upgraded = spec is None and callable(upgrade) and bool(upgrade())
+    if upgraded:
+        progress.say("the BM25 index, saved by an older selfrag, was rebuilt: identifiers are searchable")
+    done = index_paths(
+        rag, gathered, progress, encoding=args.encoding, verbose=args.verbose,
+        changed=any(dropped.values()) or upgraded,
     )  # fmt: skip
-    skips = f"; {skipped} file(s) skipped" + ("" if args.verbose else " (-v lists them)") if skipped else ""
-    removed = _removed_note(gone, dropped)
-    print(f"{files} file(s) read, {added} new chunk(s){removed}{_held(w, spec, args)}{skips}")
-    if problems:
+    more = "" if args.verbose else " (-v lists them)"
+    skips = f"; {done.skipped} file(s) skipped{more}" if done.skipped else ""
+    removed = _removed_note(gone, dropped) + _emptied_note(done.emptied)
+    print(f"{done.files} file(s) read, {done.added} new chunk(s){removed}{_held(w, spec, args)}{skips}")
+    if done.problems:
         return 1
-    if files == 0:
+    if done.files == 0:
         where = " ".join(args.paths)
         print(f"selfrag: nothing to index in {where}: no readable text files (-v says why)", file=sys.stderr)
         return 1
@@ -72,6 +78,13 @@ def _removed_note(gone: list[str] | None, dropped: dict[str, int]) -> str:
     if not dropped:
         return f", {len(gone)} file(s) gone from the folder kept (--keep-removed)"
     return f", {len(gone)} removed file(s) dropped ({sum(dropped.values())} chunk(s))"
+
+
+def _emptied_note(emptied: dict[str, int]) -> str:
+    """The summary's part on the indexed files that are empty now (their chunks dropped)."""
+    if not emptied:
+        return ""
+    return f", {len(emptied)} emptied file(s) dropped ({sum(emptied.values())} chunk(s))"
 
 
 def _held(w: Writer, spec: str | None, args: argparse.Namespace) -> str:
@@ -310,9 +323,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         w = writer(rag)
         copies = [s for s in w.sources() if any(s.endswith(f"/data/demo/{n}") for n in names.values())]
         dropped = delete_sources(w, copies)
-        files, _, _, _ = index_paths(
+        files = index_paths(
             rag, gathered, progress, changed=any(dropped.values()), source=lambda p: DEMO_SOURCE + names[p]
-        )
+        ).files
     progress.say(f"indexed {files} sample documents ({rag.count()} chunks) into {directory}")
     llm, verifier = _llm(args), _verifier(args)
     questions = demo_questions()[: args.questions]

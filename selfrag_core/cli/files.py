@@ -44,6 +44,10 @@ class SkipFile(Exception):
     """A file that cannot be indexed; the message names the problem and the fix."""
 
 
+class EmptyFile(SkipFile):
+    """A file with no text (0 bytes, or only whitespace): its old chunks leave the index."""
+
+
 def default_index_dir() -> Path:
     """``$SELFRAG_INDEX``, else ``$XDG_DATA_HOME/selfrag/index`` (``~/.local/share`` by default)."""
     if os.environ.get("SELFRAG_INDEX"):
@@ -150,8 +154,21 @@ def read_text(path: Path, encoding: str | None = None) -> str:
             raise SkipFile(f"cannot be decoded as {encoding} ({e2}); convert it to UTF-8") from e2
         logger.warning("%s is not UTF-8: decoded as %s", path, encoding)
     if not text.strip():
-        raise SkipFile("is empty; add text to it or leave it out")
+        raise EmptyFile("is empty; add text to it or leave it out")
     return text
+
+
+@dataclass
+class Indexed:
+    """What :func:`index_paths` did: ``files`` read, ``added`` chunks newly stored, files
+    ``skipped``, the ``problems`` of explicitly named files, and the chunks dropped per
+    ``emptied`` file (one indexed before, empty now)."""
+
+    files: int = 0
+    added: int = 0
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)
+    emptied: dict[str, int] = field(default_factory=dict)
 
 
 def index_paths(
@@ -163,14 +180,15 @@ def index_paths(
     verbose: bool = False,
     changed: bool = False,
     source: Callable[[Path], str] = lambda path: str(path.resolve()),
-) -> tuple[int, int, int, list[str]]:
+) -> Indexed:
     """Index the gathered files into ``rag`` (through :func:`~selfrag_core.ingest.ingest`),
     each under ``source(path)`` (its absolute path by default), and save it when anything
-    changed (``changed``: something was deleted before). Returns (files read, chunks added,
-    files skipped, problems of explicitly named files)."""
+    changed (``changed``: something was deleted before). A file that is empty now has no
+    text to replace its old chunks with: they are deleted, as a file's new text replaces
+    them (``Indexed.emptied``; kept, with a warning, by a backend that cannot delete)."""
     docs: list[dict[str, Any]] = []
-    explicit_problems: list[str] = []
-    skipped = gathered.ignored
+    out = Indexed(skipped=gathered.ignored)
+    empty: list[str] = []
     if verbose:
         for path in gathered.ignored_files:
             progress.say(
@@ -181,18 +199,38 @@ def index_paths(
             try:
                 docs.append({"text": read_text(path, encoding), "source": source(path), "title": path.name})
             except SkipFile as e:
-                skipped += 1
+                out.skipped += 1
+                if isinstance(e, EmptyFile):
+                    empty.append(source(path))
                 if explicit:
-                    explicit_problems.append(f"{path} {e}")
+                    out.problems.append(f"{path} {e}")
                 if explicit or verbose:
                     progress.say(f"skipped: {path} {e}")
             advance()
+    out.emptied = _drop_emptied(writer(rag), empty, progress)
+    changed = changed or any(out.emptied.values())
     # the save is atomic, under the index's lock, over whatever another writer saved meanwhile
     with progress.task("indexing", len(docs), "files") as advance:
         report = ingest(rag, docs, batch_size=_BATCH, save=True, progress=advance)
     if changed and not report.saved:
         writer(rag).save()
-    return len(docs), report.chunks or 0, skipped, explicit_problems
+    out.files, out.added = len(docs), report.chunks or 0
+    return out
+
+
+def _drop_emptied(w: Writer, sources: list[str], progress: Progress) -> dict[str, int]:
+    """The chunks deleted per source of an emptied file that was indexed."""
+    if not sources:
+        return {}
+    if w.can_list:
+        indexed = set(w.sources())
+        sources = [s for s in sources if s in indexed]
+    if sources and not w.can_delete:
+        progress.say(
+            f"kept: the old chunks of {len(sources)} emptied file(s) ({w.name} cannot delete by source)"
+        )
+        return {}
+    return {s: n for s, n in delete_sources(w, sources).items() if n}
 
 
 def _writer(backend: Any, spec: str | None) -> Writer:

@@ -272,6 +272,9 @@ class Index:
         self._lexical = LexicalIndex()
         # False: restored without usable BM25 arrays, rebuilt from the chunks when needed
         self._lexical_built = True
+        #: what made the BM25 index's terms (``Tokenizer.identity``; a restored index's may be
+        #: an older tokenizer's: its stemming alone, no identifier or file name terms), saved
+        self.lexical_terms: str | None = None if tokenizer is None else tokenizer.identity
         # the unit vectors (with an embedder): the base's, one row per base chunk (deleted
         # ones too), memory-mapped; the tail's in blocks, stacked at the next dense search
         self._base_vectors: np.ndarray | None = None
@@ -316,7 +319,7 @@ class Index:
         chunks = []
         for c in self.chunker.chunk(text, **meta):
             chunk_meta = {**c.metadata, "source": source, "chunk_index": c.index}
-            tokens = self.tokenizer(c.text) if self.tokenizer is not None else []
+            tokens = self.tokenizer.document(c.text, source) if self.tokenizer is not None else []
             chunks.append(IndexedChunk(f"{source}#{c.index}", c.text, source, chunk_meta, tokens))
         return PreparedDocument(source, checksum, chunks)
 
@@ -407,7 +410,7 @@ class Index:
             docs = [PreparedDocument(s, sources[s], [tail[i] for i in r]) for s, r in rows.items()]
             if self.tokenizer is not None:
                 for c in (c for d in docs for c in d.chunks if c.tokens is None):
-                    c.tokens = self.tokenizer(c.text)
+                    c.tokens = self.tokenizer.document(c.text, c.source)
             order = [i for r in rows.values() for i in r]
             vectors = self._tail_matrix()[order] if self.embedder is not None and order else None
             deleted = [s for s, was_here in self.touched.items() if was_here and s not in sources]
@@ -498,11 +501,12 @@ class Index:
         with self.lock:
             tokens = []
             for c in self.chunks:
-                if retokenize or c.tokens is None:
-                    c.tokens = tokenizer(c.text)  # a base chunk's are dropped with it, after
+                if retokenize or c.tokens is None:  # a base chunk's are dropped with it, after
+                    c.tokens = tokenizer.document(c.text, c.source)
                 tokens.append(c.tokens)
             self._lexical.build(tokens)
             self._lexical_built = True
+            self.lexical_terms = tokenizer.identity
             return len(self.chunks)
 
     def _lexical_current(self) -> bool:
@@ -523,7 +527,17 @@ class Index:
         score nothing, deleted ones are left out."""
         assert self.tokenizer is not None
         self._lexical_current()
-        return self._lexical.scores(self.tokenizer(query), len(self.chunks))
+        return self._lexical.scores(self.tokenizer.query(query), len(self.chunks))
+
+    def name_scores(self, query: str) -> np.ndarray | None:
+        """The part of :meth:`lexical_scores` that the chunks' file names give (the query's
+        identifiers found in them), one per chunk; None when the query holds no identifier."""
+        assert self.tokenizer is not None
+        terms = self.tokenizer.names(query)
+        if not terms:
+            return None
+        self._lexical_current()
+        return self._lexical.scores(terms, len(self.chunks))
 
     def dense_scores(self, qvecs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Cosine scores, one column per row of ``qvecs``: a (chunks, queries) matrix, and
@@ -726,16 +740,21 @@ class Index:
             self._anns = {} if base_ann is None else {"base": base_ann}
             self._lexical = lexical
             self._lexical_built = built
+            if self.tokenizer is not None:
+                self.lexical_terms = stemming if built else self.tokenizer.identity
             self.stored = stored if stored.columns is not None else None
             self.touched = {}
 
     def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:
-        """A saved BM25 index, if this index tokenises and scores as it was built with;
-        else None: the statistics are rebuilt from the chunks at the first search."""
+        """A saved BM25 index, if this index tokenises and scores as it was built with (or
+        stems so, and an older selfrag left out the identifier and file name terms: it is
+        searched as it is, without them, until :meth:`rebuild_lexical`); else None: the
+        statistics are rebuilt from the chunks at the first search."""
         if postings is None or self.tokenizer is None:
             return None
         lexical = self._lexical
-        if stemming == self.tokenizer.stemming and (postings.k1, postings.b) == (lexical.k1, lexical.b):
+        ours = (self.tokenizer.identity, self.tokenizer.stemming)
+        if stemming in ours and (postings.k1, postings.b) == (lexical.k1, lexical.b):
             return postings
         logger.info(
             "selfrag store: the saved BM25 index was built with stemming %r, k1=%s, b=%s, not %r, "

@@ -7,6 +7,19 @@ from PyStemmer when it is installed (``stemmer="auto"``), otherwise English word
 are kept as they are; Arabic words always lose their article and attached
 conjunction/preposition prefixes first (a light stemmer).
 
+Identifiers are terms too, written apart or together alike: a word and the number after
+it ("PEP 572", "PEP-572", "PEP: 572", "ticket #1234", "E-501") is also the term of the
+two together ("pep572", "e501", as "PEP572" and "E501" are), a number's leading zeros
+dropped ("PEP-0572" is "pep572"); a dotted number ("3.8", "v2.3.1", "4.2.1") is also one
+term. The identifiers of a document's file name (the last part of a source that is a
+path or a file name, without its extension: ``pep-0572`` of ``peps/pep-0572.rst``; its
+terms with a digit) are a field of their own: indexed with the prefix ``name:``, each
+query term with a digit looked up there too (:meth:`Tokenizer.document`,
+:meth:`Tokenizer.query`), scored by their IDF alone (:data:`NAME_WEIGHT`), so that a
+question naming a numbered document ("What does PEP 572 introduce?", "ticket 1234",
+"E501") finds it before the documents that mention the number. A file name's words are
+not a field: "python" in a file's name would outrank every passage on Python.
+
 The index stores term frequencies and document lengths (:class:`Postings`), not
 scores: BM25 is computed at query time from the statistics of the live documents, as
 ``bm25s`` computes it. So documents added later go into a segment of their own and
@@ -28,6 +41,23 @@ import numpy as np
 from selfrag_core.errors import MissingDependencyError
 
 _TOKEN = re.compile(r"\w\w+")
+_DIGIT = re.compile(r"\d")
+#: a number, dotted or not ("572", "3.8", "2.3.1"); a word and the number after it, apart
+#: ("pep 572", "pep-572", "pep: 572", ":pep:`572`", "ticket #1234", "e-501", "version 3.8"),
+#: make one term, and so does a dotted number (see the module docstring)
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
+#: what may stand between a word and its number: spaces, or these marks with spaces around
+_MARKS = frozenset("-:#`'\"")
+_SPACES = frozenset(" \t")
+#: a word that ends in a number with leading zeros ("pep0572"): its term drops them
+_ZERO_PADDED = re.compile(r"([^\W\d_]*)0+(\d+)")
+#: the prefix of the terms of a document's file name (no word holds a colon)
+NAME_FIELD = "name:"
+#: a file name's term scores its IDF times this (a text's term at most its IDF, as it occurs
+#: more often): a document the question names ranks before those that only mention the name
+NAME_WEIGHT = 1.0
+#: a file name's extension (a letter first: "3.8" has none)
+_EXTENSION = re.compile(r"(?<=[^./\\])\.[^\W\d_]\w{0,7}$")
 _AR_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
 _AR_LETTERS = str.maketrans({"أ": "ا", "إ": "ا", "آ": "ا", "ٱ": "ا", "ى": "ي"})
 _AR_PREFIXES = ("وال", "بال", "كال", "فال", "لل", "ال")
@@ -52,6 +82,61 @@ def _light_arabic_stem(word: str) -> str:
         if word.startswith(prefix) and len(word) - len(prefix) >= 2:
             return word[len(prefix) :]
     return word
+
+
+def _unpadded(term: str) -> str:
+    """``term`` without the leading zeros of its number ("0572" -> "572", "pep0572" ->
+    "pep572"; "0" and "3.08" as they are)."""
+    match = _ZERO_PADDED.fullmatch(term)
+    return match.group(1) + match.group(2) if match else term
+
+
+def _text_length(tokens: Sequence[str]) -> int:
+    """A chunk's length in BM25: its text's terms, not its file name's (the last ones)."""
+    n = len(tokens)
+    while n and tokens[n - 1].startswith(NAME_FIELD):
+        n -= 1
+    return n
+
+
+def _names(terms: list[str]) -> list[str]:
+    """The query terms looked up in the file name field: those with a digit, prefixed."""
+    return [NAME_FIELD + _unpadded(t) for t in terms if _DIGIT.search(t)]
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _alone(text: str, start: int) -> bool:
+    """Whether the word or number at ``start`` begins there (no word character before it)."""
+    return start == 0 or not _word_char(text[start - 1])
+
+
+def _mark_start(text: str, at: int) -> int:
+    """Where the marks between a word and the number at ``at`` begin: spaces, or marks
+    (:data:`_MARKS`) with spaces around them; ``at`` when there are none."""
+    i = at
+    while i > 0 and text[i - 1] in _SPACES:
+        i -= 1
+    j = i
+    while j > 0 and text[j - 1] in _MARKS:
+        j -= 1
+    if j < i:
+        while j > 0 and text[j - 1] in _SPACES:
+            j -= 1
+        return j
+    return i
+
+
+def file_name(source: str) -> str | None:
+    """The file name of a source that is a path, a URL or a file name (its last part,
+    without its extension: ``pep-0572`` of ``/peps/pep-0572.rst``), else None (an id such
+    as ``4983`` or ``web:italy``, a content source ``doc-...``)."""
+    if "/" not in source and "\\" not in source and not _EXTENSION.search(source):
+        return None
+    name = re.split(r"[/\\]", source.rstrip("/\\"))[-1]
+    return _EXTENSION.sub("", name) or None
 
 
 def _import_bm25s() -> Any:
@@ -99,11 +184,14 @@ class Tokenizer:
         english = _import_bm25s().stopwords.STOPWORDS_EN
         self._stop = frozenset(english) | {_normalise_arabic(w) for w in _ARABIC_STOPWORDS}
         self._cache: dict[str, str] = {}
+        self._named: tuple[str | None, list[str]] = (None, [])  # the last source's file name terms
 
     def _term(self, word: str) -> str:
         """The index term of a new word ("" for a stopword), remembered in the cache."""
         if word in self._stop:
             term = ""
+        elif word[-1].isdigit() and _ZERO_PADDED.fullmatch(word):  # "0572", "pep0572": as written apart
+            term = _unpadded(word)
         elif "\u0600" <= word[0] <= "\u06ff":  # Arabic
             term = self._stem_ar(word)
         else:
@@ -113,14 +201,86 @@ class Tokenizer:
         self._cache[word] = term
         return term
 
+    @property
+    def identity(self) -> str:
+        """What a saved BM25 index records: its terms are this tokenizer's when it matches
+        (:attr:`stemming`, then ``+identifiers``; an index that records the stemming alone
+        was built without identifier or file name terms)."""
+        return f"{self.stemming}+identifiers"
+
     def __call__(self, text: str) -> list[str]:
-        words = _TOKEN.findall(_normalise_arabic(text.casefold()))
+        folded = _normalise_arabic(text.casefold())
+        words = _TOKEN.findall(folded)
         cache = self._cache
         try:
             terms = list(map(cache.__getitem__, words))
         except KeyError:  # a word seen for the first time
             terms = [cache[w] if w in cache else self._term(w) for w in words]
-        return list(filter(None, terms))  # stopwords' terms are ""
+        terms = list(filter(None, terms))  # stopwords' terms are ""
+        if _DIGIT.search(folded) is not None:
+            terms += self._identifiers(folded)
+        return terms
+
+    def _identifiers(self, folded: str) -> list[str]:
+        """The identifier terms of case-folded text: a word and the number after it, together
+        (its leading zeros dropped), and dotted numbers (without a "v" before them). Found
+        from each number back, not by a pattern tried at every letter (four times slower)."""
+        out = []
+        size = len(folded)
+        for match in _NUMBER.finditer(folded):
+            start, end = match.span()
+            if end < size and (folded[end].isalnum() or folded[end] == "_"):
+                continue  # "5mg", "1st": a word's part
+            number = match.group()
+            dotted = "." in number
+            if dotted:  # a dotted number, on its own or after a "v" (not a part of "a.3.8")
+                before = folded[start - 1] if start else " "
+                if before == "v":
+                    before = folded[start - 2] if start > 1 else " "
+                if not (before.isalnum() or before in "._"):
+                    out.append(number)
+            word_end = _mark_start(folded, start)
+            if word_end == start or word_end == 0 or not folded[word_end - 1].isalpha():
+                continue  # no marks, or no word before them
+            word_start = word_end - 1
+            while word_start > 0 and folded[word_start - 1].isalpha():
+                word_start -= 1
+            if not _alone(folded, word_start):
+                continue  # the end of a word that holds a digit ("h1n1 5")
+            term = self._word_term(folded[word_start:word_end])
+            if term:  # not a stopword ("in 2019")
+                out.append(term + (number if dotted else number.lstrip("0") or "0"))
+        return out
+
+    def _word_term(self, word: str) -> str:
+        """The term of a word before a number ("" for a stopword); a letter is its own."""
+        if len(word) == 1:  # not a token of its own: "e" of "E-501"
+            return "" if word in self._stop else word
+        cached = self._cache.get(word)
+        return cached if cached is not None else self._term(word)
+
+    def document(self, text: str, source: str | None = None) -> list[str]:
+        """The terms a chunk of ``source`` is indexed by: its text's, then its file name's
+        identifiers (:func:`file_name`) with the prefix :data:`NAME_FIELD`, each once (not
+        counted in the chunk's length)."""
+        terms = self(text)
+        if source is not None:
+            if self._named[0] != source:  # a document's chunks come one after another
+                name = file_name(source)
+                found = self(name) if name and _DIGIT.search(name) is not None else []
+                self._named = (source, sorted({NAME_FIELD + _unpadded(t) for t in found if _DIGIT.search(t)}))
+            terms += self._named[1]
+        return terms
+
+    def query(self, text: str) -> list[str]:
+        """The terms a query is searched by: its text's, and those with a digit again in
+        the file name field (:meth:`names`)."""
+        terms = self(text)
+        return terms + _names(terms)
+
+    def names(self, text: str) -> list[str]:
+        """The terms a query is searched by in the file name field: its terms with a digit."""
+        return _names(self(text))
 
 
 @dataclass(frozen=True)
@@ -128,10 +288,10 @@ class Postings:
     """One segment of the BM25 index: how often each term occurs in each document that
     holds it, in compressed sparse column layout (term ``t``'s documents are
     ``indices[indptr[t]:indptr[t + 1]]``, ascending, their term frequencies the same slice
-    of ``tf``), and each document's length in terms. ``vocab`` maps each term to its
-    column. Nothing here depends on the rest of the index (no IDF, no average length), so
-    a segment is never rewritten when documents are added or deleted elsewhere, and it is
-    saved as it is."""
+    of ``tf``), and each document's length in terms (its text's, not its file name's).
+    ``vocab`` maps each term to its column. Nothing here depends on the rest of the index
+    (no IDF, no average length), so a segment is never rewritten when documents are added
+    or deleted elsewhere, and it is saved as it is."""
 
     vocab: dict[str, int]
     tf: np.ndarray  # float32, one term frequency per (term, document) pair
@@ -145,12 +305,13 @@ class Postings:
     def build(cls, tokens: Sequence[Sequence[str]], k1: float, b: float) -> Postings:
         """The postings of token lists, vectorised: each token gets its term's column, then
         one sort of (column, document) pairs counts the term frequencies."""
-        lengths = np.fromiter(map(len, tokens), np.int64, count=len(tokens))
+        sizes = np.fromiter(map(len, tokens), np.int64, count=len(tokens))
         flat = list(chain.from_iterable(tokens))
         vocab = {term: column for column, term in enumerate(dict.fromkeys(flat))}
         terms = np.fromiter(map(vocab.__getitem__, flat), np.int64, count=len(flat))
         del flat
-        pairs = terms * max(len(tokens), 1) + np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
+        pairs = terms * max(len(tokens), 1) + np.repeat(np.arange(len(tokens), dtype=np.int64), sizes)
+        lengths = np.fromiter(map(_text_length, tokens), np.int64, count=len(tokens))
         del terms
         pairs, counts = np.unique(pairs, return_counts=True)
         columns, docs = np.divmod(pairs, max(len(tokens), 1))
@@ -392,7 +553,10 @@ class LexicalIndex:
         norm = self._norm
         assert norm is not None
         numbers = [docs for docs, _ in found]
-        scores = [idf * (tf / (norm[docs] + tf)) for docs, tf in found]
+        if term.startswith(NAME_FIELD):  # a file name's term: in it or not, however long the chunk
+            scores = [np.full(len(docs), idf * NAME_WEIGHT, np.float32) for docs, _ in found]
+        else:
+            scores = [idf * (tf / (norm[docs] + tf)) for docs, tf in found]
         out = (numbers[0], scores[0]) if len(found) == 1 else (_joined(numbers, np.int64), _joined(scores))
         size = len(out[0])
         if size <= self.CACHE_ENTRIES:

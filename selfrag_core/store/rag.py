@@ -272,6 +272,17 @@ class RAG:
             raise ConfigurationError("BM25 is disabled (bm25_alpha=1): there is no lexical index to rebuild")
         return self._index.rebuild_lexical(retokenize=True)
 
+    def upgrade_bm25(self) -> bool:
+        """Re-tokenise every chunk and rebuild BM25 when the index was saved by an older
+        selfrag, whose terms hold no identifiers ("PEP 572" as "pep572") nor file names
+        (see :mod:`~selfrag_core.store.lexical`); whether it did (:meth:`save` keeps it).
+        ``selfrag index`` does it; until then such an index is searched as it was."""
+        index = self._index
+        if index.tokenizer is None or index.lexical_terms == index.tokenizer.identity:
+            return False
+        index.rebuild_lexical(retokenize=True)
+        return True
+
     # ------------------------------------------------------------------ search
 
     def search(
@@ -483,7 +494,7 @@ class RAG:
             on_disk = home and self._catch_up(target)
             manifest = {
                 "embedder": index.identity(),
-                "tokenizer": None if tokenizer is None else tokenizer.stemming,
+                "tokenizer": None if tokenizer is None else index.lexical_terms,
                 "settings": settings,
             }
             # a delta over the base this index was restored from, when that is what is on disk

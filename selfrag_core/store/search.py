@@ -8,7 +8,11 @@ Scoring (all scores are similarities, higher is better):
 * dense only (``bm25_alpha=1``): cosine similarity of unit vectors;
 * hybrid: ``alpha * dense' + (1 - alpha) * bm25'`` where ``'`` is min-max
   normalisation over the searchable chunks (a convex combination of normalised
-  scores; Bruch et al., 2023, found it at least as good as rank fusion);
+  scores; Bruch et al., 2023, found it at least as good as rank fusion), plus
+  ``names / max(names)`` when the query holds an identifier that chunks' file names
+  hold (``names``: that part of the BM25 score, see :mod:`~selfrag_core.store.lexical`):
+  a document the question names ("What does PEP 572 introduce?") ranks before those
+  that mention it, which a dense score, blind to numbers, prefers when they repeat it;
 * with a ``query_expander``: the rankings of the original and expanded queries are
   fused with reciprocal rank fusion (score ``sum 1 / (60 + rank)``).
 
@@ -91,7 +95,7 @@ def search_many(
             rankings = []
             for q in group:
                 lex = index.lexical_scores(q) if alpha < 1 else None
-                scores = among = None
+                scores = among = named = None
                 if dense is not None:
                     assert qvecs is not None
                     scores = dense[:, column]
@@ -99,7 +103,8 @@ def search_many(
                         among = _exact_where_needed(
                             index, scores, known[:, column], qvecs[column], lex, mask, pool
                         )
-                rankings.append(_rank(alpha, lex, scores, mask, pool, among))
+                    named = index.name_scores(q) if lex is not None else None
+                rankings.append(_rank(alpha, lex, scores, mask, pool, among, named))
                 column += 1
             ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
             hits = _hits(index, ranked)
@@ -229,11 +234,13 @@ def _rank(
     valid: np.ndarray | None,
     pool: int,
     among: np.ndarray | None = None,
+    named: np.ndarray | None = None,
 ) -> Ranked:
     """The top ``pool`` chunks for one query, given its BM25 and dense scores, among the
     ``valid`` positions (all when None); only the positions ``among`` are scored when the
     caller knows no other can rank (an approximate dense search), the scales still set by
-    every valid chunk."""
+    every valid chunk. ``named``: the part of the BM25 scores the file names give, added
+    to a hybrid score divided by its maximum."""
     first = lex if dense is None else dense
     assert first is not None
     one = (lex is None or dense is None) and valid is None and among is None  # one score, every chunk
@@ -251,6 +258,8 @@ def _rank(
             candidates = among if valid is None else among[valid[among]]
         if lex is not None and dense is not None:
             score = alpha * _minmax(dense, valid, candidates) + (1 - alpha) * _minmax(lex, valid, candidates)
+            if named is not None:
+                score = score + _scaled(named, valid, candidates)
         else:
             score = first[candidates]
         part = _best(score, pool)
@@ -263,6 +272,15 @@ def _rank(
         nothing if lex is None else values if one else lex[candidates].tolist(),
         nothing if dense is None else values if one else dense[candidates].tolist(),
     )
+
+
+def _scaled(scores: np.ndarray, valid: np.ndarray | None, at: np.ndarray) -> np.ndarray:
+    """The scores at the positions ``at`` divided by the largest over the ``valid`` ones
+    (all when None); zeros when none is above 0."""
+    kept = scores if valid is None else scores[valid]
+    high = float(kept.max()) if kept.size else 0.0
+    picked = scores[at]
+    return picked / high if high > 0 else np.zeros_like(picked)
 
 
 #: the shortest blocks of scores _best bounds the ranking ones by

@@ -54,6 +54,7 @@ from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
+    NOT_ENOUGH_ANSWER,
     Strategy,
     answer_text,
     complete_parts,
@@ -241,6 +242,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
 
         for iteration in range(1, cfg.max_refinement_iterations + 1):
             docs = yield from retrieve_or_empty(self.rag_system, current_query, cfg.top_k, options)
+            if not docs and iteration == 1:  # nothing to answer from: no LLM call, as PlainRAG
+                why, detail = "retrieval returned no documents", {"query": query[:200]}
+                yield Note("not_enough_information", why, detail)
+                return SelfRAGResult(NOT_ENOUGH_ANSWER, confidence=0.0, iterations=0, history=[])
             fresh: list[RetrievedDoc] = []
             if candidate is not None:  # judged on what it was written from; new documents wait
                 known = {_doc_key(d) for d in written_from}

@@ -237,7 +237,7 @@ def test_a_saved_bm25_index_of_other_stemming_is_rebuilt(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     build().save(tmp_path)
-    if read_manifest(tmp_path)["tokenizer"] == "light":
+    if read_manifest(tmp_path)["tokenizer"].startswith("light"):
         pytest.skip("needs PyStemmer, so that stemmer=None tokenises otherwise")
     with caplog.at_level(logging.INFO, logger="selfrag"):
         loaded = RAG.load(tmp_path, stemmer=None)
