@@ -99,8 +99,11 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
     answer = answer_text(answer)
     relevance = documents_relevance(query, docs, answer)
     if relevance is not None:
-        detail = {"relevance": round(relevance.probability, 4), "threshold": relevance.threshold}
-        yield Note("not_in_documents", "the documents found do not speak to the question", detail)
+        found: dict[str, Any] = {
+            "relevance": round(relevance.probability, 4),
+            "threshold": relevance.threshold,
+        }
+        yield Note("not_in_documents", "the documents found do not speak to the question", found)
         return NOT_ENOUGH_ANSWER
     reason = degenerate_reason(answer, query, context_text(docs))
     decision = decided(query, [d.text for d in docs])
