@@ -320,7 +320,9 @@ async def test_sixteen_concurrent_aqueries_do_not_mix() -> None:
         return "leaf " + prompt.rsplit("Question: ", 1)[1].split("\n")[0]
 
     strategy = RecursiveRAG(
-        FakeRetriever(["each topic has causes and effects, what follows, and how they compare"], latency=0.01),
+        FakeRetriever(
+            ["each topic has causes and effects, what follows, and how they compare"], latency=0.01
+        ),
         FakeLLM(reply, latency=0.02),
     )
     queries = [f"What are the causes and effects of topic {i} and how do they compare?" for i in range(16)]
