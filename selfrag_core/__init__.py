@@ -111,6 +111,7 @@ from selfrag_core.types import (
     Trace,
     TraceEvent,
 )
+from selfrag_core.verify import verify_answer
 from selfrag_core.workers import shutting_down
 
 __version__ = "0.1.0"
@@ -207,4 +208,5 @@ __all__ = [
     "step_of",
     "store_search",
     "stream_query",
+    "verify_answer",
 ]
