@@ -75,7 +75,7 @@ def test_a_strategy_runs_on_user_llamaindex_objects_without_the_adapter() -> Non
         default="a sub-answer",
     )
     strategy = RecursiveRAG(UserRetriever(), llm, RecursiveRAGConfig(max_depth=1, top_k=2))
-    question = "Compare the tides at Brest and Dover, and explain why they differ"
+    question = "Compare the tide at Brest and at Dover, and how it differs"
 
     async def main() -> tuple[object, int]:
         return await strategy.aquery(question), threading.get_ident()
