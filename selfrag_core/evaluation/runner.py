@@ -411,7 +411,7 @@ def _metrics(
             MetricInfo("f1", "answer F1"),
             MetricInfo("em", "exact match"),
             MetricInfo("gold_in_answer", "gold answer in the answer"),
-            MetricInfo("f1_new", "answer F1 beyond the question's words"),
+            MetricInfo("f1_new", "F1, new words"),
         ]
     if data.has_decisions() and not ranking:
         metrics.append(MetricInfo("decision", "yes/no decided right"))

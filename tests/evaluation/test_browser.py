@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 1280
 REQUIRED = os.environ.get("SELFRAG_BROWSER_TESTS") == "required"
 # a line of the tutorial's code block that ends near column 100, its comment last
-LONG_LINE = "# self | hyde | recursive | healing | plain"
+LONG_LINE = "# --strategy: self | hyde | recursive | healing | adaptive | drafts | plain"
 
 
 def _missing(what: str) -> None:
