@@ -17,6 +17,7 @@ The adapters (``selfrag_langchain``, ``selfrag_llamaindex``) import these names,
 them: where a module lives is not part of the API (pyproject's contract ``adapters-public``).
 """
 
+from selfrag_core.comparison import ComparisonRule
 from selfrag_core.config import (
     AdaptiveRAGConfig,
     DraftsRAGConfig,
@@ -82,6 +83,7 @@ from selfrag_core.runner import (
     step_of,
     stream_query,
 )
+from selfrag_core.signals.rules import AnswerRule, Finding
 from selfrag_core.strategies import (
     AdaptiveRAG,
     DraftsRAG,
@@ -123,10 +125,12 @@ __all__ = [
     "AdaptiveRAG",
     "AdaptiveRAGConfig",
     "Answer",
+    "AnswerRule",
     "BackendLike",
     "BudgetExceededError",
     "CacheMissError",
     "CachedLLM",
+    "ComparisonRule",
     "ConfigurationError",
     "ConversationMemory",
     "DraftsRAG",
@@ -135,6 +139,7 @@ __all__ = [
     "ExecutionConfig",
     "FaithfulnessMetric",
     "FaithfulnessScore",
+    "Finding",
     "Generate",
     "Grounding",
     "GroundingConfig",

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from selfrag_core.grounding import STOPWORDS
+from selfrag_core.prompts import detect_language
+from selfrag_core.signals.rules import Finding
 
 _EARLIER = (
     r"first|earlier|earliest|older|oldest|sooner|longer ago|before the other"
@@ -646,3 +648,28 @@ def _lead(passage: str) -> str:
 
 def _stems(words: Iterable[str]) -> set[str]:
     return {w[:5] for w in words if w not in STOPWORDS and len(w) > 2}
+
+
+class ComparisonRule:
+    """The answer rule of a question picking one of two alternatives that the documents'
+    dates or numbers decide (:func:`decided`): an answer that picks the other one or
+    neither is flagged, and with ``replace`` (the default) replaced by the answer they give
+    ("Erika Jayne: 1971 [1], against 1977 for Marco Da Silva [2]."). Written and tuned on
+    HotpotQA's comparison questions, so it is opt-in: ``PlainRAGConfig(rules=(ComparisonRule(),))``
+    (:mod:`~selfrag_core.signals.rules`)."""
+
+    name = "comparison"
+
+    def __init__(self, *, replace: bool = True) -> None:
+        self.replace = replace
+
+    def check(self, question: str, answer: str, passages: Sequence[str]) -> Finding | None:
+        decision = decided(question, passages)
+        if decision is None or not contradicted(decision, answer):
+            return None
+        if isinstance(decision, Resolution):
+            evidence, detail = "dates", {"years": list(decision.years)}
+        else:
+            evidence, detail = "numbers", {"amounts": list(decision.amounts)}
+        derived = derived_answer(decision, detect_language(question)) if self.replace else None
+        return Finding(self.name, f"the documents' {evidence} give another answer", derived, detail)

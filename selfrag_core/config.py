@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from selfrag_core.errors import ConfigurationError
 from selfrag_core.profiles import ModelProfile
+from selfrag_core.signals.rules import AnswerRule, check_rules
 from selfrag_core.validation import check_int, check_positive_or_none, check_unit, check_verifier
 
 if TYPE_CHECKING:
@@ -169,6 +170,11 @@ class StrategyConfig:
         that builds its own children (AdaptiveRAG's default candidates,
         ``presets.build_strategy``) gives them its verifier. Keyword-only; an object, so it
         takes no part in a config's equality, hash or repr.
+    rules: the hand-written answer rules the final answer check runs
+        (:mod:`~selfrag_core.signals.rules`; e.g. ``(ComparisonRule(),)``, which replaces
+        a pick between two alternatives that the documents' dates or numbers contradict).
+        None by default: no rule changes or flags an answer unless you name it. Composite
+        strategies give them to the children they build, as the verifier. Keyword-only.
 
     ``replace(**changes)``: a copy with those fields changed, validated (an unknown name
     raises ConfigurationError listing the known ones). ``with_overrides(context)``: the
@@ -178,9 +184,11 @@ class StrategyConfig:
     """
 
     verifier: Verifier | None = field(default=None, kw_only=True, compare=False, repr=False)
+    rules: tuple[AnswerRule, ...] = field(default=(), kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_verifier(self.verifier)
+        object.__setattr__(self, "rules", check_rules(self.rules))
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -11,7 +11,9 @@ import pytest
 
 from selfrag_core import (
     AdaptiveRAG,
+    AdaptiveRAGConfig,
     Answer,
+    ComparisonRule,
     ExecutionConfig,
     PlainRAG,
     RecursiveRAG,
@@ -255,13 +257,18 @@ def test_a_comparison_by_date_goes_to_recursive_before_any_answer() -> None:
         "Jean-Loup Chrétien\nJean-Loup Chrétien (born 20 August 1938) is a French general.",
     ]
     llm = FakeLLM("Samantha Cristoforetti was born first.")
+    question = "Who was born first, Samantha Cristoforetti or Jean-Loup Chrétien?"
     strategy = AdaptiveRAG(FakeRetriever(passages), llm, top_k=1, execution=INSTANT)
-    result = strategy.query("Who was born first, Samantha Cristoforetti or Jean-Loup Chrétien?")
+    result = strategy.query(question)
     first = notes(result)[0]
     assert (first["stage"], first["choice"]) == (BEFORE_ANSWER, "recursive")
     assert first["signals"]["dated_comparison"] == 1.0
-    assert result.answer.startswith("Jean-Loup Chrétien: 1938 [")
+    assert result.answer == "Samantha Cristoforetti was born first."  # no rule replaces it by default
     assert result.trace.llm_calls == 1
+    # with the comparison rule chosen, the candidates' final check replaces the wrong pick
+    config = AdaptiveRAGConfig(top_k=1, rules=(ComparisonRule(),))
+    ruled = AdaptiveRAG(FakeRetriever(passages), llm, config, execution=INSTANT)
+    assert ruled.query(question).answer.startswith("Jean-Loup Chrétien: 1938 [")
 
 
 def test_drafts_go_on_from_the_plain_answer_instead_of_writing_it_again() -> None:

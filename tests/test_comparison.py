@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from selfrag_core.comparison import (
+    ComparisonRule,
     alternatives,
     both_hold,
     chosen,
@@ -17,11 +18,14 @@ from selfrag_core.comparison import (
     same_origin,
 )
 from selfrag_core.config import PlainRAGConfig, RecursiveRAGConfig
+from selfrag_core.signals.rules import Finding
 from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.testing import FakeLLM, FakeRetriever
 from selfrag_core.verify import THRESHOLD, LexicalVerifier, verify_answer
 
+#: the comparison rule is opt-in (issue 54: tuned on HotpotQA, it is in no default path)
+RULES = (ComparisonRule(),)
 QUESTION = "Who was born first, Samantha Cristoforetti or Jean-Loup Chrétien?"
 PASSAGES = [  # HotpotQA's two passages, shortened
     "Samantha Cristoforetti\nSamantha Cristoforetti (born 26 April 1977 in Milan) is an Italian astronaut.",
@@ -153,7 +157,9 @@ def test_the_verifier_caps_a_pick_the_dates_contradict_and_lifts_one_they_suppor
 def test_recursive_searches_each_alternative_and_corrects_a_contradicted_answer() -> None:
     backend = FakeRetriever(list(PASSAGES))
     llm = FakeLLM("Samantha Cristoforetti was born first.")
-    rag = RecursiveRAG(backend, llm, RecursiveRAGConfig(max_depth=1, decomposition="rules", top_k=1))
+    rag = RecursiveRAG(
+        backend, llm, RecursiveRAGConfig(max_depth=1, decomposition="rules", top_k=1, rules=RULES)
+    )
     result = rag.query(QUESTION)
     texts = [d.text for d in result.sources]
     mark = {
@@ -166,20 +172,20 @@ def test_recursive_searches_each_alternative_and_corrects_a_contradicted_answer(
     )
     assert backend.queries[1:] == ["Samantha Cristoforetti born", "Jean-Loup Chrétien born"]
     assert len(llm.calls) == 1
-    assert [e.name for e in result.trace.events if e.name == "comparison_corrected"] == [
-        "comparison_corrected"
-    ]
+    assert [e.name for e in result.trace.events if e.name == "rule_replaced"] == ["rule_replaced"]
     assert {d.text for d in result.sources} >= set(PASSAGES[:2])
 
 
 def test_recursive_keeps_an_answer_the_dates_support() -> None:
     llm = FakeLLM("Jean-Loup Chrétien, born in 1938.")
     rag = RecursiveRAG(
-        FakeRetriever(list(PASSAGES)), llm, RecursiveRAGConfig(max_depth=1, decomposition="rules")
+        FakeRetriever(list(PASSAGES)),
+        llm,
+        RecursiveRAGConfig(max_depth=1, decomposition="rules", rules=RULES),
     )
     result = rag.query(QUESTION)
     assert result.answer == "Jean-Loup Chrétien, born in 1938."
-    assert not [e for e in result.trace.events if e.name == "comparison_corrected"]
+    assert not [e for e in result.trace.events if e.name == "rule_replaced"]
 
 
 ORCHIDS = "Are Broughtonia and Laeliocattleya both orchids?"
@@ -450,14 +456,16 @@ def test_recursive_corrects_a_pick_the_numbers_contradict() -> None:
     question = "Which genus has more species, Arachis or Salvia?"
     backend = FakeRetriever(list(GENERA))
     llm = FakeLLM("Arachis has more species.")
-    rag = RecursiveRAG(backend, llm, RecursiveRAGConfig(max_depth=1, decomposition="rules", top_k=1))
+    rag = RecursiveRAG(
+        backend, llm, RecursiveRAGConfig(max_depth=1, decomposition="rules", top_k=1, rules=RULES)
+    )
     result = rag.query(question)
     texts = [d.text for d in result.sources]
     salvia, arachis = (texts.index(GENERA[i]) + 1 for i in (0, 1))
     assert result.answer == f"Salvia: 1000 species [{salvia}], against 70 for Arachis [{arachis}]."
     assert backend.queries[1:] == ["Arachis species", "Salvia species"]
     assert len(llm.calls) == 1
-    corrected = [e for e in result.trace.events if e.name == "comparison_corrected"]
+    corrected = [e for e in result.trace.events if e.name == "rule_replaced"]
     assert len(corrected) == 1 and corrected[0].detail["amounts"] == [70, 1000]
     # an answer the numbers support is kept
     kept = RecursiveRAG(FakeRetriever(list(GENERA)), FakeLLM("Salvia, with nearly 1000 species."), rag.config)
@@ -486,14 +494,16 @@ def test_a_derived_answer_gives_each_number_as_its_passage_states_it() -> None:
     ],  # other, neither, unusable
 )
 def test_every_strategys_answer_check_gives_the_pick_the_dates_decide(reply: str) -> None:
-    plain = PlainRAG(FakeRetriever(list(PASSAGES)), FakeLLM(reply), config=PlainRAGConfig(top_k=3))
+    plain = PlainRAG(
+        FakeRetriever(list(PASSAGES)), FakeLLM(reply), config=PlainRAGConfig(top_k=3, rules=RULES)
+    )
     result = plain.query(QUESTION)
     texts = [d.text for d in result.sources]
     jean, samantha = texts.index(PASSAGES[1]) + 1, texts.index(PASSAGES[0]) + 1
     assert result.answer == (
         f"Jean-Loup Chrétien: 1938 [{jean}], against 1977 for Samantha Cristoforetti [{samantha}]."
     )
-    notes = [e for e in result.trace.events if e.name == "comparison_corrected"]
+    notes = [e for e in result.trace.events if e.name == "rule_replaced"]
     assert len(notes) == 1 and notes[0].detail["years"] == [1977, 1938]
 
 
@@ -501,15 +511,17 @@ def test_the_answer_check_keeps_a_pick_the_passages_support_or_do_not_decide() -
     right = PlainRAG(
         FakeRetriever(list(PASSAGES)),
         FakeLLM("Jean-Loup Chrétien, born in 1938."),
-        config=PlainRAGConfig(top_k=3),
+        config=PlainRAGConfig(top_k=3, rules=RULES),
     )
     assert right.query(QUESTION).answer == "Jean-Loup Chrétien, born in 1938."
     undecided = PlainRAG(
-        FakeRetriever(list(BANDS)), FakeLLM("Lawson has more members."), config=PlainRAGConfig(top_k=2)
+        FakeRetriever(list(BANDS)),
+        FakeLLM("Lawson has more members."),
+        config=PlainRAGConfig(top_k=2, rules=RULES),
     )
     result = undecided.query("Which band has more members, Lawson or American Music Club?")
     assert result.answer == "Lawson has more members."
-    assert not [e for e in result.trace.events if e.name == "comparison_corrected"]
+    assert not [e for e in result.trace.events if e.name == "rule_replaced"]
 
 
 def test_the_corrected_answer_is_in_the_questions_language() -> None:
@@ -519,9 +531,53 @@ def test_the_corrected_answer_is_in_the_questions_language() -> None:
         "جان لو كريتيان\nجان لو كريتيان (ولد 20 أغسطس 1938) جنرال فرنسي متقاعد.",
     ]
     plain = PlainRAG(
-        FakeRetriever(passages), FakeLLM("سامانثا كريستوفوريتي."), config=PlainRAGConfig(top_k=2)
+        FakeRetriever(passages), FakeLLM("سامانثا كريستوفوريتي."), config=PlainRAGConfig(top_k=2, rules=RULES)
     )
     result = plain.query(question)
     texts = [d.text for d in result.sources]
     jean, samantha = texts.index(passages[1]) + 1, texts.index(passages[0]) + 1
     assert result.answer == f"جان لو كريتيان: 1938 [{jean}]، مقابل 1977 لـسامانثا كريستوفوريتي [{samantha}]."
+
+
+def test_by_default_no_rule_replaces_or_flags_the_models_pick() -> None:
+    plain = PlainRAG(FakeRetriever(list(PASSAGES)), FakeLLM("Samantha Cristoforetti was born first."))
+    result = plain.query(QUESTION)
+    assert result.answer == "Samantha Cristoforetti was born first."
+    assert not [e for e in result.trace.events if e.name.startswith("rule_")]
+
+
+def test_a_rule_that_only_flags_keeps_the_answer_and_notes_why() -> None:
+    config = PlainRAGConfig(top_k=3, rules=(ComparisonRule(replace=False),))
+    result = PlainRAG(
+        FakeRetriever(list(PASSAGES)), FakeLLM("Samantha Cristoforetti was born first."), config
+    ).query(QUESTION)
+    assert result.answer == "Samantha Cristoforetti was born first."
+    flagged = [e for e in result.trace.events if e.name == "rule_flagged"]
+    assert len(flagged) == 1 and flagged[0].detail["rule"] == "comparison"
+    assert flagged[0].detail["years"] == [1977, 1938]
+
+
+class _NoShouting:
+    name = "no_shouting"
+
+    def check(self, question: str, answer: str, passages: object) -> Finding | None:
+        return Finding(self.name, "all capitals", answer.capitalize()) if answer.isupper() else None
+
+
+def test_a_rule_of_your_own_runs_in_order_and_the_first_replacement_wins() -> None:
+    flag = ComparisonRule(replace=False)
+    config = PlainRAGConfig(top_k=3, rules=(flag, _NoShouting(), ComparisonRule()))
+    result = PlainRAG(FakeRetriever(list(PASSAGES)), FakeLLM("SAMANTHA CRISTOFORETTI."), config).query(
+        QUESTION
+    )
+    assert result.answer == "Samantha cristoforetti."
+    assert [e.name for e in result.trace.events if e.name.startswith("rule_")] == [
+        "rule_flagged",
+        "rule_replaced",
+    ]
+
+
+@pytest.mark.parametrize("rules", [ComparisonRule(), [object()], "comparison"])
+def test_rules_that_are_not_a_sequence_of_rules_are_refused_saying_what_to_pass(rules: object) -> None:
+    with pytest.raises(TypeError, match="rule"):
+        PlainRAGConfig(rules=rules)  # type: ignore[arg-type]

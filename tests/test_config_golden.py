@@ -293,7 +293,8 @@ def test_a_scripted_run_sends_and_answers_as_recorded(label: str, runs: dict[str
 def test_the_runs_are_not_trivial(runs: dict[str, Any]) -> None:
     """The script exercises refinement, decomposition, healing retries and escalation."""
     answered = [r for r in runs.values() if "answer" in r]
-    assert len({r["answer"] for r in answered}) > 10
+    # ten answer texts at least (the comparison rule, opt-in, no longer adds its own: #54)
+    assert len({r["answer"] for r in answered}) >= 10
     assert any(r.get("iterations", 0) >= 2 for r in answered)
     assert any(r.get("decomposed") for r in answered)
     assert any(r.get("attempts", 0) >= 2 for r in answered)

@@ -53,6 +53,7 @@ def test_public_api_is_exactly_the_documented_one() -> None:
          "aingest", "aretrieve_documents", "arun_query", "astream_query", "retrieve_documents",
          "check_strategy", "chunk_id", "content_source", "document_parts", "ingest",
          "normalize_results", "store_search", "astore_search", "shutting_down", "verify_answer",
+         "AnswerRule", "ComparisonRule", "Finding",
          "observe_trace", "retrieve_or_empty", "run_query", "step_of", "stream_query"]
     )  # fmt: skip
     namespace: dict[str, object] = {}

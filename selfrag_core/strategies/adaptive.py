@@ -59,6 +59,7 @@ from selfrag_core.parsing import load_json
 from selfrag_core.prompts import Prompts
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import is_multi_part, split_question
+from selfrag_core.signals.rules import AnswerRule
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
@@ -562,21 +563,21 @@ def load_router(source: str | os.PathLike[str] | Mapping[str, Any]) -> FittedRou
 def default_candidates(
     rag_system: BackendLike, llm: LLMLike, *, top_k: int, execution: ExecutionConfig | None,
     prompts: Mapping[str, str] | Prompts | None, verifier: Verifier | None = None,
+    rules: tuple[AnswerRule, ...] = (),
 ) -> dict[str, Strategy[Any]]:  # fmt: skip
     """The candidates of an ``AdaptiveRAG`` given none, by the names ``selfrag eval`` gives
     them: ``recursive`` (split by rule, parts joined), ``hyde``, ``self``, ``healing``
     (plain, then HyDE), each otherwise with its own defaults, and each with ``verifier``
-    (the AdaptiveRAG's: chosen once)."""
+    and answer ``rules`` (the AdaptiveRAG's: chosen once)."""
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
-    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k, verifier=verifier), **shared)
-    healing = SelfHealingRAGConfig(top_k=top_k, verifier=verifier)
-    split = RecursiveRAGConfig(
-        max_depth=1, decomposition="rules", merge=False, top_k=top_k, verifier=verifier
-    )
+    checks: dict[str, Any] = {"verifier": verifier, "rules": rules}
+    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k, **checks), **shared)
+    healing = SelfHealingRAGConfig(top_k=top_k, **checks)
+    split = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=top_k, **checks)
     return {
         "recursive": RecursiveRAG(rag_system, llm, split, **shared),
         "hyde": hyde,
-        "self": SelfIRAG(rag_system, llm, SelfRAGConfig(verifier=verifier), **shared),
+        "self": SelfIRAG(rag_system, llm, SelfRAGConfig(**checks), **shared),
         "healing": SelfHealingRAG(llm, [rag_system, hyde], config=healing, **shared),
     }
 
@@ -625,7 +626,7 @@ class AdaptiveRAG(Strategy[Answer]):
         if strategies is None:
             strategies = default_candidates(
                 rag_system, llm, top_k=self.config.top_k, execution=execution, prompts=prompts,
-                verifier=self.config.verifier,
+                verifier=self.config.verifier, rules=self.config.rules,
             )  # fmt: skip
         if not isinstance(strategies, Mapping):
             raise TypeError("strategies must be a dict {name: strategy}")
@@ -726,7 +727,7 @@ class AdaptiveRAG(Strategy[Answer]):
         if docs:
             try:
                 reply = yield from grounded_reply(self, query, docs, cfg.llm_retries)
-                answer = yield from checked_answer(reply.strip(), query, docs)
+                answer = yield from checked_answer(reply.strip(), query, docs, self.rules)
             except RAGSystemError as e:
                 yield Note("generation_failed", f"{type(e).__name__}: {e}", {"then": "route the failure"})
                 answer, docs = GENERATION_FAILED_ANSWER, []

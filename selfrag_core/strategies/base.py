@@ -4,12 +4,11 @@ small plan helpers (retrieval with fallback, context formatting)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from selfrag_core.citations import cite, renumber
-from selfrag_core.comparison import Resolution, contradicted, decided, derived_answer
 from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.engine import (
     Deadline,
@@ -37,6 +36,7 @@ from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.runner import StreamEvent, arun_query, astream_query, run_query, stream_query
 from selfrag_core.signals.features import relevance_features
 from selfrag_core.signals.fitted import shipped
+from selfrag_core.signals.rules import AnswerRule
 from selfrag_core.signals.text import split_sentences
 from selfrag_core.types import Result, RetrievedDoc, Trace
 from selfrag_core.validation import validate_context, validate_query
@@ -77,19 +77,23 @@ def answer_text(reply: str) -> str:
     return clean_answer(without_document_tags(reply))
 
 
-def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
-    """A strategy's final answer. When it is unusable (``grounding.degenerate_reason``:
+def checked_answer(
+    answer: str, query: str, docs: list[RetrievedDoc], rules: Sequence[AnswerRule] = ()
+) -> Plan[str]:
+    """A strategy's final answer. When the documents do not speak to the question and do
+    not support the answer (:func:`documents_relevance`), :data:`NOT_ENOUGH_ANSWER` with a
+    ``not_in_documents`` note. When it is unusable (``grounding.degenerate_reason``:
     empty, a loop, an echo of the prompt or the question, a refusal although the context
     covers the question, a copy of an instruction planted in a document, a key name, an
     identifier, a date the context does not hold), the source sentence that answers the
     question, quoted (:func:`quoted_answer`), else :data:`GENERATION_FAILED_ANSWER`, with
-    the reason in the trace. When the question picks one of two alternatives and the
-    documents' dates or numbers decide it (:func:`~selfrag_core.comparison.decided`), an
-    answer that picks the other one or neither (or is unusable) is replaced by the one
-    they give ("Erika Jayne: 1971 [1], against 1977 for Marco Da Silva [2]."; a
-    ``comparison_corrected`` note). :func:`answer_text` cleans it first. Past the query's
-    deadline it is not checked: the fallback answer, with the QueryTimeoutError in the
-    trace (reason ``query_timeout``)."""
+    the reason in the trace. Then the strategy's answer ``rules``
+    (:mod:`~selfrag_core.signals.rules`; none by default) run in order: the first finding
+    with a replacement replaces the answer (a ``rule_replaced`` note, e.g.
+    :class:`~selfrag_core.comparison.ComparisonRule`'s "Erika Jayne: 1971 [1], against 1977
+    for Marco Da Silva [2]."), the others are ``rule_flagged`` notes. :func:`answer_text`
+    cleans it first. Past the query's deadline it is not checked: the fallback answer,
+    with the QueryTimeoutError in the trace (reason ``query_timeout``)."""
     try:
         yield Deadline("checking the answer")
     except QueryTimeoutError as e:
@@ -105,15 +109,17 @@ def checked_answer(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[st
         }
         yield Note("not_in_documents", "the documents found do not speak to the question", found)
         return NOT_ENOUGH_ANSWER
+    texts = [d.text for d in docs]
+    for rule in rules:
+        finding = rule.check(query, answer, texts)
+        if finding is None:
+            continue
+        detail: dict[str, Any] = {"rule": finding.rule, "answer": answer[:200], **finding.detail}
+        if finding.replacement is not None:
+            yield Note("rule_replaced", finding.message, {**detail, "then": finding.replacement})
+            return finding.replacement
+        yield Note("rule_flagged", finding.message, detail)
     reason = degenerate_reason(answer, query, context_text(docs))
-    decision = decided(query, [d.text for d in docs])
-    if decision is not None and (reason is not None or contradicted(decision, answer)):
-        derived = derived_answer(decision, detect_language(query))
-        values: tuple[float, float] = decision.years if isinstance(decision, Resolution) else decision.amounts
-        evidence, key = ("dates", "years") if isinstance(decision, Resolution) else ("numbers", "amounts")
-        corrected: dict[str, Any] = {"answer": answer[:200], "then": derived, key: list(values)}
-        yield Note("comparison_corrected", f"the documents' {evidence} give another answer", corrected)
-        return derived
     if reason is None:
         return answer
     quote = quoted_answer(query, docs)
@@ -293,7 +299,7 @@ def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc
     """The ``grounded_answer`` prompt's answer from ``docs`` (streamed), checked
     (:func:`checked_answer`); a failed LLM call raises at its ``yield``."""
     reply = yield from grounded_reply(strategy, query, docs, retries)
-    return (yield from checked_answer(reply.strip(), query, docs))
+    return (yield from checked_answer(reply.strip(), query, docs, strategy.rules))
 
 
 def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -> str | None:
@@ -434,6 +440,12 @@ class Strategy(Generic[R]):
         default, is the LLM-free :class:`~selfrag_core.verify.LexicalVerifier` (and a
         strategy of yours without a config)."""
         return getattr(self.config, "verifier", None)
+
+    @property
+    def rules(self) -> tuple[AnswerRule, ...]:
+        """The answer rules this strategy's final answer check runs: its config's
+        ``rules`` (none by default, :mod:`~selfrag_core.signals.rules`)."""
+        return tuple(getattr(self.config, "rules", ()))
 
     def get_stats(self) -> dict[str, Any]:
         """What the service's ``/stats`` shows of the strategy beside its class (SelfIRAG:

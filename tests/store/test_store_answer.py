@@ -232,6 +232,7 @@ def test_plain_rags_defaults_are_unchanged() -> None:
         "raise_errors": False,
         "drafts": 0,  # one answer, one call (DraftsRAG's config has two)
         "verifier": None,  # the LLM-free LexicalVerifier (every strategy's config has one)
+        "rules": (),  # no hand-written answer rule runs unless named (ComparisonRule is opt-in)
     }
     assert PlainRAG(FakeRetriever(BEES), FakeLLM()).config == config
 
