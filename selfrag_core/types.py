@@ -196,14 +196,24 @@ class Trace:
 # ------------------------------------------------------------- summary wording
 
 
+#: what names a strategy's class in the summaries: the registry's ``name_of``, which
+#: ``strategies.registry`` hands in when it is imported (:func:`name_strategies_by`); the
+#: strategies are built on these results, so this module does not import them
+_strategy_namer: list[Callable[[str], str | None]] = []
+
+
+def name_strategies_by(namer: Callable[[str], str | None]) -> None:
+    """Name strategy classes in the summaries with ``namer`` (a class's name in, its
+    built-in name or None out): ``strategies.registry`` calls it with its ``name_of``."""
+    _strategy_namer[:] = [namer]
+
+
 def attempt_name(strategy: str) -> str:
     """A SelfHealingRAG attempt's strategy (its class's name) as the CLI names it: ``hyde``
     for ``HyDERAG`` (the built-in strategies' names: ``strategies.registry.BUILT_IN``),
     ``plain retrieval`` for any other class, a backend searched directly (the embedded
     ``RAG``, say)."""
-    from selfrag_core.strategies.registry import name_of  # the strategies import this module
-
-    return name_of(strategy) or "plain retrieval"
+    return next((name for namer in _strategy_namer if (name := namer(strategy))), "plain retrieval")
 
 
 def recursive_reason(reason: str) -> str:
