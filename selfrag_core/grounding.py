@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
+from selfrag_core.protocols import Verifier
 from selfrag_core.types import Grounding
 
-if TYPE_CHECKING:
-    from selfrag_core.verify import Verifier
+#: how :func:`assess` asks whether passages support an answer: ``(answer, passages,
+#: verifier, question, threshold) -> (score, supported)``, ``verifier`` None for the
+#: lexical one at ``threshold``. The claim-level verifier (:mod:`selfrag_core.verify`) is
+#: built on this module's words, so it hands its check in when it is imported
+#: (:func:`check_support_with`; the package imports it), not the other way round
+SupportCheck = Callable[[str, Sequence[str], Verifier | None, str, float], tuple[float | None, bool]]
+_support_check: list[SupportCheck] = []
+
+
+def check_support_with(check: SupportCheck) -> None:
+    """Check an answer's support in :func:`assess` with ``check`` (``verify`` calls it)."""
+    _support_check[:] = [check]
+
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 STOPWORDS = frozenset([
@@ -348,26 +359,23 @@ def assess(
     against ``passages`` one at a time (else ``context`` as one passage), when the
     context holds it word for word, or when it honestly says the context does not
     answer the question."""
-    from selfrag_core.verify import DEFAULT, LexicalVerifier, verify_answer  # verify builds on this module
-
     words, context_words, refusal = _words(answer), _words(context), is_refusal(answer)
     degenerate = _degenerate(answer, words, refusal, question, context)
     tokens = _content(words)
     support = _coverage(tokens, set(_content(context_words)))
     norm_answer, norm_context = " ".join(words), " ".join(context_words)
     span = bool(tokens) and bool(norm_answer) and f" {norm_answer} " in f" {norm_context} "
-    if verifier is None:
-        same = min_token_support == DEFAULT.threshold
-        verifier = DEFAULT if same else LexicalVerifier(threshold=min_token_support)
-    verdict = verify_answer(answer, [context] if passages is None else passages, verifier, question)
+    [check] = _support_check
+    checked = [context] if passages is None else passages
+    score, verified = check(answer, checked, verifier, question, min_token_support)
     honest_refusal = degenerate is None and refusal
-    supported = degenerate is None and (span or verdict.supported or honest_refusal)
+    supported = degenerate is None and (span or verified or honest_refusal)
     return Grounding(
         token_support=support,
         span_supported=span,
         degenerate=degenerate,
         supported=supported,
-        support_score=verdict.score,
+        support_score=score,
     )
 
 

@@ -21,7 +21,7 @@ are is recognised in ``selfrag_core.frameworks``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union, runtime_checkable
 
@@ -121,3 +121,43 @@ LLMLike = Union[
 ]
 #: what the strategies accept as their retrieval backend (see the module docstring)
 BackendLike = Union[Retriever, AsyncRetriever, QueryRetriever, Invokable, VectorStore, Callable[..., Any]]
+
+
+# ----------------------------------------------------------------------------- verifiers
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How far one passage supports one sentence: ``score`` in [0, 1], ``supported`` at
+    the verifier's threshold, the passage (0-based) that supports it best, and why the
+    score was capped or is low (``"number_not_in_source:2019"``, ``"misattributed:Bob"``,
+    ``"negation"``, ``"list_item_not_in_source"``, ``"repetition"``, ``"low_overlap"``),
+    or None."""
+
+    score: float
+    supported: bool
+    passage: int | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": round(self.score, 4),
+            "supported": self.supported,
+            "passage": self.passage,
+            "reason": self.reason,
+        }
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Sentences and passages in; for each sentence, one verdict per passage out (each
+    ``Verdict.passage`` its passage's index). ``threshold``: the score at which a passage
+    supports a sentence. ``question``: what the sentences answer ("" when unknown), for a
+    verifier that uses it (the lexical one does not count the question's own names and
+    numbers as claims: they are given, not claimed); others may ignore it."""
+
+    threshold: float
+
+    def verify(
+        self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
+    ) -> list[list[Verdict]]: ...

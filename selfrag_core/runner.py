@@ -15,15 +15,29 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from selfrag_core.citations import cite
 from selfrag_core.config import ExecutionConfig
-from selfrag_core.engine import Plan, Run, run_async, run_sync
-from selfrag_core.errors import StrategyError
-from selfrag_core.types import RetrievedDoc, TraceEvent, _json_safe
+from selfrag_core.engine import Deadline, Note, Plan, Run, run_async, run_sync
+from selfrag_core.errors import QueryTimeoutError, StrategyError
+from selfrag_core.grounding import is_refusal
+from selfrag_core.types import (
+    GENERATION_FAILED_ANSWER,
+    Citation,
+    Result,
+    RetrievedDoc,
+    TraceEvent,
+    _json_safe,
+    no_answer_reason,
+)
 from selfrag_core.validation import validate_context, validate_query
 
+if TYPE_CHECKING:
+    from selfrag_core.verify import Verifier
+
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 #: the kinds of :class:`Step`, in the order a query usually meets them
@@ -184,10 +198,45 @@ def check_strategy(strategy: Any) -> Any:
     return strategy
 
 
-def _finish_of(strategy: Any) -> Callable[[Any, Run], Any]:
-    from selfrag_core.strategies.base import Strategy  # the strategies are built on these runners
+def finish_trace(
+    result: T,
+    run: Run,
+    *,
+    verifier: Verifier | None = None,
+    citing: Callable[..., list[Citation]] = cite,
+) -> T:
+    """The result (a :class:`~selfrag_core.types.Result`) gets the run's trace and wall
+    time, why it holds no answer (``no_answer``, :func:`~selfrag_core.types.no_answer_reason`,
+    unless its plan said), and the citations of its answer (``citing``: the strategy's
+    :func:`~selfrag_core.citations.cite`, with ``verifier``, None for the default, unless
+    its plan computed them on the way; none for a refusal or a fallback). Past the query's
+    deadline they are not computed: a ``citations_skipped`` note holds the
+    QueryTimeoutError. Another object is returned as it is. ``Strategy.finish`` runs it;
+    so does a run of a strategy without ``finish``."""
+    if isinstance(result, Result):
+        result.trace = run.trace
+        if result.no_answer is None:
+            result.no_answer = no_answer_reason(result.answer, result.documents, run.trace)
+        answer = result.answer
+        usable = answer.strip() != GENERATION_FAILED_ANSWER and not is_refusal(answer)
+        if not usable:
+            result.citations = []
+        elif not result.citations:
+            try:
+                Deadline("the citations").check(run)
+                result.citations = citing(answer, result.documents, verifier=verifier, question=run.query)
+            except QueryTimeoutError as e:
+                run.record_note(
+                    Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})
+                )
+    run.trace.wall_s = run.trace.elapsed()
+    return result
 
-    finish: Callable[[Any, Run], Any] = getattr(strategy, "finish", None) or Strategy.finish_trace
+
+def _finish_of(strategy: Any) -> Callable[[Any, Run], Any]:
+    """How a run of ``strategy`` is finished: its ``finish`` (every ``Strategy``'s), else
+    :func:`finish_trace`."""
+    finish: Callable[[Any, Run], Any] = getattr(strategy, "finish", None) or finish_trace
     return finish
 
 

@@ -196,14 +196,24 @@ class Trace:
 # ------------------------------------------------------------- summary wording
 
 
+#: what names a strategy's class in the summaries: the registry's ``name_of``, which
+#: ``strategies.registry`` hands in when it is imported (:func:`name_strategies_by`); the
+#: strategies are built on these results, so this module does not import them
+_strategy_namer: list[Callable[[str], str | None]] = []
+
+
+def name_strategies_by(namer: Callable[[str], str | None]) -> None:
+    """Name strategy classes in the summaries with ``namer`` (a class's name in, its
+    built-in name or None out): ``strategies.registry`` calls it with its ``name_of``."""
+    _strategy_namer[:] = [namer]
+
+
 def attempt_name(strategy: str) -> str:
     """A SelfHealingRAG attempt's strategy (its class's name) as the CLI names it: ``hyde``
     for ``HyDERAG`` (the built-in strategies' names: ``strategies.registry.BUILT_IN``),
     ``plain retrieval`` for any other class, a backend searched directly (the embedded
     ``RAG``, say)."""
-    from selfrag_core.strategies.registry import name_of  # the strategies import this module
-
-    return name_of(strategy) or "plain retrieval"
+    return next((name for namer in _strategy_namer if (name := namer(strategy))), "plain retrieval")
 
 
 def recursive_reason(reason: str) -> str:
@@ -264,6 +274,17 @@ NO_ANSWER_REASONS: dict[str, str] = {
     "budget_exceeded": "the query used up its LLM-call budget",
 }
 
+#: the answer when no acceptable answer could be generated (as in the reference specification)
+GENERATION_FAILED_ANSWER = "error in generating answer"
+#: the answer when retrieval finds nothing (as in the reference specification)
+NOT_ENOUGH_ANSWER = "There is not enough information."
+#: HyDERAG's answer when no document could be retrieved (as in the reference specification)
+INSUFFICIENT_ANSWER = "There is insufficient information."
+#: SelfHealingRAG's answer of an attempt whose retrieval found nothing (no LLM call is made)
+NO_CONTEXT_ANSWER = "The context does not contain the answer."
+#: the strategies' answers when nothing could be found to answer from
+NO_INFORMATION_ANSWERS = frozenset({NOT_ENOUGH_ANSWER, INSUFFICIENT_ANSWER, NO_CONTEXT_ANSWER})
+
 S = TypeVar("S")
 
 
@@ -321,6 +342,32 @@ class Result(Generic[S]):
             "no_answer": self.no_answer,
             "trace": self.trace.to_dict(),
         }
+
+
+def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -> str | None:
+    """Why ``answer`` is no answer (a key of :data:`NO_ANSWER_REASONS`),
+    or None when it is one: it is empty or a placeholder (:data:`GENERATION_FAILED_ANSWER`,
+    a strategy's "not enough information" answer), and the trace says why: the query's
+    time or LLM-call budget ran out, the LLM or the backend failed, every reply was
+    unusable, or no document was found (or those found do not hold the answer)."""
+    text = answer.strip()
+    if text and text != GENERATION_FAILED_ANSWER and text not in NO_INFORMATION_ANSWERS:
+        return None
+    errors = [e.error or "" for e in trace.events]
+    reasons = [str(e.detail.get("reason", "")) for e in trace.fallbacks]
+    timed_out = any(e.startswith(("QueryTimeoutError", "LLMTimeoutError")) for e in errors)
+    if timed_out or "query_timeout" in reasons:
+        return "timeout"
+    if any(e.startswith("BudgetExceededError") for e in errors):
+        return "budget_exceeded"
+    if any(e.kind == "llm" and e.error for e in trace.events):
+        return "generation_failed"
+    if any(e.kind == "retrieval" and e.error for e in trace.events):
+        return "retrieval_failed"
+    if text == GENERATION_FAILED_ANSWER:
+        rejected = any(e.name == "answer_rejected" for e in trace.fallbacks)
+        return "unusable_answer" if rejected else "generation_failed"
+    return "not_in_documents" if documents else "no_documents"
 
 
 # ------------------------------------------------------------------------- SelfIRAG

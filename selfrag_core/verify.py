@@ -53,7 +53,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -70,10 +70,13 @@ from selfrag_core.comparison import (
 from selfrag_core.grounding import (
     STOPWORDS,
     asked_stems,
+    check_support_with,
     content_stems,
     question_coverage,
     repetition,
 )
+from selfrag_core.protocols import Verdict as Verdict
+from selfrag_core.protocols import Verifier as Verifier
 from selfrag_core.signals.features import answering_features, support_features
 from selfrag_core.signals.fitted import shipped
 from selfrag_core.signals.text import GENERIC as _GENERIC
@@ -94,28 +97,6 @@ from selfrag_core.signals.text import tokens as _tokens
 THRESHOLD = 0.5
 
 _YES_NO_START = re.compile(r"^\s*(?:yes|no|نعم|لا)\b[\s,.!:;-]*", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How far one passage supports one sentence: ``score`` in [0, 1], ``supported`` at
-    the verifier's threshold, the passage (0-based) that supports it best, and why the
-    score was capped or is low (``"number_not_in_source:2019"``, ``"misattributed:Bob"``,
-    ``"negation"``, ``"list_item_not_in_source"``, ``"repetition"``, ``"low_overlap"``),
-    or None."""
-
-    score: float
-    supported: bool
-    passage: int | None = None
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "score": round(self.score, 4),
-            "supported": self.supported,
-            "passage": self.passage,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)
@@ -148,21 +129,6 @@ class AnswerVerdict:
         if not self.sentences:
             return None
         return sum(v.supported for _, v in self.sentences) / len(self.sentences)
-
-
-@runtime_checkable
-class Verifier(Protocol):
-    """Sentences and passages in; for each sentence, one verdict per passage out (each
-    ``Verdict.passage`` its passage's index). ``threshold``: the score at which a passage
-    supports a sentence. ``question``: what the sentences answer ("" when unknown), for a
-    verifier that uses it (the lexical one does not count the question's own names and
-    numbers as claims: they are given, not claimed); others may ignore it."""
-
-    threshold: float
-
-    def verify(
-        self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
-    ) -> list[list[Verdict]]: ...
 
 
 def best(verdicts: Sequence[Verdict]) -> Verdict:
@@ -762,3 +728,18 @@ def answer_place_coverage(answer: str, question: str, passage: str) -> float:
     if not asked or not most:
         return question_coverage(answer, question, passage)
     return max(len(asked & s) for s in sentences if len(new & s) == most) / len(asked)
+
+
+def _answer_support(
+    answer: str, passages: Sequence[str], verifier: Verifier | None, question: str, threshold: float
+) -> tuple[float | None, bool]:
+    """:func:`~selfrag_core.grounding.assess`'s support check: :func:`verify_answer` with
+    ``verifier``, else with the lexical verifier at ``threshold``; its score and verdict."""
+    if verifier is None:
+        verifier = DEFAULT if threshold == DEFAULT.threshold else LexicalVerifier(threshold=threshold)
+    verdict = verify_answer(answer, passages, verifier, question)
+    return verdict.score, verdict.supported
+
+
+# grounding (below this module: its words are this module's) checks support with it
+check_support_with(_answer_support)

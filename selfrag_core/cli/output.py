@@ -9,8 +9,7 @@ from selfrag_core.display import one_line, score_label, snippet, step_text
 from selfrag_core.errors import StrategyError
 from selfrag_core.progress import Progress
 from selfrag_core.runner import run_query, step_of
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, _no_information_answers
-from selfrag_core.types import Result
+from selfrag_core.types import GENERATION_FAILED_ANSWER, NO_INFORMATION_ANSWERS, Result
 
 
 def run_strategy(strategy: Any, question: str, context: Mapping[str, Any] | None = None) -> Any:
@@ -94,7 +93,7 @@ def unanswered(result: Any) -> str | None:
     answer = result.answer.strip()
     events = result.trace.events
     errors: list[str] = [e.error for e in events if e.error and e.kind in ("llm", "retrieval")]
-    if answer not in ("", GENERATION_FAILED_ANSWER) and not (answer in _no_information_answers() and errors):
+    if answer not in ("", GENERATION_FAILED_ANSWER) and not (answer in NO_INFORMATION_ANSWERS and errors):
         return None
     notes: list[str] = [e.error for e in events if e.error]
     return (errors or notes or ["the strategy produced no answer"])[-1]

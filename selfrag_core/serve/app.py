@@ -11,16 +11,12 @@ and the queries in flight get ``settings.shutdown_grace_s`` seconds to finish.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import math
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from selfrag_core.errors import MissingDependencyError
 
@@ -30,16 +26,12 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise MissingDependencyError(f"selfrag serve needs FastAPI ({e}): pip install 'selfrag[serve]'") from e
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
-from selfrag_core.otel import configure_otlp, emit_spans
-from selfrag_core.serve.admission import Admission, declared_concurrency
+from selfrag_core.errors import ConfigurationError
 from selfrag_core.serve.documents import DocumentError, DocumentStore, UnsupportedError, check_text
-from selfrag_core.serve.errors import CONFIGURATION_ERROR, INTERNAL_ERROR, error_body, error_response
-from selfrag_core.serve.execution import Outcome, execute, prepare
-from selfrag_core.serve.metrics import ServiceMetrics
+from selfrag_core.serve.errors import error_response
 from selfrag_core.serve.middleware import GuardMiddleware
 from selfrag_core.serve.models import (
     DeleteResponse,
@@ -54,107 +46,18 @@ from selfrag_core.serve.models import (
     ReadyResponse,
     StatsResponse,
 )
-from selfrag_core.serve.readiness import ReadinessProbe
-from selfrag_core.serve.responses import FastJSONResponse, dumps
+from selfrag_core.serve.openai_api import add_openai_routes
+from selfrag_core.serve.responses import FastJSONResponse
+from selfrag_core.serve.service import ApiError, ServiceState, _misconfigured, answer_query
 from selfrag_core.serve.settings import TOKEN_ENV, ServeSettings
 from selfrag_core.strategies.base import Strategy
-from selfrag_core.types import NO_ANSWER_REASONS, Trace
-from selfrag_core.validation import check_verifier, validate_query
+from selfrag_core.validation import check_verifier
 
 logger = logging.getLogger("selfrag.serve")
 
-T = TypeVar("T")
-_Events = asyncio.Queue[tuple[str, dict[str, Any]] | None]  # a query's events, None at its end
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 500, 502, 503, 504)
 }
-
-
-class Reply:
-    """How a query is answered: the service's JSON and server-sent events. The OpenAI
-    routes answer in OpenAI's shapes with a subclass (``serve.openai_api.ChatReply``);
-    ``context`` joins the query's context (a conversation's ``memory``)."""
-
-    context: Mapping[str, Any] = {}
-
-    def json(self, status: int, content: dict[str, Any]) -> Response:
-        return FastJSONResponse(content, status_code=status)
-
-    def events(self, event: str, data: dict[str, Any]) -> Iterable[str]:
-        return (f"event: {event}\ndata: {dumps(data).decode()}\n\n",)
-
-
-SERVICE_REPLY = Reply()
-
-
-class ApiError(Exception):
-    """An error answered with the service's JSON error shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str | None = None,
-        headers: dict[str, str] | None = None,
-        extra: dict[str, Any] | None = None,
-        cause: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.headers = status, message, type_, headers
-        self.extra = extra or {}
-        self.cause = cause  # the type of the error that failed a query (for the metrics)
-
-
-@dataclass
-class ServiceState:
-    """Everything the app uses, kept in ``app.state.service``."""
-
-    rag: Any
-    llm: Any
-    strategies: dict[str, Strategy[Any]]
-    settings: ServeSettings
-    store: DocumentStore
-    counters: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(("served", "rejected", "exceeded", "failed", "abandoned"), 0)
-    )
-    shutting_down: bool = False
-    readiness: ReadinessProbe = field(init=False)
-    metrics: ServiceMetrics | None = field(init=False)
-    admission: Admission = field(init=False)
-
-    def __post_init__(self) -> None:
-        settings = self.settings
-        concurrency = settings.query_concurrency or declared_concurrency(self.llm)
-        self.admission = Admission(
-            settings.max_concurrent_queries,
-            concurrency=concurrency,
-            measured=settings.admission_control,
-            memory_s=max(settings.query_timeout or 60.0, 10.0),
-            retry_after_s=settings.retry_after_s,
-        )
-        self.readiness = ReadinessProbe(self.rag, self.llm, timeout=self.settings.readiness_timeout)
-        self.metrics = ServiceMetrics() if self.settings.metrics else None
-        if self.settings.otel:
-            configure_otlp()  # unless the application set a tracer provider already
-
-    @property
-    def active(self) -> int:
-        """Queries in flight."""
-        return self.admission.active
-
-    async def drain(self) -> None:
-        """Stop taking queries and give those in flight ``shutdown_grace_s`` seconds to finish."""
-        self.shutting_down = True
-        if self.active:
-            logger.info("shutting down: waiting for %d queries in flight", self.active)
-        deadline = time.monotonic() + self.settings.shutdown_grace_s
-        while self.active > 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        if self.active:
-            logger.warning(
-                "shutting down with %d queries still running after shutdown_grace_s=%ss",
-                self.active, self.settings.shutdown_grace_s,
-            )  # fmt: skip
 
 
 def create_app(
@@ -235,8 +138,6 @@ def create_app(
     for name in state.strategies:
         _add_query_routes(app, state, name)
     _add_routes(app, state)
-    from selfrag_core.serve.openai_api import add_openai_routes  # it imports this module
-
     add_openai_routes(app, state)
     return app
 
@@ -255,257 +156,16 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
     async def get_query(request: Request, params: Annotated[QueryParams, Query()]) -> Response:
         options = params.model_dump(exclude={"q"}, exclude_none=True)
         body = QueryRequest.model_validate({"question": params.q, **options})
-        return await _answer(state, name, body, request)
+        return await answer_query(state, name, body, request)
 
     async def post_query(request: Request, body: QueryRequest) -> Response:
-        return await _answer(state, name, body, request)
+        return await answer_query(state, name, body, request)
 
     for method, endpoint in (("GET", get_query), ("POST", post_query)):
         app.add_api_route(
             f"/query/{name}", endpoint, methods=[method], response_model=QueryResponse,
             tags=["query"], summary=f"Ask {kind}", description=about,
         )  # fmt: skip
-
-
-async def _answer(
-    state: ServiceState, name: str, body: QueryRequest, request: Request, reply: Reply = SERVICE_REPLY
-) -> Response:
-    try:
-        return await _run_query(state, name, body, request, reply)
-    except ApiError as e:  # refused before it ran (bad option, busy, shutting down)
-        if state.metrics is not None:
-            state.metrics.query(name, e.status)
-        raise
-
-
-async def _run_query(
-    state: ServiceState, name: str, body: QueryRequest, request: Request, reply: Reply
-) -> Response:
-    started = time.perf_counter()
-    settings = state.settings
-    try:
-        question = validate_query(body.question, name="question", max_chars=settings.max_question_chars)
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, str(e)) from e
-    if body.top_k is not None and body.top_k > settings.max_top_k:
-        raise ApiError(422, f"top_k is {body.top_k}; this server allows at most {settings.max_top_k}")
-    events: _Events = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-
-    def push(event: str, data: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (event, data))
-
-    try:
-        strategy, execution = prepare(state.strategies[name], body, settings)
-    except ConfigurationError as e:
-        raise ApiError(422, str(e)) from e
-    if state.shutting_down:
-        raise ApiError(
-            503,
-            "the server is shutting down; retry (another replica will answer)",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        )
-    await state.store.sync()  # what another worker saved since
-    timeout = execution.query_timeout
-    refusal = state.admission.admit(timeout)
-    if refusal is not None:
-        state.counters["rejected"] += 1
-        raise ApiError(503, refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
-    traces: list[Trace] = []  # the query's trace, kept even when the query raises
-    admitted = time.monotonic()
-    measures = [False]  # whether the query ran to its end: a measure of the service time
-
-    async def query() -> Outcome | ApiError:
-        """The query once it has its turn (``Admission.turn``), within what is left of its
-        timeout; refused with 503 when its wait left too little of it (a late estimate)."""
-        waited = await state.admission.turn()
-        try:
-            run_as = execution
-            if waited and timeout is not None:  # the wait for its turn counts against its timeout
-                left = timeout - (time.monotonic() - admitted)
-                late = _late(state, left)
-                if late is not None:
-                    return late
-                run_as = dataclasses.replace(execution, query_timeout=left)
-            return await _guarded(
-                execute(
-                    strategy, question, body, run_as, settings, push if body.stream else None,
-                    on_trace=traces.append, context=reply.context,
-                )
-            )  # fmt: skip
-        finally:
-            state.admission.done_running()
-
-    def finish(outcome: Outcome | ApiError | BaseException | None) -> tuple[int, dict[str, Any]]:
-        """The reply, and the query counted once in the stats and the metrics."""
-        measures[0] = not (
-            outcome is None
-            or (isinstance(outcome, ApiError) and outcome.status == 503)
-            or (isinstance(outcome, Outcome) and outcome.exceeded == "query_timeout")
-        )
-        if isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
-            status, content, error = 500, error_body(500, INTERNAL_ERROR), type(outcome).__name__
-        elif outcome is None:  # nobody is waiting for the answer
-            state.counters["abandoned"] += 1
-            status, content, error = 499, {}, None
-        elif isinstance(outcome, ApiError):
-            state.counters["rejected" if outcome.status == 503 else "failed"] += 1
-            status, error = outcome.status, outcome.cause
-            content = error_body(status, outcome.message, outcome.type, **outcome.extra)
-        elif outcome.exceeded is not None:
-            state.counters["exceeded"] += 1
-            status, error = 504, outcome.exceeded
-            content = error_body(504, outcome.message(execution), error, trace=outcome.trace.to_dict())
-            if outcome.result is not None:
-                content["result"] = outcome.result.to_dict()
-        else:
-            status, content, error = no_answer_reply(outcome.result.to_dict())
-            state.counters["served" if status == 200 else "failed"] += 1
-        if state.metrics is not None:
-            seconds = time.perf_counter() - started
-            state.metrics.query(name, status, seconds, traces[0] if traces else None, error)
-        if state.settings.otel and traces:
-            emit_spans(traces[0], attributes={"strategy": name, "status": status})
-        return status, content
-
-    if not body.stream:
-        try:
-            outcome = await _unless_disconnected(request, query())
-            status, content = finish(outcome)
-        except Exception as e:  # answered as a 500 by the middleware
-            finish(e)
-            raise
-        finally:
-            state.admission.release(timeout, finished=measures[0])
-        if outcome is None:
-            return Response(status_code=499)
-        response = reply.json(status, content)
-        if isinstance(outcome, ApiError) and outcome.headers:
-            response.headers.update(outcome.headers)
-        return response
-
-    async def produce() -> None:
-        push("start", {"strategy": name, "question": question})
-        try:
-            try:
-                status, content = finish(await query())
-            except Exception as e:  # headers are sent: the error goes in the stream
-                logger.error("streamed query failed: %s: %s", type(e).__name__, e, exc_info=e)
-                status, content = finish(e)
-            push("result" if status == 200 else "error", content)
-        finally:
-            loop.call_soon_threadsafe(events.put_nowait, None)
-
-    task = asyncio.create_task(produce())
-    # even if cancelled before it ran
-    task.add_done_callback(lambda _: state.admission.release(timeout, finished=measures[0]))
-    return StreamingResponse(
-        _sse(events, task, reply),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-def _late(state: ServiceState, left: float) -> ApiError | None:
-    """The 503 of a query whose wait for its turn left less of its timeout than a query
-    takes (the service time grew while it waited), or None: it runs."""
-    admission = state.admission
-    per = admission.service_s() if admission.measured else None
-    if per is None and left > 0:
-        return None
-    needs = 0.0 if per is None else per * min(admission.concurrency, max(1, admission.running))
-    if left > needs:
-        return None
-    per = per or 0.0
-    retry = max(1, state.settings.retry_after_s, math.ceil(admission.active * per))
-    return ApiError(
-        503,
-        f"the query waited its turn until {max(left, 0):.2g}s of its timeout were left, less than the "
-        f"about {needs:.2g}s a query takes here; retry in {retry}s",
-        headers={"Retry-After": str(retry)},
-        extra={"retry_after_s": retry},
-    )
-
-
-#: the reasons for no answer (``Result.no_answer``) that are an upstream failure, answered
-#: as a 502 with the result: the LLM or the backend failed (a timeout or a used-up budget is
-#: a 504 already); the other reasons (no documents, unusable replies) are a 200 whose
-#: ``no_answer`` says why
-UPSTREAM_NO_ANSWERS = frozenset({"generation_failed", "retrieval_failed"})
-
-
-def no_answer_reply(result: dict[str, Any]) -> tuple[int, dict[str, Any], str | None]:
-    """A finished result's status, body and error: 200 and the result, or, when the LLM
-    or the backend failed so that there is no answer, 502 with the error type
-    ``no_answer``, ``no_answer`` (the reason) and the whole ``result`` (its fallback answer
-    and trace)."""
-    reason = result.get("no_answer")
-    if reason not in UPSTREAM_NO_ANSWERS:
-        return 200, result, None
-    message = f"no answer: {NO_ANSWER_REASONS[reason]}; the trace says what failed"
-    body = error_body(502, message, "no_answer", no_answer=reason, trace=result.get("trace"), result=result)
-    return 502, body, reason
-
-
-async def _unless_disconnected(request: Request, query: Awaitable[T]) -> T | None:
-    """``query``'s value, or None once the client has gone away (the query is then
-    cancelled). The body is read already, so the next message is the disconnect."""
-    task = asyncio.ensure_future(query)
-
-    async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        task.cancel()
-        logger.info("client went away; query cancelled")
-
-    watcher = asyncio.create_task(watch())
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if watcher.done() and not watcher.cancelled():
-            return None  # cancelled by the watcher, not by the server
-        raise
-    finally:
-        watcher.cancel()
-
-
-async def _guarded(query: Awaitable[Outcome]) -> Outcome | ApiError:
-    """The outcome, or the error a failed query is answered with (never a stack trace)."""
-    try:
-        return await query
-    except ConfigurationError as e:
-        return _misconfigured(e)
-    except RAGSystemError as e:
-        logger.warning("query failed: %s: %s", type(e).__name__, e)
-        report = e.report if isinstance(e, StrategyError) else None
-        extra = {"trace": report.trace.to_dict()} if report is not None else {}
-        return ApiError(502, f"{type(e).__name__}: {e}", extra=extra, cause=type(e).__name__)
-
-
-def _misconfigured(e: ConfigurationError) -> ApiError:
-    """A ConfigurationError escaping a request (the server's setup is at fault): its message,
-    for the operator, goes to the client with its own error type and to the log once."""
-    logger.error("the server is misconfigured: %s", e, exc_info=e)
-    component = e.component
-    return ApiError(
-        500,
-        f"{type(e).__name__}: {e}",
-        CONFIGURATION_ERROR,
-        extra={"component": component} if component else {},
-        cause=type(e).__name__,
-    )
-
-
-async def _sse(events: _Events, task: asyncio.Task[None], reply: Reply) -> AsyncIterator[str]:
-    """Server-sent events until the query ends; a client going away cancels the query."""
-    try:
-        while (item := await events.get()) is not None:
-            for text in reply.events(*item):
-                yield text
-    finally:
-        if not task.done():
-            task.cancel()
-            logger.info("client went away mid-stream; query cancelled")
 
 
 def _add_routes(app: FastAPI, state: ServiceState) -> None:

@@ -3,8 +3,9 @@
 
 Each strategy is a model, ``selfrag-<name>`` (the bare name is accepted too). A chat
 completion is a query of that strategy run exactly as ``/query/{name}`` runs it (the same
-token, limits, admission control, metrics and execution: :func:`serve.app._answer`); only
-the shapes differ, and this module makes them OpenAI's:
+token, limits, admission control, metrics and execution:
+:func:`serve.service.answer_query`); only the shapes differ, and this module makes them
+OpenAI's:
 
 - the question is the last message (the user's); earlier user/assistant pairs are the
   conversation, given as ``memory`` to the strategies that take one (``SelfHealingRAG``)
@@ -43,9 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from selfrag_core.memory import ConversationMemory
-from selfrag_core.serve.app import ApiError, Reply, ServiceState, _answer
 from selfrag_core.serve.models import OPTIONS, OPTIONS_ACCEPTED, QueryRequest
 from selfrag_core.serve.responses import FastJSONResponse, dumps
+from selfrag_core.serve.service import ApiError, Reply, ServiceState, answer_query
 
 PREFIX = "selfrag-"
 DONE = "data: [DONE]\n\n"
@@ -338,4 +339,4 @@ def add_openai_routes(app: FastAPI, state: ServiceState) -> None:
             memory = ConversationMemory()
             for question, answer in turns:
                 memory.add(question, answer)
-        return await _answer(state, name, query, request, ChatReply(body, name, memory, live))
+        return await answer_query(state, name, query, request, ChatReply(body, name, memory, live))

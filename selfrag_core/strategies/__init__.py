@@ -1,5 +1,7 @@
 """The strategies, each one plan run by the shared engine."""
 
+# the built-in strategies by name (it imports each), which the results' summaries read
+from selfrag_core.strategies import registry as registry
 from selfrag_core.strategies.adaptive import AdaptiveRAG
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG

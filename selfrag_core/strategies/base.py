@@ -25,7 +25,6 @@ from selfrag_core.grounding import (
     clean_answer,
     degenerate_reason,
     is_instruction,
-    is_refusal,
     question_coverage,
 )
 from selfrag_core.llm import LLMReply
@@ -33,12 +32,16 @@ from selfrag_core.prompts import Prompts, detect_language, document_blocks, with
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
-from selfrag_core.runner import StreamEvent, arun_query, astream_query, run_query, stream_query
+from selfrag_core.runner import StreamEvent, arun_query, astream_query, finish_trace, run_query, stream_query
 from selfrag_core.signals.features import relevance_features
 from selfrag_core.signals.fitted import shipped
 from selfrag_core.signals.rules import AnswerRule
 from selfrag_core.signals.text import split_sentences
-from selfrag_core.types import Result, RetrievedDoc, Trace
+
+# the placeholder answers, importable here as before
+from selfrag_core.types import GENERATION_FAILED_ANSWER as GENERATION_FAILED_ANSWER
+from selfrag_core.types import NOT_ENOUGH_ANSWER as NOT_ENOUGH_ANSWER
+from selfrag_core.types import RetrievedDoc
 from selfrag_core.validation import validate_context, validate_query
 from selfrag_core.verify import verify_answer
 
@@ -49,12 +52,6 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 T = TypeVar("T")
 S = TypeVar("S", bound="Strategy[Any]")
-
-
-#: the answer when no acceptable answer could be generated (as in the reference specification)
-GENERATION_FAILED_ANSWER = "error in generating answer"
-#: the answer when retrieval finds nothing (as in the reference specification)
-NOT_ENOUGH_ANSWER = "There is not enough information."
 
 
 def format_context(docs: list[RetrievedDoc], limit: int | None = None, max_chars: int | None = None) -> str:
@@ -302,40 +299,6 @@ def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc
     return (yield from checked_answer(reply.strip(), query, docs, strategy.rules))
 
 
-def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -> str | None:
-    """Why ``answer`` is no answer (a key of :data:`~selfrag_core.types.NO_ANSWER_REASONS`),
-    or None when it is one: it is empty or a placeholder (:data:`GENERATION_FAILED_ANSWER`,
-    a strategy's "not enough information" answer), and the trace says why: the query's
-    time or LLM-call budget ran out, the LLM or the backend failed, every reply was
-    unusable, or no document was found (or those found do not hold the answer)."""
-    text = answer.strip()
-    if text and text != GENERATION_FAILED_ANSWER and text not in _no_information_answers():
-        return None
-    errors = [e.error or "" for e in trace.events]
-    reasons = [str(e.detail.get("reason", "")) for e in trace.fallbacks]
-    timed_out = any(e.startswith(("QueryTimeoutError", "LLMTimeoutError")) for e in errors)
-    if timed_out or "query_timeout" in reasons:
-        return "timeout"
-    if any(e.startswith("BudgetExceededError") for e in errors):
-        return "budget_exceeded"
-    if any(e.kind == "llm" and e.error for e in trace.events):
-        return "generation_failed"
-    if any(e.kind == "retrieval" and e.error for e in trace.events):
-        return "retrieval_failed"
-    if text == GENERATION_FAILED_ANSWER:
-        rejected = any(e.name == "answer_rejected" for e in trace.fallbacks)
-        return "unusable_answer" if rejected else "generation_failed"
-    return "not_in_documents" if documents else "no_documents"
-
-
-def _no_information_answers() -> frozenset[str]:
-    """The strategies' answers when nothing could be found to answer from."""
-    from selfrag_core.strategies.hyde import INSUFFICIENT_ANSWER
-    from selfrag_core.strategies.self_healing import NO_CONTEXT_ANSWER
-
-    return frozenset({NOT_ENOUGH_ANSWER, INSUFFICIENT_ANSWER, NO_CONTEXT_ANSWER})
-
-
 class Strategy(Generic[R]):
     """Base of every strategy: one plan, run by the engine sync, async or streamed.
 
@@ -454,37 +417,10 @@ class Strategy(Generic[R]):
 
     def finish(self, result: R, run: Run) -> R:
         """The last step of every run: the result gets the run's trace and wall time, and
-        its citations checked by the strategy's :attr:`verifier`. Subclasses extend it
-        (SelfHealingRAG fills each attempt's usage)."""
-        return Strategy.finish_trace(result, run, verifier=self.verifier)
-
-    @staticmethod
-    def finish_trace(result: T, run: Run, *, verifier: Verifier | None = None) -> T:
-        """The result (a :class:`~selfrag_core.types.Result`) gets the run's trace and wall
-        time, why it holds no answer (``no_answer``, :func:`no_answer_reason`, unless its
-        plan said), and the citations of its answer (:func:`~selfrag_core.citations.cite`
-        with ``verifier``, None for the default, unless its plan computed them on the way;
-        none for a refusal or a fallback). Past
-        the query's deadline they are not computed: a ``citations_skipped`` note holds the
-        QueryTimeoutError. Another object is returned as it is."""
-        if isinstance(result, Result):
-            result.trace = run.trace
-            if result.no_answer is None:
-                result.no_answer = no_answer_reason(result.answer, result.documents, run.trace)
-            answer = result.answer
-            usable = answer.strip() != GENERATION_FAILED_ANSWER and not is_refusal(answer)
-            if not usable:
-                result.citations = []
-            elif not result.citations:
-                try:
-                    Deadline("the citations").check(run)
-                    result.citations = cite(answer, result.documents, verifier=verifier, question=run.query)
-                except QueryTimeoutError as e:
-                    run.record_note(
-                        Note("citations_skipped", f"{type(e).__name__}: {e}", {"then": "no citations"})
-                    )
-        run.trace.wall_s = run.trace.elapsed()
-        return result
+        its citations checked by the strategy's :attr:`verifier`
+        (:func:`~selfrag_core.runner.finish_trace`). Subclasses extend it (SelfHealingRAG
+        fills each attempt's usage)."""
+        return finish_trace(result, run, verifier=self.verifier, citing=cite)
 
     def add_document(self, text: str, metadata: dict[str, Any] | None = None) -> Any:
         """Pass-through to the backend's ``add_document`` (metadata defaults to {})."""

@@ -44,11 +44,10 @@ from selfrag_core.strategies.base import (
     grounded_answer,
     retrieval_options,
 )
+from selfrag_core.types import INSUFFICIENT_ANSWER as INSUFFICIENT_ANSWER  # its no-document answer
 from selfrag_core.types import HyDEResult, RetrievedDoc, ScoreKind
 from selfrag_core.validation import check_int, validate_context, validate_query
 
-#: the answer when no document could be retrieved (as in the reference specification)
-INSUFFICIENT_ANSWER = "There is insufficient information."
 #: hypothetical documents shorter than this (characters) are discarded
 MIN_DOC_CHARS = 40
 #: documents of the fused ranking that go into the answer prompt

@@ -35,6 +35,7 @@ from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
+from selfrag_core.types import name_strategies_by
 
 Sized = Callable[[str], Strategy[Any]]
 Options = Mapping[str, Any]
@@ -109,3 +110,6 @@ BUILT_IN: dict[str, BuiltIn] = {
     ),
     "drafts": BuiltIn(DraftsRAG, DraftsRAGConfig, "plain, and drafts over single documents in one round"),
 }
+
+# the summaries name a SelfHealingRAG attempt's strategy by this table
+name_strategies_by(name_of)

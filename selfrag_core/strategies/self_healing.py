@@ -44,6 +44,7 @@ from selfrag_core.memory import ConversationMemory
 from selfrag_core.metrics import FaithfulnessMetric, check_metric, metric_plan
 from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
+from selfrag_core.runner import finish_trace
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     Strategy,
@@ -52,14 +53,19 @@ from selfrag_core.strategies.base import (
     context_text,
     format_context,
 )
-from selfrag_core.types import Citation, HealingAttempt, RetrievedDoc, SelfHealingReport, Trace
+from selfrag_core.types import (
+    NO_CONTEXT_ANSWER,
+    Citation,
+    HealingAttempt,
+    RetrievedDoc,
+    SelfHealingReport,
+    Trace,
+)
 
 if TYPE_CHECKING:
     from selfrag_core.verify import Verifier
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "NO_CONTEXT_ANSWER", "SelfHealingRAG", "evidence"]
-#: the answer of an attempt whose retrieval found nothing (no LLM call is made)
-NO_CONTEXT_ANSWER = "The context does not contain the answer."
 _ATTEMPT = "attempt"  # trace marker kind that opens each attempt
 
 
@@ -215,7 +221,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         """The trace, the citations checked against the claims the metric judged for the
         chosen attempt (no extra call), each attempt's calls, tokens and latency, the
         tracer, ``last_report``."""
-        report = Strategy.finish_trace(result, run, verifier=self.verifier)
+        report = finish_trace(result, run, verifier=self.verifier, citing=cite)
         chosen = _chosen(report.attempt_details, report.threshold)
         if chosen is not None and chosen.claims and chosen.answer == report.answer:
             report.citations = check_with_claims(report.citations, chosen.claims)
