@@ -232,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the bootstrap (default 0)")
     p.add_argument("--concurrency", type=int, default=2, help="questions answered at once (default 2)")
     p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="answer the questions on Ray actors: a local cluster, or the one at ADDRESS (auto, "
+             "ray://HOST:10001); each actor builds the contenders once; this process writes the results "
+             "and the cache (pip install 'selfrag[ray]')",
+    )  # fmt: skip
+    p.add_argument(
+        "--ray-workers", type=int, metavar="N",
+        help="with --ray: the actors (default: the cluster's CPUs over --threads, one CPU each by default)",
+    )  # fmt: skip
+    p.add_argument(
         "--out", metavar="DIR", help="results.jsonl, summary.json, report.html (default eval-results/NAME)"
     )
     p.add_argument(
