@@ -64,6 +64,9 @@ def test_without_ray_the_flag_is_one_line_naming_the_extra(
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pip install 'selfrag[ray]'" in err
+    assert main(["index", str(corpus), "--index", str(tmp_path / "i"), "--ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install 'selfrag[ray]'" in err
 
 
 def test_a_missing_ray_is_skipped_unless_required(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,8 +82,14 @@ def test_a_missing_ray_is_skipped_unless_required(monkeypatch: pytest.MonkeyPatc
 def test_nothing_in_the_core_imports_ray_at_module_level() -> None:
     import subprocess
 
-    code = (
-        "import sys, selfrag_core, selfrag_core.cli, selfrag_core.evaluation.ray; print('ray' in sys.modules)"
+    code = (  # every module of the core that imports here (an optional extra missing skips one)
+        "import importlib, pkgutil, sys, selfrag_core\n"
+        "for m in pkgutil.walk_packages(selfrag_core.__path__, 'selfrag_core.'):\n"
+        "    if m.name.endswith('__main__'): continue\n"
+        "    try: importlib.import_module(m.name)\n"
+        "    except ImportError: pass\n"
+        "assert {'selfrag_core.evaluation.ray', 'selfrag_core.cli.ray_index'} <= set(sys.modules)\n"
+        "print('ray' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
@@ -203,3 +212,41 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(cluster: Any, tmp_
     assert marker.exists() and executor.restarts >= 1  # a worker died, its question(s) queued again
     assert results(tmp_path / "ray") == results(tmp_path / "local")  # each question once, all there
     assert all(r is not None for r in ray_report.results) and len(local.results) == len(PLACES)
+
+
+def write_files(folder: Path) -> Path:
+    folder.mkdir()
+    for i in range(40):
+        text = (
+            f"Document {i} is about topic{i % 7}: the animal{i} lives in Place{i}. "
+            f"It calls parse_item_{i} and crosses the river Nile{i % 3}.\n\n"
+            + "More words here. "
+            * (i % 5)
+            * 20
+        )
+        (folder / f"d{i}.md").write_text(text, encoding="utf-8")
+    (folder / "empty.md").write_text("", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.slow
+def test_index_on_ray_searches_as_the_local_index(cluster: Any, tmp_path: Path, capsys: Any) -> None:
+    from selfrag_core.presets import open_index
+
+    docs = write_files(tmp_path / "docs")
+    common = ["index", str(docs), "--embedder", "hashing", "--chunk-size", "300", "--plain"]
+    assert main([*common, "--index", str(tmp_path / "local")]) == 0
+    local_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main([*common, "--index", str(tmp_path / "ray"), "--ray", "--ray-workers", "2"]) == 0
+    ray_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert ray_line.replace(str(tmp_path / "ray"), "X") == local_line.replace(str(tmp_path / "local"), "X")
+    local = open_index(tmp_path / "local", create=False)
+    ray = open_index(tmp_path / "ray", create=False)
+    assert ray.count() == local.count() > 40 and ray.sources() == local.sources()
+    for query in ("animal7 Place7", "topic3 river", "parse_item_12", "Nile2 animal", "more words"):
+        found = [[(d.id, round(d.score, 6), d.text) for d in rag.retrieve(query, 8)] for rag in (local, ray)]
+        assert found[0] == found[1], query
+    # again: every file unchanged, nothing embedded or added twice
+    assert main([*common, "--index", str(tmp_path / "ray"), "--ray"]) == 0
+    assert ", 0 new chunk(s)" in capsys.readouterr().out
+    assert open_index(tmp_path / "ray", create=False).count() == local.count()

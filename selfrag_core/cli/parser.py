@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-removed", action="store_true",
         help="keep the chunks of files gone from the folders indexed (default: they leave the index)",
     )  # fmt: skip
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="read, chunk and embed on Ray (a Ray Data pipeline): a local cluster, or the one at ADDRESS; "
+             "this process writes the index (pip install 'selfrag[ray]')",
+    )  # fmt: skip
+    p.add_argument(
+        "--ray-workers", type=int, metavar="N", help="with --ray: the embedder actors (default: the CPUs)"
+    )
     p.set_defaults(func=cmd_index)
     p = sub.add_parser(
         "delete", parents=[common, backend_opt],

@@ -16,6 +16,7 @@ the extra (``pip install 'selfrag[ray]'``).
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections import deque
@@ -128,7 +129,8 @@ class RayExecutor:
         ray = require_ray()
         started = not ray.is_initialized()
         if started:
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False, **self.init)
+            options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+            ray.init(address=self.address, **{**options, **self.init})
         actors: list[Any] = []
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))
