@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -110,6 +111,7 @@ class RayExecutor:
         self.parts, self.address, self.workers = parts, address, workers
         self.cpus_per_worker, self.in_flight, self.init = cpus_per_worker, max(1, in_flight), init or {}
         self.restarts = 0  # questions queued again after their worker died, in the last run
+        self.startup_s = 0.0  # the last run's wait for its actors to build their contenders
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -141,6 +143,9 @@ class RayExecutor:
             )
             shared = ray.put(replies)
             actors = [worker.remote(job, self.parts, shared) for _ in range(min(count, len(questions)))]
+            begun = time.perf_counter()
+            ray.get([actor.pid.remote() for actor in actors])  # each built its contenders
+            self.startup_s = time.perf_counter() - begun
             self._dispatch(ray, actors, questions, finished)
         finally:
             for actor in actors:
