@@ -41,6 +41,7 @@ _PARAM_ATTRIBUTES = (
     "temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "num_predict", "seed", "stop", "n_ctx",
 )  # fmt: skip
 _BUSY_TIMEOUT_S = 30.0
+_INSERT = "INSERT OR IGNORE INTO llm_replies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_replies (
@@ -329,7 +330,7 @@ class CachedLLM:
         schema_json = None if schema is None else _canonical(dict(schema))
         row = (key, self.model_id, _canonical(self.params), prompt, schema_json)
         _, stored = self._execute(
-            "INSERT OR IGNORE INTO llm_replies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _INSERT,
             (*row, output.text, output.input_tokens, output.output_tokens, time.time()),
         )
         if stored:
@@ -343,6 +344,25 @@ class CachedLLM:
         """Replies recorded in the file (for every model)."""
         rows, _ = self._execute("SELECT COUNT(*) FROM llm_replies")
         return int(rows[0][0])
+
+    def recorded_after(self, rowid: int = 0) -> tuple[list[tuple[Any, ...]], int]:
+        """The replies recorded in the file after row ``rowid`` (every model's, as rows
+        :meth:`add_recorded` takes), and the last row's id (``rowid`` when none is new).
+        A worker of a distributed evaluation sends these to the one process that writes
+        the run's cache file."""
+        rows, _ = self._execute("SELECT rowid, * FROM llm_replies WHERE rowid > ? ORDER BY rowid", (rowid,))
+        return [tuple(row[1:]) for row in rows], (rows[-1][0] if rows else rowid)
+
+    def add_recorded(self, rows: Sequence[tuple[Any, ...]]) -> int:
+        """Record ``rows`` (from :meth:`recorded_after`) in this file, each key once (a key
+        recorded already keeps its reply); the rows added."""
+        added = 0
+        for row in rows:
+            _, stored = self._execute(
+                "INSERT OR IGNORE INTO llm_replies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row
+            )
+            added += max(stored, 0)
+        return added
 
     def close(self) -> None:
         """Close the file (the object cannot answer afterwards)."""

@@ -38,6 +38,16 @@ from selfrag_core.strategies.registry import BUILT_IN
 
 def cmd_index(args: argparse.Namespace) -> int:
     spec = _external_backend(args)
+    if args.ray is not None:
+        from selfrag_core.evaluation.ray import require_ray
+
+        require_ray()  # a one-line error naming the extra, before anything is read
+        if spec is not None:
+            raise CLIError(
+                "--ray indexes into the embedded index (--index DIR); a --backend server embeds itself"
+            )
+    elif args.ray_workers is not None:
+        raise CLIError("--ray-workers is for --ray")
     gathered = gather(args.paths)  # missing paths fail before the index is opened
     if spec is None:
         directory = _index_dir(args)
@@ -52,10 +62,19 @@ def cmd_index(args: argparse.Namespace) -> int:
     upgraded = spec is None and callable(upgrade) and bool(upgrade())
     if upgraded:
         progress.say("the BM25 index, saved by an older selfrag, was rebuilt: identifiers are searchable")
-    done = index_paths(
-        rag, gathered, progress, encoding=args.encoding, verbose=args.verbose,
-        changed=any(dropped.values()) or upgraded,
-    )  # fmt: skip
+    changed = any(dropped.values()) or upgraded
+    if args.ray is not None:
+        from selfrag_core.cli.ray_index import index_on_ray
+
+        address = None if args.ray == "local" else args.ray
+        done = index_on_ray(
+            rag, gathered, progress, address=address, workers=args.ray_workers, encoding=args.encoding,
+            verbose=args.verbose, changed=changed,
+        )  # fmt: skip
+    else:
+        done = index_paths(
+            rag, gathered, progress, encoding=args.encoding, verbose=args.verbose, changed=changed
+        )
     more = "" if args.verbose else " (-v lists them)"
     skips = f"; {done.skipped} file(s) skipped{more}" if done.skipped else ""
     removed = _removed_note(gone, dropped) + _emptied_note(done.emptied)

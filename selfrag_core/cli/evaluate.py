@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, data.sample(limit, args.seed), names, rag, index)
     progress = Progress(args.plain)
+    scratch = _ray_scratch(args, spec)
+    if scratch is not None:  # the index built here, opened by each worker
+        index = str(Path(scratch.name) / "index")
+    executor = None if args.ray is None else _ray_executor(args, index)
     llm = _llm(args)
     settings = EvalSettings(
         k=args.k, top_k=args.top_k, preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
@@ -69,10 +75,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
     )  # fmt: skip
     # the steps as they go: opening or indexing the corpus (documents), then the questions
-    report = evaluate(
-        data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, judge=llm if args.judge else None,
-        steps=progress, settings=settings,
-    )  # fmt: skip
+    try:
+        report = evaluate(
+            data, names, llm=llm, rag=rag, corpus=args.corpus, index=index, judge=llm if args.judge else None,
+            steps=progress, settings=settings, executor=executor,
+        )  # fmt: skip
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
     print(report.table())
     if report.cache is not None:
         hits, misses = report.cache["hits"], report.cache["misses"]
@@ -90,6 +100,49 @@ def cmd_eval(args: argparse.Namespace) -> int:
     comparisons = compare_runs(report, baseline, seed=args.seed)
     print(f"\n{gate_report(comparisons)}")
     return 1 if regressions(comparisons) else 0
+
+
+def _ray_scratch(args: argparse.Namespace, spec: str | None) -> Any:
+    """With ``--ray`` and neither ``--index`` nor ``--backend``: a temporary directory for
+    the corpus's index, built here and opened by each worker (else None). Without Ray
+    installed, a one-line error naming the extra."""
+    if args.ray is None:
+        if args.ray_workers is not None:
+            raise CLIError("--ray-workers is for --ray: the local run answers on --concurrency threads")
+        return None
+    from selfrag_core.evaluation.ray import require_ray
+
+    require_ray()  # before anything is loaded
+    if spec is not None or args.index is not None:
+        return None
+    return tempfile.TemporaryDirectory(prefix="selfrag-ray-")
+
+
+def _ray_executor(args: argparse.Namespace, index: str | None) -> Any:
+    """``--ray [ADDRESS]``: the questions on Ray actors, each ``--threads`` CPUs (1 by default)."""
+    from selfrag_core.evaluation.ray import RayExecutor
+
+    address = None if args.ray == "local" else args.ray
+    cpus = args.threads or 1  # each actor's num_cpus: its local model's threads
+    parts = functools.partial(ray_parts, args, index)
+    return RayExecutor(parts, address=address, workers=args.ray_workers, cpus_per_worker=cpus)
+
+
+def ray_parts(args: argparse.Namespace, index: str | None) -> tuple[Any, Any, Any]:
+    """A Ray worker's LLM, backend and judge, built as ``selfrag eval`` builds them (the
+    local model with ``--threads`` threads, one by default: the actor's CPUs)."""
+    from selfrag_core.presets import open_index
+
+    options = argparse.Namespace(**{**vars(args), "threads": args.threads or 1})
+    llm = _llm(options)
+    spec = _external_backend(options)
+    if spec is not None:
+        rag = _open_external(options, spec)
+    elif index is not None:
+        rag = open_index(Path(index), create=False)
+    else:
+        raise CLIError("a Ray worker has no index to open: give --index DIR on a file system every node sees")
+    return llm, rag, llm if args.judge else None
 
 
 def _dry_run(args: argparse.Namespace, data: Any, names: list[str], rag: Any, index: str | None) -> int:

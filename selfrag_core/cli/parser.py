@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-removed", action="store_true",
         help="keep the chunks of files gone from the folders indexed (default: they leave the index)",
     )  # fmt: skip
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="read, chunk and embed on Ray (a Ray Data pipeline): a local cluster, or the one at ADDRESS; "
+             "this process writes the index (pip install 'selfrag[ray]')",
+    )  # fmt: skip
+    p.add_argument(
+        "--ray-workers", type=int, metavar="N", help="with --ray: the embedder actors (default: the CPUs)"
+    )
     p.set_defaults(func=cmd_index)
     p = sub.add_parser(
         "delete", parents=[common, backend_opt],
@@ -231,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the bootstrap (default 0)")
     p.add_argument("--concurrency", type=int, default=2, help="questions answered at once (default 2)")
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="answer the questions on Ray actors: a local cluster, or the one at ADDRESS (auto, "
+             "ray://HOST:10001); each actor builds the contenders once; this process writes the results "
+             "and the cache (pip install 'selfrag[ray]')",
+    )  # fmt: skip
+    p.add_argument(
+        "--ray-workers", type=int, metavar="N",
+        help="with --ray: the actors (default: the cluster's CPUs over --threads, one CPU each by default)",
+    )  # fmt: skip
     p.add_argument(
         "--out", metavar="DIR", help="results.jsonl, summary.json, report.html (default eval-results/NAME)"
     )

@@ -15,9 +15,9 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from selfrag_core.citations import cite, supported_share, without_markers
 from selfrag_core.config import config_from
@@ -118,6 +118,7 @@ def evaluate(
     progress: Progress | None = None,
     steps: Steps | None = None,
     settings: EvalSettings | Mapping[str, Any] | None = None,
+    executor: QuestionExecutor | None = None,
     **deprecated: Any,
 ) -> EvalReport:
     """Run every contender on every question and compare each with the baseline.
@@ -157,6 +158,12 @@ def evaluate(
     ``EvalSettings.extra``), and one that differs from a field the ``settings`` given set
     is a ConfigurationError. The parameter kept its name because the report's
     ``settings`` are what it holds.
+
+    ``executor`` answers the questions elsewhere (:class:`QuestionExecutor`; Ray's:
+    :class:`selfrag_core.evaluation.ray.RayExecutor`): each of its workers builds the
+    contenders once, from the same settings, and sends back each question's records and
+    the LLM calls it recorded; this process alone writes ``results.jsonl``, the report and
+    the cache. None: threads here, ``concurrency`` questions at a time.
     """
     settings, given = _old_keywords(settings, deprecated)
     settings = config_from(
@@ -171,46 +178,27 @@ def evaluate(
         strict=True,
     )
     baseline, k, concurrency = settings.baseline, settings.k, settings.concurrency
-    cache, replay, shared_replies = settings.cache, settings.replay, settings.shared_replies
+    cache, shared_replies = settings.cache, settings.shared_replies
     data = _questions(questions).sample(settings.limit, settings.seed)
     problems = list(data.problems)
     names = list(contenders)
     if baseline not in names:
         raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
-    cached: dict[str, CachedLLM] = {}  # by contender name
     scratch: tempfile.TemporaryDirectory[str] | None = None
     store = cache
-
-    def recorded(model: Any, namespace: str, fallbacks: tuple[str, ...] = ()) -> CachedLLM | None:
-        """``model`` recording its replies under ``namespace``; None without a cache file,
-        or when ``model`` is None or records already."""
-        if store is None or model is None or isinstance(model, CachedLLM):
-            return None
-        return _Replies(model, Path(store), replay=replay, namespace=namespace, fallback_namespaces=fallbacks)
-
-    def contender_llm(name: str) -> Any:  # shared: one reply a prompt, for every contender
-        wrapped = recorded(llm, SHARED_NAMESPACE, (baseline, name)) if shared_replies else recorded(llm, name)
-        if wrapped is None:
-            return llm
-        cached[name] = wrapped
-        return wrapped
-
     needs_backend = not isinstance(contenders, Mapping) or any(
         isinstance(v, str) for v in contenders.values()
     )
     if rag is None and needs_backend:
         rag = _backend(data, corpus, index, settings.embed, problems, steps)
     verifier = settings.verifier
-    options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset, verifier=verifier)
     if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
         scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
         store = Path(scratch.name) / "replies.sqlite"
-    built = _contenders(contenders, rag, contender_llm, options)
+    prepared = prepare(contenders, llm, rag, judge, settings, None if store is None else Path(store))
+    built, cached, judged = prepared.contenders, prepared.cached, prepared.judged
     ranking = ranks_only(data, settings.retrieval_only)
     metrics = _metrics(data, k, judge is not None, ranking, problems)
-    judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
-    faithfulness = None if judge is None else FaithfulnessMetric(judge if judged is None else judged)
-    scorer = _Scorer(k, faithfulness, verifier)
     run_settings = {
         "k": k,
         "top_k": settings.top_k,
@@ -219,11 +207,13 @@ def evaluate(
         "limit": settings.limit,
         "seed": settings.seed,
         "concurrency": concurrency,
-        "replay": replay,
+        "replay": settings.replay,
         "shared_replies": shared_replies,
         "verifier": "LexicalVerifier" if verifier is None else type(verifier).__name__,
         **settings.extra,
     }
+    if executor is not None:
+        run_settings["executor"] = executor.describe()
     report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
     report.problems = problems
     output = settings.output
@@ -233,12 +223,25 @@ def evaluate(
     try:
         with step(steps, "eval", len(data.questions), "questions") as advance:
 
-            def finished(done: int, total: int, question: str) -> None:
-                advance(1, one_line(question, 60))
+            def finished(one: Finished) -> None:  # in this thread: the report, the file, the cache
+                if report.results[one.index] is not None:
+                    return  # recorded once, whichever worker answered it
+                question = data.questions[one.index]
+                absorb(prepared, one)
+                report.results[one.index] = one.results
+                sink.write({"id": question.id, "question": question.question, "results": one.results})
+                done = sum(r is not None for r in report.results)
+                advance(1, one_line(question.question, 60))
                 if progress is not None:
-                    progress(done, total, question)
+                    progress(done, len(data.questions), question.question)
 
-            _run(data.questions, built, ranking, k, scorer, report, sink, concurrency, finished)
+            if executor is None:
+                _run(data.questions, lambda q: answer(prepared, q, ranking, k), concurrency, finished)
+            else:
+                job = WorkerJob(
+                    contenders, replace(settings, output=None), ranking, judge is not None, store is not None
+                )
+                executor.run(job, data.questions, prepared.recorded_after(0)[0], finished)
     except KeyboardInterrupt:
         report.interrupted = True  # what finished is kept: in results.jsonl and the report
         raise
@@ -282,6 +285,125 @@ def _old_keywords(
     if isinstance(settings, Mapping):
         return None, {**keywords, "settings": settings}
     return settings, dict(keywords)
+
+
+# ----------------------------------------------------------------------------- where questions run
+
+
+@dataclass
+class Finished:
+    """One question answered: its index in the run, every contender's record, and where a
+    worker answered it, the replies it recorded meanwhile (rows of
+    :meth:`CachedLLM.recorded_after <selfrag_core.replay.CachedLLM.recorded_after>`) and
+    its cache counters' increments (``(contender name, or None for the judge, hits,
+    misses, borrowed)``)."""
+
+    index: int
+    results: dict[str, dict[str, Any]]
+    recorded: list[tuple[Any, ...]] = field(default_factory=list)
+    counts: list[tuple[str | None, int, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a worker needs to answer questions as this run does: the contenders (names, or
+    picklable objects), the settings (no output), whether the run ranks only, whether a
+    judge scores, whether replies are recorded (a cache file, or shared replies)."""
+
+    contenders: Sequence[str] | Mapping[str, Any]
+    settings: EvalSettings
+    ranking: bool
+    judged: bool
+    records: bool
+
+
+class QuestionExecutor(Protocol):
+    """Answers an evaluation's questions somewhere else than this process's threads."""
+
+    def describe(self) -> dict[str, Any]:
+        """What the report's settings say of it (``summary.json``)."""
+        ...
+
+    def run(
+        self,
+        job: WorkerJob,
+        questions: Sequence[EvalQuestion],
+        replies: list[tuple[Any, ...]],
+        finished: Callable[[Finished], None],
+    ) -> None:
+        """Every question answered once, ``finished`` called in this thread as each is
+        (``replies``: the cache's recorded replies, which the workers answer from)."""
+        ...
+
+
+@dataclass
+class Prepared:
+    """The contenders of a run, built once (in this process, or in each worker), with the
+    recording wrappers of their LLM (by contender name) and of the judge."""
+
+    contenders: list[Contender]
+    cached: dict[str, CachedLLM]
+    judged: CachedLLM | None
+    scorer: _Scorer
+
+    def counts(self) -> list[tuple[str | None, int, int, int]]:
+        pairs = [*self.cached.items(), *([] if self.judged is None else [(None, self.judged)])]
+        return [(name, c.hits, c.misses, c.borrowed) for name, c in pairs]
+
+    def recorded_after(self, rowid: int) -> tuple[list[tuple[Any, ...]], int]:
+        """The cache file's replies recorded after row ``rowid`` (none without a file)."""
+        handle = next(iter([*self.cached.values(), self.judged]), None)
+        return ([], rowid) if handle is None else handle.recorded_after(rowid)
+
+
+def prepare(
+    contenders: Sequence[str] | Mapping[str, Any],
+    llm: Any,
+    rag: Any,
+    judge: Any,
+    settings: EvalSettings,
+    store: Path | None,
+) -> Prepared:
+    """The contenders named by ``contenders``, answering with ``llm`` over ``rag`` as
+    ``settings`` size them, their replies (and ``judge``'s) recorded in ``store``."""
+    cached: dict[str, CachedLLM] = {}  # by contender name
+    baseline, replay = settings.baseline, settings.replay
+
+    def recorded(model: Any, namespace: str, fallbacks: tuple[str, ...] = ()) -> CachedLLM | None:
+        """``model`` recording its replies under ``namespace``; None without a cache file,
+        or when ``model`` is None or records already."""
+        if store is None or model is None or isinstance(model, CachedLLM):
+            return None
+        return _Replies(model, store, replay=replay, namespace=namespace, fallback_namespaces=fallbacks)
+
+    def contender_llm(name: str) -> Any:  # shared: one reply a prompt, for every contender
+        shared = settings.shared_replies
+        wrapped = recorded(llm, SHARED_NAMESPACE, (baseline, name)) if shared else recorded(llm, name)
+        if wrapped is None:
+            return llm
+        cached[name] = wrapped
+        return wrapped
+
+    verifier = settings.verifier
+    options = dict(settings.limits, top_k=settings.top_k, preset=settings.preset, verifier=verifier)
+    built = _contenders(contenders, rag, contender_llm, options)
+    judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
+    faithfulness = None if judge is None else FaithfulnessMetric(judge if judged is None else judged)
+    return Prepared(built, cached, judged, _Scorer(settings.k, faithfulness, verifier))
+
+
+def absorb(prepared: Prepared, one: Finished) -> None:
+    """A worker's recorded replies into this process's cache file, its counters into these."""
+    if one.recorded:
+        handle = next(iter([*prepared.cached.values(), prepared.judged]), None)
+        if handle is not None:
+            handle.add_recorded(one.recorded)
+    for name, hits, misses, borrowed in one.counts:
+        wrapped = prepared.judged if name is None else prepared.cached.get(name)
+        if wrapped is not None:
+            wrapped.hits += hits
+            wrapped.misses += misses
+            wrapped.borrowed += borrowed
 
 
 # ----------------------------------------------------------------------------- setup
@@ -569,42 +691,37 @@ class _Sink:
             self._file.close()
 
 
+def answer(prepared: Prepared, question: EvalQuestion, ranking: bool, k: int) -> dict[str, dict[str, Any]]:
+    """Every contender of ``prepared`` on ``question``, each one's record (:func:`record`)."""
+    results = {}
+    for contender in prepared.contenders:
+        if ranking and contender.rank is None:
+            continue  # cannot rank on its own: left out of a retrieval-only run
+        tally = [0]  # the calls answered from the cache while it runs
+        asking = _ASKING.set((question.id, question.question, contender.name, tally))
+        try:
+            outcome = timed(contender.name, _work(contender, question.question, ranking, k))
+            replayed = tally[0]  # before the judge's calls
+            scores = prepared.scorer.score(question, outcome, not ranking)
+        finally:
+            _ASKING.reset(asking)
+        results[contender.name] = record(question, outcome, scores, replayed)
+    return results
+
+
 def _run(
     questions: list[EvalQuestion],
-    contenders: list[Contender],
-    ranking: bool,
-    k: int,
-    scorer: _Scorer,
-    report: EvalReport,
-    sink: _Sink,
+    one: Callable[[EvalQuestion], dict[str, dict[str, Any]]],
     concurrency: int,
-    progress: Progress | None,
+    finished: Callable[[Finished], None],
 ) -> None:
-    def one(question: EvalQuestion) -> dict[str, dict[str, Any]]:
-        results = {}
-        for contender in contenders:
-            if ranking and contender.rank is None:
-                continue  # cannot rank on its own: left out of a retrieval-only run
-            tally = [0]  # the calls answered from the cache while it runs
-            asking = _ASKING.set((question.id, question.question, contender.name, tally))
-            try:
-                outcome = timed(contender.name, _work(contender, question.question, ranking, k))
-                replayed = tally[0]  # before the judge's calls
-                scores = scorer.score(question, outcome, not ranking)
-            finally:
-                _ASKING.reset(asking)
-            results[contender.name] = record(question, outcome, scores, replayed)
-        return results
-
+    """``one`` on every question on ``concurrency`` threads; ``finished`` (in this thread)
+    as each question finishes."""
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="selfrag-eval")
     try:
         futures = {pool.submit(one, question): i for i, question in enumerate(questions)}
-        for done, future in enumerate(as_completed(futures), start=1):
-            i = futures[future]
-            results = future.result()  # a ConfigurationError (a miss under replay) stops the run
-            report.results[i] = results
-            sink.write({"id": questions[i].id, "question": questions[i].question, "results": results})
-            if progress is not None:
-                progress(done, len(questions), questions[i].question)
+        for future in as_completed(futures):
+            # a ConfigurationError (a miss under replay) stops the run
+            finished(Finished(futures[future], future.result()))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

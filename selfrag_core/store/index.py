@@ -99,6 +99,37 @@ class Changes:
     deleted: list[str]
 
 
+@dataclass
+class Preparer:
+    """What checks, chunks and tokenises documents as an index does, and embeds their
+    chunks, in another process (a Ray worker of ``selfrag index --ray``): the index's
+    chunker settings, whether and how it tokenises for BM25, and its sources' checksums
+    (a document indexed with its checksum already is skipped). Picklable; the embedder
+    is the worker's own (:meth:`embed`)."""
+
+    chunker: dict[str, Any]
+    stemmer: str | None
+    tokenized: bool
+    checksums: dict[str, str]
+
+    def _index(self, embedder: Any = None) -> Index:
+        settings = self.chunker
+        chunker = Chunker(settings["chunker"], settings["chunk_size"], settings["chunk_overlap"])
+        index = Index(
+            embedder, chunker, Tokenizer(self.stemmer) if self.tokenized else None, autorebuild=False
+        )
+        index._sources = dict(self.checksums)
+        return index
+
+    def prepare(self, documents: Iterable[Mapping[str, Any]]) -> list[PreparedDocument]:
+        """:meth:`Index.prepare_many` as the index would (the documents it would skip skipped)."""
+        return self._index().prepare_many(documents)
+
+    def embed(self, embedder: Any, docs: Sequence[PreparedDocument]) -> np.ndarray | None:
+        """The unit vectors of the documents' chunks, in order, as the index embeds them."""
+        return self._index(embedder)._embed([c for d in docs for c in d.chunks])
+
+
 # ----------------------------------------------------------------------------- input checks
 
 

@@ -27,7 +27,7 @@ from selfrag_core.store.answer import QueryResult, Usage, format_hits, query_res
 from selfrag_core.store.chunking import Chunker, TextChunk
 from selfrag_core.store.config import CONFIG_KEYS, is_weight, read_config
 from selfrag_core.store.dense import resolve_embedder
-from selfrag_core.store.index import Index, check_metadata, check_text
+from selfrag_core.store.index import Index, PreparedDocument, Preparer, check_metadata, check_text
 from selfrag_core.store.lexical import Tokenizer
 from selfrag_core.store.persist import (
     LOCK_FILE,
@@ -241,6 +241,24 @@ class RAG:
     async def adelete(self, source: str) -> int:
         """Async :meth:`delete` (the work runs in a thread)."""
         return await asyncio.to_thread(self.delete, source)
+
+    def preparer(self) -> Preparer:
+        """What prepares documents as this index does, in another process (a
+        :class:`~selfrag_core.store.index.Preparer`): the chunks a worker makes and the
+        vectors it embeds are :meth:`add_prepared` here."""
+        with self._index.lock:
+            checksums = dict(self._index.sources)
+        tokenized = self._index.tokenizer is not None
+        return Preparer(self.chunker.settings(), self.stemmer, tokenized, checksums)
+
+    def add_prepared(self, docs: list[PreparedDocument], vectors: Any = None) -> int:
+        """Add documents prepared elsewhere (:meth:`preparer`) with their chunks' vectors
+        (in order; None without an embedder), replacing the chunks of a source indexed
+        before: the chunk ids (``source#n``) make a batch added twice the same. Returns
+        the chunks added; :meth:`save` makes it durable (under the writers' lock)."""
+        if vectors is not None:
+            self._index.check_dim(int(vectors.shape[1]))
+        return self._index.add(docs, vectors)
 
     def count(self) -> int:
         """Number of indexed chunks."""
