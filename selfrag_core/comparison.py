@@ -667,8 +667,9 @@ class ComparisonRule:
         decision = decided(question, passages)
         if decision is None or not contradicted(decision, answer):
             return None
+        detail: dict[str, list[float]]
         if isinstance(decision, Resolution):
-            evidence, detail = "dates", {"years": list(decision.years)}
+            evidence, detail = "dates", {"years": [float(y) for y in decision.years]}
         else:
             evidence, detail = "numbers", {"amounts": list(decision.amounts)}
         derived = derived_answer(decision, detect_language(question)) if self.replace else None

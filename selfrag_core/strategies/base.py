@@ -111,11 +111,11 @@ def checked_answer(
         finding = rule.check(query, answer, texts)
         if finding is None:
             continue
-        detail: dict[str, Any] = {"rule": finding.rule, "answer": answer[:200], **finding.detail}
+        flagged: dict[str, Any] = {"rule": finding.rule, "answer": answer[:200], **finding.detail}
         if finding.replacement is not None:
-            yield Note("rule_replaced", finding.message, {**detail, "then": finding.replacement})
+            yield Note("rule_replaced", finding.message, {**flagged, "then": finding.replacement})
             return finding.replacement
-        yield Note("rule_flagged", finding.message, detail)
+        yield Note("rule_flagged", finding.message, flagged)
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
         return answer
