@@ -119,7 +119,7 @@ def support_rows(claims: list[Claim], embed: Any, cross: bool) -> list[dict[str,
 
 
 def answering_rows(claims: list[Claim], embed: Any) -> list[dict[str, float]]:
-    return [answering_features(c.text, c.question, embed) for c in claims]
+    return [answering_features(c.text, c.question, embed, c.evidence) for c in claims]
 
 
 # ----------------------------------------------------------------------------- figures
@@ -231,11 +231,16 @@ def _threshold(own: np.ndarray, labels: list[bool], cross: np.ndarray) -> float:
 def fit_answering(claims: list[Claim], embed: Any, features: Sequence[str]) -> LogisticCheck:
     labelled = [c for c in claims if c.informative is not None]
     rows, labels = answering_rows(labelled, embed), [bool(c.informative) for c in labelled]
-    best_l2, best_area = 1.0, -1.0
+    best_l2, best_area, best_oof = 1.0, -1.0, np.zeros(0)
     for l2 in (0.1, 1.0, 10.0, 100.0):
-        area = auroc(list(cross_validated(rows, labels, features, l2)), labels) or 0.0
+        oof = cross_validated(rows, labels, features, l2)
+        area = auroc(list(oof), labels) or 0.0
         if area > best_area:
-            best_l2, best_area = l2, area
+            best_l2, best_area, best_oof = l2, area, oof
+    # the threshold: the best out-of-fold balanced accuracy (most claims answer: 0.5 passes nearly all)
+    y = np.asarray(labels, dtype=bool)
+    candidates = np.round(np.arange(0.05, 0.96, 0.01), 2)
+    threshold = max(candidates, key=lambda t: balanced_accuracy(list(best_oof), labels, float(t)))
     check = fit(rows, labels, features, l2=best_l2)
     about = {
         "fitted_on": "ExpertQA rand_val + domain_val claims: informativeness Very relevant "
@@ -243,8 +248,13 @@ def fit_answering(claims: list[Claim], embed: Any, features: Sequence[str]) -> L
         "claims": len(rows),
         "l2": best_l2,
         "cross_validated_auroc": round(best_area, 4),
+        # how far apart the two classes lie (out of fold): a drop this large in informativeness
+        # is a step from an answer toward no answer (verify.answers_as_well)
+        "margin": round(float(best_oof[y].mean() - best_oof[~y].mean()), 4),
     }
-    return LogisticCheck(check.features, check.mean, check.scale, check.weights, check.bias, 0.5, about)
+    return LogisticCheck(
+        check.features, check.mean, check.scale, check.weights, check.bias, float(threshold), about
+    )
 
 
 # ----------------------------------------------------------------------------- main
@@ -272,18 +282,24 @@ def main() -> None:
     parser.add_argument("folder", type=Path, help="the ExpertQA files (benchmarks/fetch_expertqa.sh DIR)")
     parser.add_argument("--embedder", choices=["local"], help="also the variants over the MiniLM cosine")
     parser.add_argument("--fit", type=Path, metavar="FILE", help="fit on *_val and write the checks file")
+    parser.add_argument(
+        "--kind", action="append", choices=["support", "answering"], help="with --fit: refit only this check"
+    )
     parser.add_argument("--checks", type=Path, help="report this checks file (default: the shipped one)")
     args = parser.parse_args()
     embed = _embedder(args.embedder)
     if args.fit:
         claims = load(args.folder, VAL, seed=0)
-        support, answering = {}, {}
-        for variant, extra, use in (("lexical", (), None), ("semantic", (SEMANTIC,), embed)):
-            if variant == "semantic" and embed is None:
-                continue
-            support[variant] = fit_support(claims, use, (*SUPPORT_FEATURES, *extra))
-            answering[variant] = fit_answering(claims, use, (*ANSWERING_FEATURES, *extra))
-        Checks({"support": support, "answering": answering}).save(args.fit)
+        # the file's other checks (relevance: benchmarks/relevance_fit.py) are kept
+        checks = Checks.load(args.fit) if args.fit.exists() else Checks({})
+        for kind in args.kind or ("support", "answering"):
+            fitter = fit_support if kind == "support" else fit_answering
+            features = SUPPORT_FEATURES if kind == "support" else ANSWERING_FEATURES
+            variants = {"lexical": fitter(claims, None, features)}
+            if embed is not None:
+                variants["semantic"] = fitter(claims, embed, (*features, SEMANTIC))
+            checks = checks.with_kind(kind, variants)
+        checks.save(args.fit)
         print(f"wrote {args.fit}")
         return
     checks = Checks.load(args.checks) if args.checks else shipped()
@@ -321,7 +337,10 @@ def main() -> None:
             continue
         check = checks.pick("answering", variant == "semantic")
         scores = predict(check, answering_rows(rated, use))
-        print(f"  {'fitted answering, ' + variant:<34} AUROC {auroc(scores, informative):.3f}")
+        print(
+            f"  {'fitted answering, ' + variant:<34} AUROC {auroc(scores, informative):.3f}  balanced acc. "
+            f"{balanced_accuracy(scores, informative, check.threshold):.3f} at {check.threshold:.2f}"
+        )
 
 
 if __name__ == "__main__":

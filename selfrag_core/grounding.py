@@ -16,11 +16,13 @@ from selfrag_core.protocols import Verifier
 from selfrag_core.types import Grounding
 
 #: how :func:`assess` asks whether passages support an answer: ``(answer, passages,
-#: verifier, question, threshold) -> (score, supported)``, ``verifier`` None for the
+#: verifier, question, threshold) -> (score, supported, informativeness)``, ``verifier`` None for the
 #: lexical one at ``threshold``. The claim-level verifier (:mod:`selfrag_core.verify`) is
 #: built on this module's words, so it hands its check in when it is imported
 #: (:func:`check_support_with`; the package imports it), not the other way round
-SupportCheck = Callable[[str, Sequence[str], Verifier | None, str, float], tuple[float | None, bool]]
+SupportCheck = Callable[
+    [str, Sequence[str], Verifier | None, str, float], tuple[float | None, bool, float | None]
+]
 _support_check: list[SupportCheck] = []
 
 
@@ -367,7 +369,7 @@ def assess(
     span = bool(tokens) and bool(norm_answer) and f" {norm_answer} " in f" {norm_context} "
     [check] = _support_check
     checked = [context] if passages is None else passages
-    score, verified = check(answer, checked, verifier, question, min_token_support)
+    score, verified, informativeness = check(answer, checked, verifier, question, min_token_support)
     honest_refusal = degenerate is None and refusal
     supported = degenerate is None and (span or verified or honest_refusal)
     return Grounding(
@@ -376,6 +378,7 @@ def assess(
         degenerate=degenerate,
         supported=supported,
         support_score=score,
+        informativeness=informativeness,
     )
 
 

@@ -393,6 +393,9 @@ class Grounding:
     #: the verifier's score of the answer in [0, 1] (``verify.verify_answer``: each sentence
     #: against one passage at a time), None for an answer with no sentence to check
     support_score: float | None = None
+    #: the fitted answering check's probability that the answer answers the question
+    #: (``verify.informativeness``), None when unknown
+    informativeness: float | None = None
     #: the citations ``sentence_support`` was computed from (the result's, when this
     #: answer is chosen: computed once), else None; not part of ``to_dict``
     citations: list[Citation] | None = field(default=None, repr=False, compare=False)
@@ -405,6 +408,7 @@ class Grounding:
             "supported": self.supported,
             "sentence_support": None if self.sentence_support is None else round(self.sentence_support, 4),
             "support_score": None if self.support_score is None else round(self.support_score, 4),
+            "informativeness": None if self.informativeness is None else round(self.informativeness, 4),
         }
 
 
@@ -643,6 +647,9 @@ class HealingAttempt:
     #: times the coverage of the question's content words (geometric mean); 0 for a
     #: degenerate answer
     evidence: float | None = None
+    #: the fitted answering check's probability that the answer answers the question
+    #: (``verify.informativeness``), None when unknown
+    informativeness: float | None = None
     #: the claims the metric judged, as (claim, supported) (the faithfulness judge's;
     #: empty for a metric that gives a number only, or when the judge failed)
     claims: list[tuple[str, bool]] = field(default_factory=list)
@@ -657,6 +664,7 @@ class HealingAttempt:
             "score": self.score,
             "metric_score": self.metric_score,
             "evidence": None if self.evidence is None else round(self.evidence, 4),
+            "informativeness": None if self.informativeness is None else round(self.informativeness, 4),
             "error": self.error,
             "llm_calls": self.llm_calls,
             "input_tokens": self.input_tokens,

@@ -507,21 +507,53 @@ def _fitted(
     by :func:`_mean_and_min`), that it answers ``question`` (its most answering
     sentence's; None without a question), and the answering check's threshold; over the
     embedder of ``checker`` when it has one."""
-    embedder = getattr(checker, "embedder", None)
-    embed = None if embedder is None else getattr(embedder, "embed_documents", embedder)
-    checks = shipped()
-    support = checks.pick("support", embed is not None)
-    answering = checks.pick("answering", embed is not None)
+    embed = _embed_of(checker)
+    support = shipped().pick("support", embed is not None)
     supported = [
         support.probability(support_features(s, passages, score, embed))
         for s, score in zip(sentences, lexical, strict=True)
     ]
-    informative = (
-        max(answering.probability(answering_features(s, question, embed)) for s in sentences)
-        if question
-        else None
-    )
-    return _mean_and_min(supported), informative, answering.threshold
+    answering = shipped().pick("answering", embed is not None)
+    return _mean_and_min(supported), _answering(sentences, question, passages, embed), answering.threshold
+
+
+def _embed_of(checker: Verifier | None) -> Any:
+    embedder = getattr(checker, "embedder", None)
+    return None if embedder is None else getattr(embedder, "embed_documents", embedder)
+
+
+def _answering(sentences: list[str], question: str, passages: Sequence[str], embed: Any) -> float | None:
+    if not question or not sentences:
+        return None
+    check = shipped().pick("answering", embed is not None)
+    return max(check.probability(answering_features(s, question, embed, passages)) for s in sentences)
+
+
+def informativeness(
+    answer: str, question: str, passages: Sequence[str] = (), verifier: Verifier | None = None
+) -> float | None:
+    """The fitted answering check's probability that ``answer`` answers ``question``
+    (:attr:`AnswerVerdict.informativeness`, without the support check): its most answering
+    sentence's, read against ``passages`` (what it adds to the question's words that they
+    hold); over the embedder of ``verifier`` when it has one. None without a question or a
+    sentence with a content word; 0.0 for a loop."""
+    if repetition(answer) is not None:
+        return 0.0 if question else None
+    sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
+    return _answering(sentences, question, list(passages), _embed_of(verifier))
+
+
+def answers_as_well(candidate: float | None, incumbent: float | None) -> bool:
+    """Whether an answer of ``candidate`` informativeness may replace one of ``incumbent``
+    on support: only when it answers the question about as well, less by no more than the
+    answering check's ``margin`` (fitted: how far apart its two classes lie; a smaller
+    difference is noise); True when either is unknown. Every strategy that picks between
+    answers by the verifier asks this, so a restatement that says nothing ("The document
+    states that ...") does not replace a substantive answer because its words are easier
+    to find in the passages."""
+    if candidate is None or incumbent is None:
+        return True
+    return candidate >= incumbent - float(shipped().pick("answering", False).about.get("margin", 0.0))
 
 
 #: an answer that is not of the kind the question asks for scores at most this
@@ -732,13 +764,14 @@ def answer_place_coverage(answer: str, question: str, passage: str) -> float:
 
 def _answer_support(
     answer: str, passages: Sequence[str], verifier: Verifier | None, question: str, threshold: float
-) -> tuple[float | None, bool]:
+) -> tuple[float | None, bool, float | None]:
     """:func:`~selfrag_core.grounding.assess`'s support check: :func:`verify_answer` with
-    ``verifier``, else with the lexical verifier at ``threshold``; its score and verdict."""
+    ``verifier``, else with the lexical verifier at ``threshold``; its score, verdict and
+    informativeness."""
     if verifier is None:
         verifier = DEFAULT if threshold == DEFAULT.threshold else LexicalVerifier(threshold=threshold)
     verdict = verify_answer(answer, passages, verifier, question)
-    return verdict.score, verdict.supported
+    return verdict.score, verdict.supported, verdict.informativeness
 
 
 # grounding (below this module: its words are this module's) checks support with it

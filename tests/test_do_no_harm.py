@@ -210,7 +210,8 @@ def test_a_supported_first_answer_and_a_schema_walking_judge_cost_two_calls() ->
     step = result.history[0]
     assert step.evaluation.ignored is not None and "walk the schema" in step.evaluation.ignored
     assert step.evaluation.known_confidence is None and "stop" in step.reason
-    assert [f.name for f in result.trace.fallbacks] == ["judge_uninformative"]
+    assert not result.trace.fallbacks  # expected of a small model: a decision, no WARNING line
+    assert "judge_uninformative" in [e.name for e in result.trace.events if e.kind == "decision"]
     assert result.history[0].evaluation.to_dict()["ignored"] == step.evaluation.ignored
 
 

@@ -194,7 +194,8 @@ def test_grounding_rejects_confident_degenerate_answer(
     assert "step 2 is grounded" in result.history[1].reason
     # the refined answer was judged without the LLM: answer+judge, refine, no second judge
     assert llm.n_calls == 2
-    assert [f.name for f in result.trace.fallbacks] == ["judge_uninformative"]
+    assert not result.trace.fallbacks  # expected of a small model: a decision, no WARNING line
+    assert "judge_uninformative" in [e.name for e in result.trace.events if e.kind == "decision"]
 
 
 def test_an_answer_with_mostly_unsupported_sentences_loses_to_a_supported_one(

@@ -549,6 +549,7 @@ def _metrics(
     if not ranking:  # what an answer is measured by
         metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
         metrics.append(MetricInfo("sentence_support", "sentences supported"))
+        metrics.append(MetricInfo("informativeness", "answers the question (fitted check)"))
         if judged:
             metrics.append(MetricInfo("faithfulness", "faithfulness (judged)"))
     return metrics
@@ -606,6 +607,8 @@ class _Scorer:
             # the verifier's score (0 for a degenerate answer): the report measures how well it
             # predicts a right answer
             scores["support_score"] = 0.0 if grounding.degenerate else grounding.support_score
+            # the fitted answering check's: does it answer the question (a restatement: low)
+            scores["informativeness"] = 0.0 if grounding.degenerate else grounding.informativeness
             # the share of the answer's sentences a source supports (unknown for a refusal)
             refusal = is_refusal(outcome.answer)
             citations = (

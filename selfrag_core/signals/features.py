@@ -10,8 +10,9 @@ which it weighs and how much; none encodes a benchmark's question template. Two 
   score; with an embedder, the cosine similarity of the claim and its best window;
 * **answering**, of a sentence against the question it answers: how long it is, how
   many content words it adds to the question's, how much of it the question already
-  holds, whether it names or numbers anything the question does not; with an embedder,
-  the cosine similarity of the two.
+  holds, whether it names or numbers anything the question does not, and how much of
+  what it adds the passages hold (a restatement or a hedge, "The document states that
+  ...", adds words no passage holds); with an embedder, the cosine similarity of the two.
 
 ``embed``: a function from a list of texts to vectors (an embedder's
 ``embed_documents``), or None: then the features that need it are absent, and a check
@@ -36,7 +37,9 @@ Embed = Callable[[list[str]], Any]
 SUPPORT_FEATURES = (
     "window", "union", "pairs", "runs", "names_missing", "numbers_missing", "length", "lexical",
 )  # fmt: skip
-ANSWERING_FEATURES = ("length", "added", "restated", "new_names", "new_numbers")
+ANSWERING_FEATURES = (
+    "length", "added", "restated", "new_names", "new_numbers", "supported_share", "added_supported",
+)  # fmt: skip
 SEMANTIC = "cosine"
 
 
@@ -139,20 +142,26 @@ def _closest_windows(wanted: set[str], prepared: list[_Passage]) -> list[str]:
     return [window for _, window in scored[:EMBEDDED_WINDOWS]]
 
 
-def answering_features(sentence: str, question: str, embed: Embed | None = None) -> dict[str, float]:
-    """The answering features of ``sentence`` as an answer to ``question``, with
-    :data:`SEMANTIC` when ``embed`` is given."""
+def answering_features(
+    sentence: str, question: str, embed: Embed | None = None, passages: Sequence[str] = ()
+) -> dict[str, float]:
+    """The answering features of ``sentence`` as an answer to ``question`` read against
+    the retrieved ``passages``, with :data:`SEMANTIC` when ``embed`` is given."""
     text = clean_sentence(sentence)
     words = tokens(text)
     said = set(_stems(text))
     asked = set(_stems(question))
     given = set(tokens(question))
+    added = said - asked
+    held = added & frozenset().union(*(_passage(p).stems for p in passages))
     found = {
         "length": math.log1p(len(words)),
         "added": math.log1p(len(said - asked)),
         "restated": len(said & asked) / len(said) if said else 1.0,
         "new_names": float(any(n not in given for n in names(text) if not NUMBER.fullmatch(n))),
         "new_numbers": float(any(NUMBER.fullmatch(t) and t not in given for t in words)),
+        "supported_share": len(held) / len(added) if added else 0.0,
+        "added_supported": math.log1p(len(held)),
     }
     if embed is not None:
         found[SEMANTIC] = float(_cosines(embed, question, [text])[0])

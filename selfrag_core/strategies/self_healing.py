@@ -61,6 +61,7 @@ from selfrag_core.types import (
     SelfHealingReport,
     Trace,
 )
+from selfrag_core.verify import answers_as_well, informativeness
 
 if TYPE_CHECKING:
     from selfrag_core.verify import Verifier
@@ -319,6 +320,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             return 0.0, "the query ran out of time"
         attempt.citations = cite(attempt.answer, attempt.sources, verifier=self.verifier, question=query)
         attempt.evidence = evidence(query, attempt.answer, attempt.sources, attempt.citations)
+        attempt.informativeness = informativeness(attempt.answer, query, contexts, self.verifier)
         try:
             scored = yield from metric_plan(self.metric, query, attempt.answer, contexts)
         except (RAGSystemError, ValueError, TypeError) as e:
@@ -368,13 +370,19 @@ def _check_memory(memory: object) -> ConversationMemory | None:
 
 def _chosen(attempts: list[HealingAttempt], threshold: float) -> HealingAttempt | None:
     """The first attempt that cleared the threshold; else the first answered one unless a
-    later one scores higher with at least as much evidence (never on the metric alone)."""
+    later one scores higher with at least as much evidence (never on the metric alone)
+    and answers the question as well (:func:`~selfrag_core.verify.answers_as_well`: a
+    restatement is easier to support than an answer, and says nothing)."""
     answered = [a for a in attempts if a.error is None]
     chosen = next((a for a in answered if a.score >= threshold), None)
     if chosen is None and answered:
         chosen = answered[0]
         for attempt in answered[1:]:
-            if attempt.score > chosen.score and (attempt.evidence or 0.0) >= (chosen.evidence or 0.0):
+            if (
+                attempt.score > chosen.score
+                and (attempt.evidence or 0.0) >= (chosen.evidence or 0.0)
+                and answers_as_well(attempt.informativeness, chosen.informativeness)
+            ):
                 chosen = attempt
     return chosen
 

@@ -516,7 +516,8 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             if reason is not None:
                 evaluation.ignored = judge.off = reason
                 detail = {"scores": _points(evaluation), "then": "no more judge calls in this query"}
-                yield Note("judge_uninformative", reason, detail)
+                # expected of a small model, not a failure: a decision, with no WARNING line
+                yield Note("judge_uninformative", reason, detail, kind="decision")
         verdict = {"confidence": evaluation.known_confidence, "scores": _points(evaluation)}
         yield Note("verdict", None, verdict if evaluation.parsed else {"confidence": None}, kind="progress")
         return evaluation
