@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from selfrag_core.grounding import content_stems, content_tokens
+from selfrag_core.protocols import Verdict
 from selfrag_core.signals.text import sentence_spans, strip_markup
 from selfrag_core.types import Citation, RetrievedDoc
 from selfrag_core.verify import DEFAULT, Verifier
@@ -81,34 +82,49 @@ def cite(
     scan = _blank_code(answer)
     citations = []
     for start, end in sentence_spans(scan):
-        groups = _groups(scan, start, end)
-        spans = [(begin - start, finish - start) for begin, finish, _ in groups]
-        if not content_tokens(strip_markup(_without(scan[start:end], spans))):
-            continue  # punctuation, a marker alone, code alone
-        sentence = strip_markup(_without(answer[start:end], spans))
-        cited: list[int] = []
-        flags = [f"odd_marker:{m.group().strip()}" for m in _ODD_MARKER.finditer(scan, start, end)]
-        for written in (n for *_, numbers in groups for n in numbers):
-            number = _number(written)
-            if number is None or not 1 <= number <= len(texts):
-                flags.append(f"no_such_source:[{written if number is None else number}]")
-            elif number not in cited:
-                cited.append(number)
-        citations.append(Citation(sentence, start, end, cited, flags=flags, attributed=not cited))
+        citation = _sentence(answer, scan, start, end, len(texts))
+        if citation is not None:
+            citations.append(citation)
     rows = (verifier or DEFAULT).verify([c.sentence for c in citations], texts, question) if citations else []
     for citation, row in zip(citations, rows, strict=True):
-        # a sentence that cites nothing is attributed to the source that supports it best
-        candidates = [row[n - 1] for n in citation.cited] if citation.cited else row
-        ranked = sorted(candidates, key=lambda v: -v.score)
-        supporting = [v.passage + 1 for v in ranked if v.score >= threshold and v.passage is not None]
-        citation.supported_by = supporting[:1] if citation.attributed else supporting
-        citation.support = ranked[0].score if ranked else 0.0
-        if not citation.supported_by:
-            citation.flags.append("unsupported")
-            reason = ranked[0].reason if ranked else None
-            if reason and reason not in _VAGUE:
-                citation.flags.append(reason)  # what disagrees: "number_not_in_source:2019"
+        _judge(citation, row, threshold)
     return citations
+
+
+def _sentence(answer: str, scan: str, start: int, end: int, sources: int) -> Citation | None:
+    """The citation of the sentence ``answer[start:end]`` before it is checked: its text
+    without markers, the sources it cites (of ``sources``) and its odd or unknown markers;
+    None when it says nothing (punctuation, a marker alone, code alone)."""
+    groups = _groups(scan, start, end)
+    spans = [(begin - start, finish - start) for begin, finish, _ in groups]
+    if not content_tokens(strip_markup(_without(scan[start:end], spans))):
+        return None
+    sentence = strip_markup(_without(answer[start:end], spans))
+    cited: list[int] = []
+    flags = [f"odd_marker:{m.group().strip()}" for m in _ODD_MARKER.finditer(scan, start, end)]
+    for written in (n for *_, numbers in groups for n in numbers):
+        number = _number(written)
+        if number is None or not 1 <= number <= sources:
+            flags.append(f"no_such_source:[{written if number is None else number}]")
+        elif number not in cited:
+            cited.append(number)
+    return Citation(sentence, start, end, cited, flags=flags, attributed=not cited)
+
+
+def _judge(citation: Citation, row: Sequence[Verdict], threshold: float) -> None:
+    """Fill in ``citation``'s support from the verifier's ``row`` (a verdict per source):
+    the sources it cites that support it (a sentence that cites nothing: the one source
+    that supports it best), its best score, and ``unsupported`` with the reason."""
+    candidates = [row[n - 1] for n in citation.cited] if citation.cited else row
+    ranked = sorted(candidates, key=lambda v: -v.score)
+    supporting = [v.passage + 1 for v in ranked if v.score >= threshold and v.passage is not None]
+    citation.supported_by = supporting[:1] if citation.attributed else supporting
+    citation.support = ranked[0].score if ranked else 0.0
+    if not citation.supported_by:
+        citation.flags.append("unsupported")
+        reason = ranked[0].reason if ranked else None
+        if reason and reason not in _VAGUE:
+            citation.flags.append(reason)  # what disagrees: "number_not_in_source:2019"
 
 
 def _groups(scan: str, start: int, end: int) -> list[tuple[int, int, list[str]]]:

@@ -84,6 +84,24 @@ def llm_identity(llm: Any) -> dict[str, str]:
     names = frameworks.mro_names(llm)
     if "CachedLLM" in names and getattr(llm, "llm", None) is not None:
         return llm_identity(llm.llm)
+    provider, model, chat = _told_identity(llm, names)
+    if model is None:
+        named = getattr(llm, "model_name", None) or getattr(llm, "model", None)
+        model = named if isinstance(named, str) else None
+    if not isinstance(provider, str) or not provider:
+        provider = str(getattr(type(llm), "__module__", None) or "unknown").partition(".")[0]
+        if provider in ("builtins", "__main__"):  # a plain function's module names the caller
+            provider = str(getattr(llm, "__module__", None) or "unknown").partition(".")[0]
+    identity = {"provider": provider, "operation": "chat" if chat else "text_completion"}
+    if model and model != "unknown":
+        identity["model"] = model
+    return identity
+
+
+def _told_identity(llm: Any, names: frozenset[str]) -> tuple[Any, Any, bool]:
+    """The provider, model and whether it chats, as ``llm`` tells them (its class's
+    ``names``): a LangChain model's LangSmith parameters, a LlamaIndex LLM's metadata, the
+    core's OpenAI and local LLMs' settings; else its ``provider`` attribute, no model."""
     provider, model, chat = getattr(llm, "provider", None), None, False
     if frameworks.is_langchain_runnable(llm):
         try:
@@ -101,17 +119,7 @@ def llm_identity(llm: Any) -> dict[str, str]:
         provider, model, chat = "openai", llm.model, True
     elif "LocalLLM" in names:
         provider, model, chat = "llama_cpp", llm.name, bool(llm.chat)
-    if model is None:
-        named = getattr(llm, "model_name", None) or getattr(llm, "model", None)
-        model = named if isinstance(named, str) else None
-    if not isinstance(provider, str) or not provider:
-        provider = str(getattr(type(llm), "__module__", None) or "unknown").partition(".")[0]
-        if provider in ("builtins", "__main__"):  # a plain function's module names the caller
-            provider = str(getattr(llm, "__module__", None) or "unknown").partition(".")[0]
-    identity = {"provider": provider, "operation": "chat" if chat else "text_completion"}
-    if model and model != "unknown":
-        identity["model"] = model
-    return identity
+    return provider, model, chat
 
 
 def is_coroutine_callable(obj: Any) -> bool:
@@ -194,6 +202,32 @@ def run_coroutine_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
     return CALLS.submit(asyncio.run, main()).result()
 
 
+def _generate_methods(
+    llm: object, hold: Callable[[str | None, object], Getter], source: Getter, native_async: bool
+) -> tuple[Getter | None, Getter | None]:
+    """The getters of ``llm``'s plain sync and async calls: a LangChain model's ``invoke``
+    and ``ainvoke``, a LlamaIndex LLM's ``complete`` and ``acomplete``; else its
+    ``generate`` (or ``invoke``, ``complete``; or itself when it is a sync callable) and
+    its ``agenerate`` (or ``generate_async``; or itself when calling it returns a coroutine)."""
+    langchain, llamaindex = frameworks.is_langchain_runnable(llm), frameworks.is_llamaindex_llm(llm)
+    if langchain or llamaindex:
+        name, aname = ("invoke", "ainvoke") if langchain else ("complete", "acomplete")
+        return hold(name, getattr(llm, name)), hold(aname, getattr(llm, aname, None))
+    plain: Getter | None = None
+    aplain: Getter | None = None
+    sync_name = next((n for n in ("generate", "invoke", "complete") if hasattr(llm, n)), None)
+    if sync_name is not None:
+        plain = hold(sync_name, getattr(llm, sync_name))
+    elif not native_async and callable(llm):
+        plain = source
+    async_name = next((n for n in ("agenerate", "generate_async") if hasattr(llm, n)), None)
+    if async_name is not None:
+        aplain = hold(async_name, getattr(llm, async_name))
+    elif is_coroutine_callable(llm):
+        aplain = source
+    return plain, aplain
+
+
 class LLMClient:
     """An LLM resolved once (:func:`resolve_llm`): the one contract the engine calls. What
     the object is (a LangChain runnable, a LlamaIndex LLM, an object with ``generate`` /
@@ -241,24 +275,8 @@ class LLMClient:
         )
         #: whether the LLM has a native async path (no thread needed)
         self.native_async = _async_capable(llm)
-        langchain, llamaindex = frameworks.is_langchain_runnable(llm), frameworks.is_llamaindex_llm(llm)
-        plain: Getter | None = None
-        aplain: Getter | None = None
-        if langchain or llamaindex:
-            name, aname = ("invoke", "ainvoke") if langchain else ("complete", "acomplete")
-            plain, aplain = hold(name, getattr(llm, name)), hold(aname, getattr(llm, aname, None))
-        else:
-            sync_name = next((n for n in ("generate", "invoke", "complete") if hasattr(llm, n)), None)
-            if sync_name is not None:
-                plain = hold(sync_name, getattr(llm, sync_name))
-            elif not self.native_async and callable(llm):
-                plain = self._source
-            async_name = next((n for n in ("agenerate", "generate_async") if hasattr(llm, n)), None)
-            if async_name is not None:
-                aplain = hold(async_name, getattr(llm, async_name))
-            elif is_coroutine_callable(llm):
-                aplain = self._source
-        self._generate, self._agenerate = plain, aplain
+        llamaindex = frameworks.is_llamaindex_llm(llm)
+        self._generate, self._agenerate = _generate_methods(llm, hold, self._source, self.native_async)
         #: whether the LLM streams text: LangChain ``stream``, LlamaIndex ``stream_complete``,
         #: or an object with ``stream(prompt) -> Iterator[str]`` / ``astream`` (pieces may
         #: also be ``LLMOutput``, to report token counts; see :func:`_chunk_usage`)

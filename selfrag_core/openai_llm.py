@@ -84,6 +84,28 @@ def _require_openai() -> Any:
     return openai
 
 
+def _check_settings(
+    model: Any, max_tokens: int | None, temperature: float | None, timeout: float, structured_methods: Any
+) -> None:
+    """Raise early on a setting :class:`OpenAICompatibleLLM` cannot use: no model name
+    (ConfigurationError), or a cap, temperature, timeout or list of methods out of range
+    (ValueError)."""
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigurationError("OpenAICompatibleLLM needs a model name, e.g. model='gpt-4o-mini'")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+        raise ValueError(f"max_tokens must be None or >= 1, got {max_tokens!r}")
+    if temperature is not None and temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be > 0, got {timeout}")
+    unknown = [m for m in structured_methods if m not in STRUCTURED_METHODS]
+    if unknown or not structured_methods:
+        raise ValueError(
+            f"structured_methods must be a non-empty tuple of {STRUCTURED_METHODS}, "
+            f"got {structured_methods!r}"
+        )
+
+
 class OpenAICompatibleLLM:
     """An LLM served by an OpenAI-compatible chat-completions API (OpenAI, llama.cpp's
     server, llama-cpp-python's server, vLLM, Ollama, ...), with the core's protocols:
@@ -120,20 +142,7 @@ class OpenAICompatibleLLM:
         client: Any = None,
         async_client: Any = None,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise ConfigurationError("OpenAICompatibleLLM needs a model name, e.g. model='gpt-4o-mini'")
-        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
-            raise ValueError(f"max_tokens must be None or >= 1, got {max_tokens!r}")
-        if temperature is not None and temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout}")
-        unknown = [m for m in structured_methods if m not in STRUCTURED_METHODS]
-        if unknown or not structured_methods:
-            raise ValueError(
-                f"structured_methods must be a non-empty tuple of {STRUCTURED_METHODS}, "
-                f"got {structured_methods!r}"
-            )
+        _check_settings(model, max_tokens, temperature, timeout, structured_methods)
         _require_openai()
         self.model = model.strip()
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").strip() or None

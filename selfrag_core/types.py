@@ -353,6 +353,18 @@ def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -
     text = answer.strip()
     if text and text != GENERATION_FAILED_ANSWER and text not in NO_INFORMATION_ANSWERS:
         return None
+    failure = _failure(trace)
+    if failure is not None:
+        return failure
+    if text == GENERATION_FAILED_ANSWER:
+        rejected = any(e.name == "answer_rejected" for e in trace.fallbacks)
+        return "unusable_answer" if rejected else "generation_failed"
+    return "not_in_documents" if documents else "no_documents"
+
+
+def _failure(trace: Trace) -> str | None:
+    """What failed in a run, as its trace tells (a key of :data:`NO_ANSWER_REASONS`): its
+    time or its LLM-call budget ran out, an LLM call or a retrieval failed; or None."""
     errors = [e.error or "" for e in trace.events]
     reasons = [str(e.detail.get("reason", "")) for e in trace.fallbacks]
     timed_out = any(e.startswith(("QueryTimeoutError", "LLMTimeoutError")) for e in errors)
@@ -364,10 +376,7 @@ def no_answer_reason(answer: str, documents: list[RetrievedDoc], trace: Trace) -
         return "generation_failed"
     if any(e.kind == "retrieval" and e.error for e in trace.events):
         return "retrieval_failed"
-    if text == GENERATION_FAILED_ANSWER:
-        rejected = any(e.name == "answer_rejected" for e in trace.fallbacks)
-        return "unusable_answer" if rejected else "generation_failed"
-    return "not_in_documents" if documents else "no_documents"
+    return None
 
 
 # ------------------------------------------------------------------------- SelfIRAG

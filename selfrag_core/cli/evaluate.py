@@ -26,6 +26,8 @@ def _cache_home() -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``selfrag eval``: the contenders on the questions, the report printed and written, the
+    router fitted (``--fit-router``), then the gate against ``--baseline``: 1 on a regression."""
     from selfrag_core.evaluation import EvalSettings, evaluate, load_questions
 
     data = load_questions(args.questions)
@@ -36,25 +38,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from selfrag_core.evaluation.gate import read_run
 
         baseline = read_run(args.baseline)
-    limit = args.limit
-    if args.offset is not None:  # a slice in file order, not a sample: questions OFFSET .. OFFSET+LIMIT-1
-        if args.offset < 0:
-            raise CLIError(f"--offset must be 0 or more, got {args.offset}")
-        end = None if limit is None else args.offset + limit
-        data = dataclasses.replace(data, questions=data.questions[args.offset : end])
-        if not data.questions:
-            raise CLIError(f"--offset {args.offset} skips every question of {args.questions}")
-        limit = None
+    data, limit = _in_file_order(args, data)
     names = [n.strip() for n in args.strategies.split(",") if n.strip()]
-    spec = _external_backend(args)
-    if spec is not None and args.corpus is not None:
-        raise CLIError(
-            f"--corpus is indexed into an embedded index, --backend {spec} is searched as it is: give one"
-        )
-    rag = _open_external(args, spec) if spec is not None else None
-    index = args.index
-    if index is None and rag is None and args.corpus is None and data.corpus is None:
-        index = str(default_index_dir())  # the user's own index
+    spec, rag, index = _eval_backend(args, data)
     out = Path(args.out) if args.out else Path("eval-results") / data.name
     cache = Path(args.cache) if args.cache else _cache_home() / "selfrag" / "llm-calls.sqlite"
     if args.dry_run:
@@ -65,15 +51,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         index = str(Path(scratch.name) / "index")
     executor = None if args.ray is None else _ray_executor(args, index)
     llm = _llm(args)
-    settings = EvalSettings(
-        k=args.k, top_k=args.top_k, preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
-        limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
-                "query_timeout": args.timeout or None, **_routing(args)},
-        cache=None if args.no_cache else cache, replay=args.replay, shared_replies=args.shared_replies,
-        concurrency=args.concurrency, limit=limit, seed=args.seed, output=out, embed=args.embedder,
-        verifier=_verifier(args),
-        extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
-    )  # fmt: skip
+    settings = EvalSettings(**_eval_settings(args, limit, None if args.no_cache else cache, out))
     # the steps as they go: opening or indexing the corpus (documents), then the questions
     try:
         report = evaluate(
@@ -83,14 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     finally:
         if scratch is not None:
             scratch.cleanup()
-    print(report.table())
-    if report.cache is not None:
-        hits, misses = report.cache["hits"], report.cache["misses"]
-        where = report.cache["path"] or "the run's replies"
-        print(f"\nLLM calls: {hits} replayed from {where}, {misses} made")
-    html = out / "report.html"
-    extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
-    print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
+    _print_run(report, out)
     if args.fit_router:
         _fit_router(args, report, out)
     if baseline is None:
@@ -100,6 +71,63 @@ def cmd_eval(args: argparse.Namespace) -> int:
     comparisons = compare_runs(report, baseline, seed=args.seed)
     print(f"\n{gate_report(comparisons)}")
     return 1 if regressions(comparisons) else 0
+
+
+def _in_file_order(args: argparse.Namespace, data: Any) -> tuple[Any, int | None]:
+    """The questions and the sample's size: with ``--offset``, a slice in file order (questions
+    OFFSET .. OFFSET+LIMIT-1), not a sample (the size then None); else as they are."""
+    limit = args.limit
+    if args.offset is None:
+        return data, limit
+    if args.offset < 0:
+        raise CLIError(f"--offset must be 0 or more, got {args.offset}")
+    end = None if limit is None else args.offset + limit
+    data = dataclasses.replace(data, questions=data.questions[args.offset : end])
+    if not data.questions:
+        raise CLIError(f"--offset {args.offset} skips every question of {args.questions}")
+    return data, None
+
+
+def _eval_backend(args: argparse.Namespace, data: Any) -> tuple[str | None, Any, str | None]:
+    """The run's documents: the ``--backend`` spec and its opened backend (else None), and
+    the index directory (``--index``; the user's own when nothing else gives documents)."""
+    spec = _external_backend(args)
+    if spec is not None and args.corpus is not None:
+        raise CLIError(
+            f"--corpus is indexed into an embedded index, --backend {spec} is searched as it is: give one"
+        )
+    rag = _open_external(args, spec) if spec is not None else None
+    index = args.index
+    if index is None and rag is None and args.corpus is None and data.corpus is None:
+        index = str(default_index_dir())  # the user's own index
+    return spec, rag, index
+
+
+def _eval_settings(
+    args: argparse.Namespace, limit: int | None, cache: Path | None, out: Path
+) -> dict[str, Any]:
+    """The fields of the run's :class:`~selfrag_core.evaluation.EvalSettings`, from the options."""
+    return dict(
+        k=args.k, top_k=args.top_k, preset=preset_for(args.llm), retrieval_only=args.retrieval_only or None,
+        limits={"max_llm_calls": args.max_llm_calls, "llm_timeout": args.llm_timeout or None,
+                "query_timeout": args.timeout or None, **_routing(args)},
+        cache=cache, replay=args.replay, shared_replies=args.shared_replies,
+        concurrency=args.concurrency, limit=limit, seed=args.seed, output=out, embed=args.embedder,
+        verifier=_verifier(args),
+        extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
+    )  # fmt: skip
+
+
+def _print_run(report: Any, out: Path) -> None:
+    """The report's table, the calls replayed and made, and where the results are."""
+    print(report.table())
+    if report.cache is not None:
+        hits, misses = report.cache["hits"], report.cache["misses"]
+        where = report.cache["path"] or "the run's replies"
+        print(f"\nLLM calls: {hits} replayed from {where}, {misses} made")
+    html = out / "report.html"
+    extra = f", {html}" if html.exists() else " (pip install 'selfrag[eval]' for report.html)"
+    print(f"results: {out / 'results.jsonl'}, {out / 'summary.json'}{extra}")
 
 
 def _ray_scratch(args: argparse.Namespace, spec: str | None) -> Any:

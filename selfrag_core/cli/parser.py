@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from selfrag_core.cli.commands import cmd_ask, cmd_delete, cmd_demo, cmd_index, cmd_mcp, cmd_serve, cmd_stats
 from selfrag_core.cli.evaluate import cmd_eval
@@ -37,11 +38,53 @@ def strategy_help() -> str:
     return f"{', '.join(shown)}, or your own: package.module:Name or file.py:Name"
 
 
+@dataclass(frozen=True)
+class _Parents:
+    """The option groups the commands share (argparse parents)."""
+
+    common: argparse.ArgumentParser  # --index, -v, --plain: every command's
+    backend: argparse.ArgumentParser  # --backend: the commands that read or write documents
+    llm: argparse.ArgumentParser  # the LLM, retrieval and budget options: the commands that answer
+    timing: argparse.ArgumentParser  # --llm-timeout, --timeout (`serve` has its own, per request)
+    routing: argparse.ArgumentParser  # the adaptive strategy's router and call budget
+    new_index: argparse.ArgumentParser  # --embedder, --chunk-size of a new index
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """`selfrag`'s parser: its commands, each with its options and the shared groups."""
+    parents = _Parents(
+        _common_options(), _backend_option(), _llm_options(), _timing_options(), _routing_options(),
+        _new_index_options(),
+    )  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="selfrag", description="Self-improving RAG over your documents, offline."
+    )
+    parser.add_argument("--version", action="version", version=f"selfrag {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (
+        _index_command, _delete_command, _ask_command, _demo_command, _eval_command, _stats_command,
+        _serve_command, _mcp_command,
+    ):  # fmt: skip
+        add_command(sub, parents)
+    return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """--index, -v and --plain: every command's."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--index", metavar="DIR", help="index directory (default: $SELFRAG_INDEX or the user data dir)"
     )
+    common.add_argument("-v", "--verbose", action="store_true", help="log more (and list skipped files)")
+    common.add_argument(
+        "--plain", action="store_true",
+        help=f"plain progress lines (count, rate, time left; every {PROGRESS_INTERVAL:g} s) instead of a bar",
+    )  # fmt: skip
+    return common
+
+
+def _backend_option() -> argparse.ArgumentParser:
+    """--backend: where the documents live."""
     backend_opt = argparse.ArgumentParser(add_help=False)
     backend_opt.add_argument(
         "--backend", metavar="SPEC",
@@ -50,11 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
              "backend object: package.module:factory or file.py:factory (called with no arguments, or "
              "embedder=)",
     )  # fmt: skip
-    common.add_argument("-v", "--verbose", action="store_true", help="log more (and list skipped files)")
-    common.add_argument(
-        "--plain", action="store_true",
-        help=f"plain progress lines (count, rate, time left; every {PROGRESS_INTERVAL:g} s) instead of a bar",
-    )  # fmt: skip
+    return backend_opt
+
+
+def _llm_options() -> argparse.ArgumentParser:
+    """The LLM, its limits, the retrieval's size and the verifier."""
     llm_opts = argparse.ArgumentParser(add_help=False)
     llm_opts.add_argument(
         "--llm", default="local",
@@ -91,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     llm_opts.add_argument(
         "--max-llm-calls", type=int, default=12, help="LLM-call budget per question (default 12)"
     )
+    return llm_opts
+
+
+def _timing_options() -> argparse.ArgumentParser:
+    """The seconds an LLM call and a question may take."""
     timing = argparse.ArgumentParser(add_help=False)  # `serve` has its own --timeout (per request)
     timing.add_argument(
         "--llm-timeout", type=float, default=DEFAULT_LLM_TIMEOUT, metavar="SECONDS",
@@ -100,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=DEFAULT_QUERY_TIMEOUT, metavar="SECONDS",
         help=f"seconds one question may take (default {DEFAULT_QUERY_TIMEOUT:g}; 0 for no limit)",
     )  # fmt: skip
+    return timing
+
+
+def _routing_options() -> argparse.ArgumentParser:
+    """The adaptive strategy's router and call budget."""
     routing = argparse.ArgumentParser(add_help=False)
     routing.add_argument(
         "--router", metavar="FILE",
@@ -112,20 +165,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"for {ADAPTIVE}: the most LLM calls a question is expected to cost (>= 1); it escalates only "
              "within it, and --max-llm-calls is capped at its ceiling",
     )  # fmt: skip
+    return routing
+
+
+def _new_index_options() -> argparse.ArgumentParser:
+    """The embedder and the chunk size of a new index."""
     new_index = argparse.ArgumentParser(add_help=False)
     new_index.add_argument(
         "--embedder", choices=EMBEDDERS, default="auto",
         help="for a new index: auto (MiniLM when installed, else lexical), minilm, hashing, none",
     )  # fmt: skip
     new_index.add_argument("--chunk-size", type=int, default=600, help="characters per chunk of a new index")
+    return new_index
 
-    parser = argparse.ArgumentParser(
-        prog="selfrag", description="Self-improving RAG over your documents, offline."
-    )
-    parser.add_argument("--version", action="version", version=f"selfrag {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+def _index_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag index PATH...`"""
     p = sub.add_parser(
-        "index", parents=[common, backend_opt, new_index],
+        "index", parents=[parents.common, parents.backend, parents.new_index],
         help="index files and folders (into --index DIR, or --backend chroma://... or a factory's object)",
     )  # fmt: skip
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -143,8 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray-workers", type=int, metavar="N", help="with --ray: the embedder actors (default: the CPUs)"
     )
     p.set_defaults(func=cmd_index)
+
+
+def _delete_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag delete SOURCE...`"""
     p = sub.add_parser(
-        "delete", parents=[common, backend_opt],
+        "delete", parents=[parents.common, parents.backend],
         help="remove indexed files or other sources from the index",
         description="Remove every chunk of each SOURCE: a file as `selfrag index` indexed it (its path; "
                     "a relative one is made absolute), or any other source name (e.g. one sent to "
@@ -152,9 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("sources", nargs="+", metavar="SOURCE")
     p.set_defaults(func=cmd_delete)
+
+
+def _ask_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag ask QUESTION`"""
     p = sub.add_parser(
         "ask",
-        parents=[common, backend_opt, llm_opts, timing, routing],
+        parents=[parents.common, parents.backend, parents.llm, parents.timing, parents.routing],
         help="answer a question from the index",
     )
     p.add_argument("question")
@@ -175,9 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
              "happens)",
     )  # fmt: skip
     p.set_defaults(func=cmd_ask)
+
+
+def _demo_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag demo`"""
     p = sub.add_parser(
         "demo",
-        parents=[common, llm_opts, timing, new_index],
+        parents=[parents.common, parents.llm, parents.timing, parents.new_index],
         help="index a sample corpus and run all strategies",
         description="Index the sample corpus shipped with the package and run the strategies on it. "
         "The demo keeps its own index (default: the user data dir's selfrag/demo-index, not "
@@ -190,8 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategies", nargs="+", choices=STRATEGIES, help="strategies to run (default: all four)"
     )
     p.set_defaults(func=cmd_demo)
+
+
+def _eval_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag eval QUESTIONS`: the run, then the router's fit, the dry run, Ray, the cache and the gate."""
     p = sub.add_parser(
-        "eval", parents=[common, backend_opt, llm_opts, timing, routing],
+        "eval", parents=[parents.common, parents.backend, parents.llm, parents.timing, parents.routing],
         help="compare the strategies with a plain retrieve-and-answer on your questions",
     )  # fmt: skip
     p.add_argument("questions", help="questions: a .jsonl file, a BEIR folder or a SQuAD .json file")
@@ -215,40 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="take the questions in file order from the N-th on (0-based; with --limit L: N .. N+L-1) "
              "instead of a random sample: e.g. fit a router on some questions, report on others",
     )  # fmt: skip
-    p.add_argument(
-        "--fit-router", metavar="FILE",
-        help=f"after the run, fit {ADAPTIVE}'s router on the contenders' per-question results (a held-out "
-             "share reports its own row against plain and the best single strategy) and write it to FILE",
-    )  # fmt: skip
-    p.add_argument(
-        "--holdout", type=float, default=0.3, metavar="SHARE",
-        help="with --fit-router: the share of the questions held out from the fit (default 0.3)",
-    )  # fmt: skip
-    p.add_argument(
-        "--fit-metric", metavar="NAME", help="with --fit-router: the metric to route for (default f1)"
-    )
-    p.add_argument(
-        "--min-gain-per-call", type=float, metavar="GAIN",
-        help="with --fit-router: the gain in the metric an extra LLM call must buy (higher: fewer calls; "
-             "default: the threshold that replays best on the fitting questions)",
-    )  # fmt: skip
+    _eval_router_options(p)
     p.add_argument(
         "--dry-run", action="store_true",
         help="print each contender's expected LLM calls and input tokens for the questions, then stop: "
              "no LLM call is made (retrievals run)",
     )  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the bootstrap (default 0)")
-    p.add_argument("--concurrency", type=int, default=2, help="questions answered at once (default 2)")
-    p.add_argument(
-        "--ray", nargs="?", const="local", metavar="ADDRESS",
-        help="answer the questions on Ray actors: a local cluster, or the one at ADDRESS (auto, "
-             "ray://HOST:10001); each actor builds the contenders once; this process writes the results "
-             "and the cache (pip install 'selfrag[ray]')",
-    )  # fmt: skip
-    p.add_argument(
-        "--ray-workers", type=int, metavar="N",
-        help="with --ray: the actors (default: the cluster's CPUs over --threads, one CPU each by default)",
-    )  # fmt: skip
+    _eval_run_options(p)
     p.add_argument(
         "--out", metavar="DIR", help="results.jsonl, summary.json, report.html (default eval-results/NAME)"
     )
@@ -287,19 +333,71 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedder", choices=EMBEDDERS, default="auto", help="embedder of the corpus index (default auto)"
     )
     p.set_defaults(func=cmd_eval)  # fmt: skip
-    p = sub.add_parser("stats", parents=[common], help="describe the index")
+
+
+def _eval_router_options(p: argparse.ArgumentParser) -> None:
+    """`selfrag eval --fit-router FILE` and its options."""
+    p.add_argument(
+        "--fit-router", metavar="FILE",
+        help=f"after the run, fit {ADAPTIVE}'s router on the contenders' per-question results (a held-out "
+             "share reports its own row against plain and the best single strategy) and write it to FILE",
+    )  # fmt: skip
+    p.add_argument(
+        "--holdout", type=float, default=0.3, metavar="SHARE",
+        help="with --fit-router: the share of the questions held out from the fit (default 0.3)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fit-metric", metavar="NAME", help="with --fit-router: the metric to route for (default f1)"
+    )
+    p.add_argument(
+        "--min-gain-per-call", type=float, metavar="GAIN",
+        help="with --fit-router: the gain in the metric an extra LLM call must buy (higher: fewer calls; "
+             "default: the threshold that replays best on the fitting questions)",
+    )  # fmt: skip
+
+
+def _eval_run_options(p: argparse.ArgumentParser) -> None:
+    """How `selfrag eval` runs: the seed, the questions at once, and Ray."""
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the bootstrap (default 0)")
+    p.add_argument("--concurrency", type=int, default=2, help="questions answered at once (default 2)")
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="answer the questions on Ray actors: a local cluster, or the one at ADDRESS (auto, "
+             "ray://HOST:10001); each actor builds the contenders once; this process writes the results "
+             "and the cache (pip install 'selfrag[ray]')",
+    )  # fmt: skip
+    p.add_argument(
+        "--ray-workers", type=int, metavar="N",
+        help="with --ray: the actors (default: the cluster's CPUs over --threads, one CPU each by default)",
+    )  # fmt: skip
+
+
+def _stats_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag stats`"""
+    p = sub.add_parser("stats", parents=[parents.common], help="describe the index")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)
+
+
+def _serve_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag serve`: its options are the server's (``serve.server.add_arguments``)."""
     from selfrag_core.serve.server import add_arguments as add_serve_arguments  # imports no FastAPI
 
     p = sub.add_parser(
-        "serve", parents=[common, backend_opt, llm_opts, routing, new_index],
+        "serve", parents=[parents.common, parents.backend, parents.llm, parents.routing, parents.new_index],
         help="serve the strategies over HTTP (pip install 'selfrag[serve]')",
     )  # fmt: skip
     add_serve_arguments(p, shared=False)
     p.set_defaults(func=cmd_serve)
+
+
+def _mcp_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], parents: _Parents) -> None:
+    """`selfrag mcp`"""
     p = sub.add_parser(
-        "mcp", parents=[common, backend_opt, llm_opts, timing, routing, new_index],
+        "mcp",
+        parents=[
+            parents.common, parents.backend, parents.llm, parents.timing, parents.routing, parents.new_index
+        ],
         help="serve ask, search and add_documents as MCP tools over stdio (pip install 'selfrag[mcp]')",
         description="A Model Context Protocol server: the tools ask, search and add_documents, and "
         "each indexed source as a resource. Over stdio by default (an MCP client starts it); --http "
@@ -311,4 +409,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--port", type=int, default=8000, help="with --http: port (default 8000)")
     p.set_defaults(func=cmd_mcp)
-    return parser

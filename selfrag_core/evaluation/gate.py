@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,17 +182,7 @@ def compare_runs(
     cannot be read or the comparison would judge nothing: the baseline answered fewer than
     :data:`MIN_SHARED` of ``current``'s questions, or no (contender, metric) is in both."""
     base = baseline if isinstance(baseline, SavedRun) else read_run(baseline)
-    if isinstance(current, EvalReport):
-        directions = {**base.higher_is_better, **{m.name: m.higher_is_better for m in current.metrics}}
-        now = {
-            q.id: dict(results)
-            for q, results in zip(current.questions, current.results, strict=True)
-            if results
-        }
-    else:
-        run = read_run(current)
-        directions = {**base.higher_is_better, **run.higher_is_better}
-        now = run.questions
+    directions, now = _current_run(current, base)
     shared = [qid for qid in now if qid in base.questions]
     if not shared or len(shared) < MIN_SHARED * len(now):
         raise ConfigurationError(
@@ -203,26 +194,58 @@ def compare_runs(
     theirs = {q: {c: dict(r.get("metrics") or {}) for c, r in base.questions[q].items()} for q in shared}
     comparisons = []
     for contender in sorted({c for q in shared for c in ours[q]} & {c for q in shared for c in theirs[q]}):
-        metrics = sorted(
-            {m for q in shared for m in ours[q].get(contender, {})}
-            & {m for q in shared for m in theirs[q].get(contender, {})}
-        )
-        for metric in metrics:
-            higher = directions.get(metric, metric not in LOWER_IS_BETTER)
-            difference = paired_difference(
-                [_number(ours[q].get(contender, {}).get(metric)) for q in shared],
-                [_number(theirs[q].get(contender, {}).get(metric)) for q in shared],
-                higher_is_better=higher,
-                seed=seed,
-            )
-            if difference is not None:
-                comparisons.append(Comparison(contender, metric, difference))
+        comparisons += _compare_contender(contender, shared, ours, theirs, directions, seed)
     if not comparisons:
         raise ConfigurationError(
             f"the baseline {base.path} and this run measured no contender on the same metric over their "
             f"{len(shared)} shared question(s) (the baseline's contenders: {_names(theirs)}; this run's: "
             f"{_names(ours)}): run both with the same --strategies"
         )
+    return comparisons
+
+
+def _current_run(
+    current: EvalReport | str | os.PathLike[str], base: SavedRun
+) -> tuple[dict[str, bool], dict[str, dict[str, dict[str, Any]]]]:
+    """The run compared with ``base``: which way each metric is better (the run's word over
+    the baseline's), and its answered questions' records by question id."""
+    if isinstance(current, EvalReport):
+        directions = {**base.higher_is_better, **{m.name: m.higher_is_better for m in current.metrics}}
+        now = {
+            q.id: dict(results)
+            for q, results in zip(current.questions, current.results, strict=True)
+            if results
+        }
+        return directions, now
+    run = read_run(current)
+    return {**base.higher_is_better, **run.higher_is_better}, run.questions
+
+
+def _compare_contender(
+    contender: str,
+    shared: list[str],
+    ours: dict[str, dict[str, dict[str, Any]]],
+    theirs: dict[str, dict[str, dict[str, Any]]],
+    directions: Mapping[str, bool],
+    seed: int,
+) -> list[Comparison]:
+    """One contender's comparisons over the ``shared`` questions: each metric both runs
+    measured it on, where the paired difference has something to judge."""
+    metrics = sorted(
+        {m for q in shared for m in ours[q].get(contender, {})}
+        & {m for q in shared for m in theirs[q].get(contender, {})}
+    )
+    comparisons = []
+    for metric in metrics:
+        higher = directions.get(metric, metric not in LOWER_IS_BETTER)
+        difference = paired_difference(
+            [_number(ours[q].get(contender, {}).get(metric)) for q in shared],
+            [_number(theirs[q].get(contender, {}).get(metric)) for q in shared],
+            higher_is_better=higher,
+            seed=seed,
+        )
+        if difference is not None:
+            comparisons.append(Comparison(contender, metric, difference))
     return comparisons
 
 

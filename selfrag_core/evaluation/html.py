@@ -216,20 +216,25 @@ class _Page:
             [c for c in self.contenders if c != self.baseline] if self.baseline in self.contenders else []
         )
         self.questions = [q for q in report.get("questions") or [] if isinstance(q, Mapping)]
-        listed = [m for m in report.get("metrics") or [] if isinstance(m, Mapping) and m.get("name")]
-        scored = [m for m in listed if any(self.mean(c, m["name"]) is not None for c in self.contenders)]
-        self.spread = {
-            m["name"]: metric_spread(
-                {
-                    c: [_num(_get(q, "results", c, "metrics", m["name"])) for q in self.questions]
-                    for c in self.contenders
-                }
-            )
-            for m in scored
-        }
+        scored = self._scored(report.get("metrics") or [])
+        self.spread = {m["name"]: self._spread(m["name"]) for m in scored}
         self.metrics = [m for m in scored if not self.spread[m["name"]]]
         self.flat = [m for m in scored if self.spread[m["name"]]]
         self.loaded = under_load(report.get("settings") or {}, report.get("machine"))
+
+    def _scored(self, metrics: list[Any]) -> list[Mapping[str, Any]]:
+        """The report's metrics with a name and a mean for at least one contender."""
+        listed = [m for m in metrics if isinstance(m, Mapping) and m.get("name")]
+        return [m for m in listed if any(self.mean(c, m["name"]) is not None for c in self.contenders)]
+
+    def _spread(self, metric: str) -> str | None:
+        """:func:`metric_spread` of ``metric``'s per-question values of every contender."""
+        return metric_spread(
+            {
+                c: [_num(_get(q, "results", c, "metrics", metric)) for q in self.questions]
+                for c in self.contenders
+            }
+        )
 
     def mean(self, contender: str, metric: str) -> float | None:
         return _num(_get(self.summary, contender, "metrics", metric, "mean"))
@@ -443,16 +448,9 @@ class _Page:
         timelines = 0
         for q in self.questions:
             results, text = q.get("results") or {}, str(q.get("question") or "")
-            short = text if len(text) <= 90 else text[:89] + "…"
             relevant = {str(r) for r in q.get("relevant") or []}
             answers = " | ".join(str(a) for a in q.get("answers") or [])
-            line = f"<b>{_e(q.get('id'))}</b> {_e(short)}"
-            if key:
-                scores = (_fmt(_get(results, c, "metrics", key), 2) for c in contenders)
-                line += f" — {_e(key)}: " + " · ".join(
-                    f"{_e(c)} {'error' if _get(results, c, 'error') else score}"
-                    for c, score in zip(contenders, scores, strict=True)
-                )
+            line = _question_line(q, key, contenders)
             parts.append(
                 f"<details class='q'><summary>{line}</summary>"
                 f"<p><b>Question:</b> {_e(text)}<br><b>Gold answers:</b> {_e(answers or 'none')}<br>"
@@ -470,20 +468,28 @@ class _Page:
         return "\n".join(parts)
 
 
+def _question_line(q: Mapping[str, Any], key: str | None, contenders: list[str]) -> str:
+    """A question's line in the list: its id, its text cut short, and each contender's
+    score on the ``key`` metric (or ``error``)."""
+    results, text = q.get("results") or {}, str(q.get("question") or "")
+    short = text if len(text) <= 90 else text[:89] + "…"
+    line = f"<b>{_e(q.get('id'))}</b> {_e(short)}"
+    if key:
+        scores = (_fmt(_get(results, c, "metrics", key), 2) for c in contenders)
+        line += f" — {_e(key)}: " + " · ".join(
+            f"{_e(c)} {'error' if _get(results, c, 'error') else score}"
+            for c, score in zip(contenders, scores, strict=True)
+        )
+    return line
+
+
 def _answers_table(results: Mapping[str, Any], contenders: list[str], relevant: set[str]) -> str:
     rows: dict[str, list[str]] = {"answer": [], "metrics": [], "sources": [], "cost": [], "problems": []}
     for c in contenders:
         r = results.get(c) or {}
         rows["answer"].append(f"<div class='answer'>{_e(r.get('answer') or '')}</div>")
         rows["metrics"].append("<br>".join(f"{_e(k)} {_fmt(v)}" for k, v in (r.get("metrics") or {}).items()))
-        sources = []
-        for s in (s for s in r.get("sources") or [] if isinstance(s, Mapping)):
-            mark = (" class='rel'", " ✓ relevant") if str(s.get("id")) in relevant else ("", "")
-            sources.append(
-                f"<li{mark[0]} title='{_e(s.get('text') or '')}'>{_e(s.get('id'))}{mark[1]}: "
-                f"{_e(s.get('title') or '')}</li>"
-            )
-        rows["sources"].append(f"<ol>{''.join(sources)}</ol>" if sources else "none")
+        rows["sources"].append(_sources_list(r, relevant))
         rows["cost"].append(
             f"{_fmt(r.get('llm_calls'), 0)} LLM calls, {_fmt(r.get('input_tokens'), 0)} +"
             f" {_fmt(r.get('output_tokens'), 0)} tokens, {_fmt(r.get('latency_s'), 2)} s"
@@ -496,6 +502,18 @@ def _answers_table(results: Mapping[str, Any], contenders: list[str], relevant: 
         f"<tr><th>{k}</th>{''.join(f'<td>{v}</td>' for v in cells)}</tr>" for k, cells in rows.items()
     )
     return f"<div class='scroll'><table class='answers'><tr><th></th>{head}</tr>{body}</table></div>"
+
+
+def _sources_list(result: Mapping[str, Any], relevant: set[str]) -> str:
+    """A contender's sources as a list, the relevant ones marked (``none`` without one)."""
+    sources = []
+    for s in (s for s in result.get("sources") or [] if isinstance(s, Mapping)):
+        mark = (" class='rel'", " ✓ relevant") if str(s.get("id")) in relevant else ("", "")
+        sources.append(
+            f"<li{mark[0]} title='{_e(s.get('text') or '')}'>{_e(s.get('id'))}{mark[1]}: "
+            f"{_e(s.get('title') or '')}</li>"
+        )
+    return f"<ol>{''.join(sources)}</ol>" if sources else "none"
 
 
 # ---------------------------------------------------------------------------------------- figures
@@ -549,18 +567,7 @@ def _draw_tradeoff(fig: Figure, panels: list[Any], ylabel: str, contenders: list
     ]
     for ax, (cost_label, points, front, bars) in zip(axes, panels, strict=True):
         where = {name: (cost, quality) for name, cost, quality in points}
-        placed: list[tuple[float, float]] = []
-        for name, cost, quality in points:
-            low, high = bars.get(name, (None, None))
-            near = sum(1 for x, y in placed if abs(x - cost) < 1e-9 and abs(y - quality) < 1e-9)
-            placed.append((cost, quality))
-            if low is not None and high is not None:
-                below, above = max(quality - low, 0.0), max(high - quality, 0.0)
-                ax.errorbar(
-                    [cost], [quality], yerr=[[below], [above]], color=colours[name], capsize=3, zorder=3
-                )
-            ax.scatter([cost], [quality], color=colours[name], zorder=4)
-            ax.annotate(name, (cost, quality), xytext=(5, 3 + 9 * near), textcoords="offset points")
+        _draw_points(ax, points, bars, colours)
         if front:
             xs, ys = [where[n][0] for n in front], [where[n][1] for n in front]
             style = {"color": "0.4", "marker": "o", "markersize": 11, "markerfacecolor": "none"}
@@ -574,6 +581,21 @@ def _draw_tradeoff(fig: Figure, panels: list[Any], ylabel: str, contenders: list
     elif ends:
         axes[0].set_ylim(min(0.0, min(ends)), max(ends) * 1.1 or 1.0)
     axes[0].set_ylabel(ylabel)
+
+
+def _draw_points(ax: Any, points: list[Any], bars: Mapping[str, Any], colours: Mapping[str, str]) -> None:
+    """A point per contender at its (cost, quality) with its interval bar and its name; the
+    names of points in the same place stacked."""
+    placed: list[tuple[float, float]] = []
+    for name, cost, quality in points:
+        low, high = bars.get(name, (None, None))
+        near = sum(1 for x, y in placed if abs(x - cost) < 1e-9 and abs(y - quality) < 1e-9)
+        placed.append((cost, quality))
+        if low is not None and high is not None:
+            below, above = max(quality - low, 0.0), max(high - quality, 0.0)
+            ax.errorbar([cost], [quality], yerr=[[below], [above]], color=colours[name], capsize=3, zorder=3)
+        ax.scatter([cost], [quality], color=colours[name], zorder=4)
+        ax.annotate(name, (cost, quality), xytext=(5, 3 + 9 * near), textcoords="offset points")
 
 
 def _draw_strip(fig: Figure, data: list[list[float]], label: str, contenders: list[str], share: bool) -> None:

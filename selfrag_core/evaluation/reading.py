@@ -82,6 +82,19 @@ def reading_notes(
             f"replayed or borrowed from {where} (that time is not the model's): {shown} question(s); "
             "a latency difference uses the questions both measured, and none is given without one"
         )
+    notes += _spread_notes(spreads)
+    empty = {name: c for name, c in counts.items() if c[2]}
+    if empty:
+        shown = ", ".join(f"{name} {c[2]} of {c[1]}" for name, c in empty.items())
+        notes.append(f"no answer (an error or the failure placeholder, scored 0): {shown}")
+    return notes
+
+
+def _spread_notes(spreads: Mapping[str, tuple[str, float | None, bool]]) -> list[str]:
+    """The notes on the metrics that cannot tell the contenders apart: the same score for
+    every answer (0 on one where higher is better: the metric does not fit the data), or the
+    same for every contender on every question."""
+    notes = []
     constant = {label: mean for label, (kind, mean, _) in spreads.items() if kind == "constant"}
     if constant:  # 0 on a higher-is-better metric: the worst score for every answer
         zero = [
@@ -100,8 +113,4 @@ def reading_notes(
     same = [f"{label} {_fmt(mean)}" for label, (kind, mean, _) in spreads.items() if kind == "identical"]
     if same:
         notes.append(f"the same for every contender on every question: {', '.join(same)}")
-    empty = {name: c for name, c in counts.items() if c[2]}
-    if empty:
-        shown = ", ".join(f"{name} {c[2]} of {c[1]}" for name, c in empty.items())
-        notes.append(f"no answer (an error or the failure placeholder, scored 0): {shown}")
     return notes

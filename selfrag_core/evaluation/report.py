@@ -229,6 +229,29 @@ class EvalReport:
         """The summary and the comparisons as plain-text tables."""
         summary, comparisons = self.summary(), self.comparisons()
         metric_names = [m.name for m in self.metrics]
+        rows = self._summary_rows(summary, metric_names)
+        lines = [f"{self.name}: {len(self.questions)} question(s), baseline {self.baseline}", *_grid(rows)]
+        compared = self._comparison_rows(comparisons, metric_names)
+        if len(compared) > 1:
+            lines += ["", *_grid(compared)]
+        checked = [(name, summary[name]["verifier"]) for name in self.contenders if summary[name]["verifier"]]
+        if checked:
+            rows = [["the support check", "AUROC (gold in answer)", "certified: n, F1", "flagged: n, F1"]]
+            rows += [
+                [
+                    name,
+                    _fmt(v["auroc"]),
+                    f"{v['certified']}, {_fmt(v['f1_certified'])}",
+                    f"{v['flagged']}, {_fmt(v['f1_flagged'])}",
+                ]
+                for name, v in checked
+            ]
+            lines += ["", *_grid(rows)]
+        return "\n".join(lines + self._table_notes())
+
+    def _summary_rows(self, summary: dict[str, Any], metric_names: list[str]) -> list[list[str]]:
+        """The summary table: a row a contender, its metrics' means, calls, tokens, latency
+        and failures, under a header row."""
         head = ["contender", *metric_names, "calls/q", "tokens/q", "p50 s", "p95 s", "fallbacks", "errors"]
         rows = [head]
         for name in self.contenders:
@@ -240,7 +263,10 @@ class EvalReport:
                 _fmt(s["llm_calls"], 1), _fmt(tokens, 0),
                 _fmt(s["latency_p50"], 1), _fmt(s["latency_p95"], 1), str(s["fallbacks"]), str(s["errors"]),
             ])  # fmt: skip
-        lines = [f"{self.name}: {len(self.questions)} question(s), baseline {self.baseline}", *_grid(rows)]
+        return rows
+
+    def _comparison_rows(self, comparisons: dict[str, Any], metric_names: list[str]) -> list[list[str]]:
+        """The comparisons with the baseline, a row a (contender, metric) shown, under a header row."""
         compared = [["vs " + self.baseline, "metric", "difference", "95% interval", "n", "verdict"]]
         # the token counts are in the JSON; a metric that cannot tell the contenders apart is in the notes
         shown = {*metric_names, "llm_calls", "latency_s"} - set(self.spreads())
@@ -258,21 +284,12 @@ class EvalReport:
             for metric, d in diffs.items()
             if metric in shown
         ]
-        if len(compared) > 1:
-            lines += ["", *_grid(compared)]
-        checked = [(name, summary[name]["verifier"]) for name in self.contenders if summary[name]["verifier"]]
-        if checked:
-            rows = [["the support check", "AUROC (gold in answer)", "certified: n, F1", "flagged: n, F1"]]
-            rows += [
-                [
-                    name,
-                    _fmt(v["auroc"]),
-                    f"{v['certified']}, {_fmt(v['f1_certified'])}",
-                    f"{v['flagged']}, {_fmt(v['f1_flagged'])}",
-                ]
-                for name, v in checked
-            ]
-            lines += ["", *_grid(rows)]
+        return compared
+
+    def _table_notes(self) -> list[str]:
+        """The lines under the tables: the input's problems, the replayed and shared replies,
+        an interruption, and the notes."""
+        lines: list[str] = []
         if self.problems:
             lines += ["", f"{len(self.problems)} problem(s):", *[f"  {p}" for p in self.problems[:20]]]
         if self.cache and self.cache.get("hits"):
@@ -296,7 +313,7 @@ class EvalReport:
         notes = self.notes()
         if notes:
             lines += ["", "notes:", *(f"  - {note}" for note in notes)]
-        return "\n".join(lines)
+        return lines
 
     def write(self, directory: Path) -> dict[str, Path]:
         """``summary.json`` and, when matplotlib is installed, ``report.html`` in

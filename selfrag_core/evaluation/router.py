@@ -340,11 +340,7 @@ def fit_router(
     metric = metric or _default_metric(questions, baseline)
     if not names:
         raise ConfigurationError(f"{name} has no contender besides {baseline}: nothing to route to")
-    order = list(range(len(questions)))
-    random.Random(seed).shuffle(order)
-    cut = min(max(1, round(len(order) * holdout)), len(order) - 2) if holdout > 0 else 0
-    held = [questions[i] for i in sorted(order[:cut])]
-    train = [questions[i] for i in sorted(order[cut:])]
+    train, held = _split(questions, holdout, seed)
     models = {n: m for n in names if (m := _strategy_model(train, n, baseline, metric, l2)) is not None}
     if not models:
         raise ConfigurationError(f"no contender of {name} has {metric} scores to fit on")
@@ -353,11 +349,28 @@ def fit_router(
     if min_gain_per_call is None:  # the cheapest threshold that scores best on the fitting questions
         min_gain_per_call = _threshold(FittedRouter(metric, models, 0.0, info), train, baseline, call_budget)
     router = FittedRouter(metric, models, min_gain_per_call, info)
-    means = {n: _mean([_value(q.records.get(n), metric) for q in train]) for n in [baseline, *models]}
-    best = max(means, key=lambda n: (means[n] if means[n] is not None else -math.inf, n == baseline))
+    best = _best_single(train, [baseline, *models], baseline, metric)
     fit = RouterFit(router, metric, baseline, best, [q.id for q in train], [q.id for q in held])
     _replay(fit, held, call_budget)
     return fit
+
+
+def _split(questions: list[_Question], holdout: float, seed: int) -> tuple[list[_Question], list[_Question]]:
+    """The questions to fit on and those held out (``holdout`` of them, at least one and
+    leaving two to fit on; drawn with ``seed``), each in the run's order."""
+    order = list(range(len(questions)))
+    random.Random(seed).shuffle(order)
+    cut = min(max(1, round(len(order) * holdout)), len(order) - 2) if holdout > 0 else 0
+    held = [questions[i] for i in sorted(order[:cut])]
+    train = [questions[i] for i in sorted(order[cut:])]
+    return train, held
+
+
+def _best_single(questions: list[_Question], names: list[str], baseline: str, metric: str) -> str:
+    """Of ``names``, the contender with the best mean ``metric`` on ``questions`` (ties:
+    the baseline)."""
+    means = {n: _mean([_value(q.records.get(n), metric) for q in questions]) for n in names}
+    return max(means, key=lambda n: (means[n] if means[n] is not None else -math.inf, n == baseline))
 
 
 def _threshold(

@@ -177,66 +177,32 @@ def evaluate(
         keep_none=True,
         strict=True,
     )
-    baseline, k, concurrency = settings.baseline, settings.k, settings.concurrency
-    cache, shared_replies = settings.cache, settings.shared_replies
+    baseline, k = settings.baseline, settings.k
     data = _questions(questions).sample(settings.limit, settings.seed)
     problems = list(data.problems)
     names = list(contenders)
     if baseline not in names:
         raise ConfigurationError(f"the baseline {baseline!r} is not among the contenders {names}; add it")
-    scratch: tempfile.TemporaryDirectory[str] | None = None
-    store = cache
-    needs_backend = not isinstance(contenders, Mapping) or any(
-        isinstance(v, str) for v in contenders.values()
-    )
-    if rag is None and needs_backend:
+    if rag is None and _needs_backend(contenders):
         rag = _backend(data, corpus, index, settings.embed, problems, steps)
-    verifier = settings.verifier
-    if shared_replies and cache is None and llm is not None:  # shared through a file that goes away
-        scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
-        store = Path(scratch.name) / "replies.sqlite"
+    scratch, store = _replies_store(settings, llm)
     prepared = prepare(contenders, llm, rag, judge, settings, None if store is None else Path(store))
-    built, cached, judged = prepared.contenders, prepared.cached, prepared.judged
     ranking = ranks_only(data, settings.retrieval_only)
     metrics = _metrics(data, k, judge is not None, ranking, problems)
-    run_settings = {
-        "k": k,
-        "top_k": settings.top_k,
-        "preset": settings.preset,
-        "retrieval_only": ranking,
-        "limit": settings.limit,
-        "seed": settings.seed,
-        "concurrency": concurrency,
-        "replay": settings.replay,
-        "shared_replies": shared_replies,
-        "verifier": "LexicalVerifier" if verifier is None else type(verifier).__name__,
-        **settings.extra,
-    }
-    if executor is not None:
-        run_settings["executor"] = executor.describe()
-    report = EvalReport(data.name, run_settings, baseline, [c.name for c in built], metrics, data.questions)
+    run_settings = _run_settings(settings, ranking, executor)
+    built = [c.name for c in prepared.contenders]
+    report = EvalReport(data.name, run_settings, baseline, built, metrics, data.questions)
     report.problems = problems
-    output = settings.output
-    sink = _Sink(Path(output) if output is not None else None)
+    sink = _Sink(Path(settings.output) if settings.output is not None else None)
     logging.getLogger("selfrag").addFilter(_FALLBACK_NAMES)  # once; it acts only inside an evaluation
-    report.machine = {"cpus": os.cpu_count(), "load_before": _load(), "concurrency": concurrency}
+    report.machine = {"cpus": os.cpu_count(), "load_before": _load(), "concurrency": settings.concurrency}
     try:
         with step(steps, "eval", len(data.questions), "questions") as advance:
-
-            def finished(one: Finished) -> None:  # in this thread: the report, the file, the cache
-                if report.results[one.index] is not None:
-                    return  # recorded once, whichever worker answered it
-                question = data.questions[one.index]
-                absorb(prepared, one)
-                report.results[one.index] = one.results
-                sink.write({"id": question.id, "question": question.question, "results": one.results})
-                done = sum(r is not None for r in report.results)
-                advance(1, one_line(question.question, 60))
-                if progress is not None:
-                    progress(done, len(data.questions), question.question)
-
+            finished = _recorder(report, data, prepared, sink, advance, progress)
             if executor is None:
-                _run(data.questions, lambda q: answer(prepared, q, ranking, k), concurrency, finished)
+                _run(
+                    data.questions, lambda q: answer(prepared, q, ranking, k), settings.concurrency, finished
+                )
             else:
                 job = WorkerJob(
                     contenders, replace(settings, output=None), ranking, judge is not None, store is not None
@@ -246,27 +212,105 @@ def evaluate(
         report.interrupted = True  # what finished is kept: in results.jsonl and the report
         raise
     finally:
-        report.machine["load_after"] = _load()
-        sink.close()
-        every = [c for c in (*cached.values(), judged) if c is not None]
-        if every:
-            report.cache = {
-                "path": None if scratch is not None else str(store),
-                "shared_replies": shared_replies,
-                "hits": sum(c.hits for c in every),
-                "misses": sum(c.misses for c in every),
-                # each contender's calls answered from the file (``borrowed`` of them from
-                # another namespace's recording: shared replies) and by the model
-                "contenders": {name: _counts(c) for name, c in cached.items()},
-                "judge": None if judged is None else _counts(judged),
-            }
-        for wrapped in every:
-            wrapped.close()
-        if scratch is not None:
-            scratch.cleanup()
-        if output is not None:
-            report.write(Path(output))
+        _close_run(report, prepared, sink, settings, scratch, store)
     return report
+
+
+def _needs_backend(contenders: Sequence[str] | Mapping[str, Any]) -> bool:
+    """Whether a contender is named (it answers over the run's backend), not given built."""
+    return not isinstance(contenders, Mapping) or any(isinstance(v, str) for v in contenders.values())
+
+
+def _replies_store(
+    settings: EvalSettings, llm: Any
+) -> tuple[tempfile.TemporaryDirectory[str] | None, str | os.PathLike[str] | None]:
+    """Where the run records its LLM calls: the cache, or with ``shared_replies`` and no
+    cache a file in a scratch directory that goes away after the run (returned too)."""
+    if settings.shared_replies and settings.cache is None and llm is not None:
+        scratch = tempfile.TemporaryDirectory(prefix="selfrag-eval-replies-")
+        return scratch, Path(scratch.name) / "replies.sqlite"
+    return None, settings.cache
+
+
+def _run_settings(settings: EvalSettings, ranking: bool, executor: QuestionExecutor | None) -> dict[str, Any]:
+    """The settings the report records (with ``extra``'s entries, and the executor's)."""
+    verifier = settings.verifier
+    run_settings = {
+        "k": settings.k,
+        "top_k": settings.top_k,
+        "preset": settings.preset,
+        "retrieval_only": ranking,
+        "limit": settings.limit,
+        "seed": settings.seed,
+        "concurrency": settings.concurrency,
+        "replay": settings.replay,
+        "shared_replies": settings.shared_replies,
+        "verifier": "LexicalVerifier" if verifier is None else type(verifier).__name__,
+        **settings.extra,
+    }
+    if executor is not None:
+        run_settings["executor"] = executor.describe()
+    return run_settings
+
+
+def _recorder(
+    report: EvalReport,
+    data: EvalData,
+    prepared: Prepared,
+    sink: _Sink,
+    advance: Callable[[int, str], None],
+    progress: Progress | None,
+) -> Callable[[Finished], None]:
+    """What records a finished question, in the evaluating thread: in the report,
+    ``results.jsonl`` and the cache, once whichever worker answered it; then the progress."""
+
+    def finished(one: Finished) -> None:
+        if report.results[one.index] is not None:
+            return  # recorded once, whichever worker answered it
+        question = data.questions[one.index]
+        absorb(prepared, one)
+        report.results[one.index] = one.results
+        sink.write({"id": question.id, "question": question.question, "results": one.results})
+        done = sum(r is not None for r in report.results)
+        advance(1, one_line(question.question, 60))
+        if progress is not None:
+            progress(done, len(data.questions), question.question)
+
+    return finished
+
+
+def _close_run(
+    report: EvalReport,
+    prepared: Prepared,
+    sink: _Sink,
+    settings: EvalSettings,
+    scratch: tempfile.TemporaryDirectory[str] | None,
+    store: str | os.PathLike[str] | None,
+) -> None:
+    """The end of a run, finished or not: the load after it, ``results.jsonl`` closed, the
+    cache's figures in the report and its files closed, the scratch directory removed, and
+    the report written to the output directory."""
+    report.machine["load_after"] = _load()
+    sink.close()
+    cached, judged = prepared.cached, prepared.judged
+    every = [c for c in (*cached.values(), judged) if c is not None]
+    if every:
+        report.cache = {
+            "path": None if scratch is not None else str(store),
+            "shared_replies": settings.shared_replies,
+            "hits": sum(c.hits for c in every),
+            "misses": sum(c.misses for c in every),
+            # each contender's calls answered from the file (``borrowed`` of them from
+            # another namespace's recording: shared replies) and by the model
+            "contenders": {name: _counts(c) for name, c in cached.items()},
+            "judge": None if judged is None else _counts(judged),
+        }
+    for wrapped in every:
+        wrapped.close()
+    if scratch is not None:
+        scratch.cleanup()
+    if settings.output is not None:
+        report.write(Path(settings.output))
 
 
 #: evaluate()'s keywords before :class:`EvalSettings`, each now the field of its name (deprecated)

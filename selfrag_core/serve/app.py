@@ -169,6 +169,14 @@ def _add_query_routes(app: FastAPI, state: ServiceState, name: str) -> None:
 
 
 def _add_routes(app: FastAPI, state: ServiceState) -> None:
+    """The routes beside the queries': the service's, then the documents'."""
+    _add_service_routes(app, state)
+    _add_document_routes(app, state)
+
+
+def _add_service_routes(app: FastAPI, state: ServiceState) -> None:
+    """An unknown strategy's 404, /healthz, /readyz, /metrics (when on) and /stats."""
+
     @app.api_route("/query/{strategy}", methods=["GET", "POST"], include_in_schema=False)
     async def unknown_strategy(strategy: str) -> Response:
         known = ", ".join(sorted(state.strategies))
@@ -219,6 +227,10 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             limits=limits,
             worker=os.getpid(),
         )
+
+
+def _add_document_routes(app: FastAPI, state: ServiceState) -> None:
+    """POST /documents, and DELETE of a source's chunks (by query and by path)."""
 
     @app.post("/documents", response_model=IngestResponse, tags=["documents"])
     async def add_documents(body: DocumentIn | DocumentBatch) -> IngestResponse:

@@ -13,13 +13,14 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from selfrag_core.config import ExecutionConfig
 from selfrag_core.errors import ConfigurationError, RAGSystemError, StrategyError
 from selfrag_core.otel import configure_otlp, emit_spans
 from selfrag_core.serve.admission import Admission, declared_concurrency
@@ -142,86 +143,34 @@ async def answer_query(
 async def _run_query(
     state: ServiceState, name: str, body: QueryRequest, request: Request, reply: Reply
 ) -> Response:
+    """A query's path: checked, admitted, run within what is left of its timeout, counted
+    once and answered, as one JSON reply or as server-sent events."""
     started = time.perf_counter()
-    settings = state.settings
-    try:
-        question = validate_query(body.question, name="question", max_chars=settings.max_question_chars)
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, str(e)) from e
-    if body.top_k is not None and body.top_k > settings.max_top_k:
-        raise ApiError(422, f"top_k is {body.top_k}; this server allows at most {settings.max_top_k}")
-    events: _Events = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-
-    def push(event: str, data: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (event, data))
-
-    try:
-        strategy, execution = prepare(state.strategies[name], body, settings)
-    except ConfigurationError as e:
-        raise ApiError(422, str(e)) from e
-    if state.shutting_down:
-        raise ApiError(
-            503,
-            "the server is shutting down; retry (another replica will answer)",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        )
+    question, strategy, execution = _checked(state, name, body)
     await state.store.sync()  # what another worker saved since
     timeout = execution.query_timeout
     refusal = state.admission.admit(timeout)
     if refusal is not None:
         state.counters["rejected"] += 1
         raise ApiError(503, refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
+    events: _Events = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def push(event: str, data: dict[str, Any]) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, (event, data))
+
     traces: list[Trace] = []  # the query's trace, kept even when the query raises
     admitted = time.monotonic()
     measures = [False]  # whether the query ran to its end: a measure of the service time
 
-    async def query() -> Outcome | ApiError:
-        """The query once it has its turn (``Admission.turn``), within what is left of its
-        timeout; refused with 503 when its wait left too little of it (a late estimate)."""
-        waited = await state.admission.turn()
-        try:
-            run_as = execution
-            if waited and timeout is not None:  # the wait for its turn counts against its timeout
-                left = timeout - (time.monotonic() - admitted)
-                late = _late(state, left)
-                if late is not None:
-                    return late
-                run_as = dataclasses.replace(execution, query_timeout=left)
-            return await _guarded(
-                execute(
-                    strategy, question, body, run_as, settings, push if body.stream else None,
-                    on_trace=traces.append, context=reply.context,
-                )
-            )  # fmt: skip
-        finally:
-            state.admission.done_running()
+    def query() -> Awaitable[Outcome | ApiError]:
+        on_events = push if body.stream else None
+        return _in_turn(state, strategy, question, body, execution, admitted, on_events, traces, reply)
 
     def finish(outcome: Outcome | ApiError | BaseException | None) -> tuple[int, dict[str, Any]]:
         """The reply, and the query counted once in the stats and the metrics."""
-        measures[0] = not (
-            outcome is None
-            or (isinstance(outcome, ApiError) and outcome.status == 503)
-            or (isinstance(outcome, Outcome) and outcome.exceeded == "query_timeout")
-        )
-        if isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
-            status, content, error = 500, error_body(500, INTERNAL_ERROR), type(outcome).__name__
-        elif outcome is None:  # nobody is waiting for the answer
-            state.counters["abandoned"] += 1
-            status, content, error = 499, {}, None
-        elif isinstance(outcome, ApiError):
-            state.counters["rejected" if outcome.status == 503 else "failed"] += 1
-            status, error = outcome.status, outcome.cause
-            content = error_body(status, outcome.message, outcome.type, **outcome.extra)
-        elif outcome.exceeded is not None:
-            state.counters["exceeded"] += 1
-            status, error = 504, outcome.exceeded
-            content = error_body(504, outcome.message(execution), error, trace=outcome.trace.to_dict())
-            if outcome.result is not None:
-                content["result"] = outcome.result.to_dict()
-        else:
-            status, content, error = no_answer_reply(outcome.result.to_dict())
-            state.counters["served" if status == 200 else "failed"] += 1
+        measures[0] = _measures(outcome)
+        status, content, error = _outcome_reply(state, outcome, execution)
         if state.metrics is not None:
             seconds = time.perf_counter() - started
             state.metrics.query(name, status, seconds, traces[0] if traces else None, error)
@@ -238,12 +187,7 @@ async def _run_query(
             raise
         finally:
             state.admission.release(timeout, finished=measures[0])
-        if outcome is None:
-            return Response(status_code=499)
-        response = reply.json(status, content)
-        if isinstance(outcome, ApiError) and outcome.headers:
-            response.headers.update(outcome.headers)
-        return response
+        return _whole_reply(reply, outcome, status, content)
 
     async def produce() -> None:
         push("start", {"strategy": name, "question": question})
@@ -265,6 +209,114 @@ async def _run_query(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+async def _in_turn(
+    state: ServiceState,
+    strategy: Strategy[Any],
+    question: str,
+    body: QueryRequest,
+    execution: ExecutionConfig,
+    admitted: float,
+    push: Callable[[str, dict[str, Any]], None] | None,
+    traces: list[Trace],
+    reply: Reply,
+) -> Outcome | ApiError:
+    """The query once it has its turn (``Admission.turn``), within what is left of its
+    timeout (it was admitted at ``admitted``, monotonic); refused with 503 when its wait
+    left too little of it (a late estimate). Its trace is appended to ``traces``."""
+    waited = await state.admission.turn()
+    try:
+        run_as, timeout = execution, execution.query_timeout
+        if waited and timeout is not None:  # the wait for its turn counts against its timeout
+            left = timeout - (time.monotonic() - admitted)
+            late = _late(state, left)
+            if late is not None:
+                return late
+            run_as = dataclasses.replace(execution, query_timeout=left)
+        return await _guarded(
+            execute(
+                strategy, question, body, run_as, state.settings, push,
+                on_trace=traces.append, context=reply.context,
+            )
+        )  # fmt: skip
+    finally:
+        state.admission.done_running()
+
+
+def _checked(
+    state: ServiceState, name: str, body: QueryRequest
+) -> tuple[str, Strategy[Any], ExecutionConfig]:
+    """The query's question, strategy and execution, or the ApiError that refuses it: a bad
+    question (400), a ``top_k`` above the server's or a bad option (422), shutting down (503)."""
+    settings = state.settings
+    try:
+        question = validate_query(body.question, name="question", max_chars=settings.max_question_chars)
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, str(e)) from e
+    if body.top_k is not None and body.top_k > settings.max_top_k:
+        raise ApiError(422, f"top_k is {body.top_k}; this server allows at most {settings.max_top_k}")
+    try:
+        strategy, execution = prepare(state.strategies[name], body, settings)
+    except ConfigurationError as e:
+        raise ApiError(422, str(e)) from e
+    if state.shutting_down:
+        raise ApiError(
+            503,
+            "the server is shutting down; retry (another replica will answer)",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
+    return question, strategy, execution
+
+
+def _measures(outcome: Outcome | ApiError | BaseException | None) -> bool:
+    """Whether a query's outcome measures the service time: it ran to its end (not
+    abandoned, refused with 503 or cut by its timeout)."""
+    return not (
+        outcome is None
+        or (isinstance(outcome, ApiError) and outcome.status == 503)
+        or (isinstance(outcome, Outcome) and outcome.exceeded == "query_timeout")
+    )
+
+
+def _outcome_reply(
+    state: ServiceState, outcome: Outcome | ApiError | BaseException | None, execution: ExecutionConfig
+) -> tuple[int, dict[str, Any], str | None]:
+    """A query's status, reply and error (for the metrics), counted in the stats: 500 for an
+    unexpected error, 499 abandoned, the ApiError's, 504 over a limit, or the answer's."""
+    if isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
+        return 500, error_body(500, INTERNAL_ERROR), type(outcome).__name__
+    if outcome is None:  # nobody is waiting for the answer
+        state.counters["abandoned"] += 1
+        return 499, {}, None
+    if isinstance(outcome, ApiError):
+        state.counters["rejected" if outcome.status == 503 else "failed"] += 1
+        return (
+            outcome.status,
+            error_body(outcome.status, outcome.message, outcome.type, **outcome.extra),
+            outcome.cause,
+        )
+    if outcome.exceeded is not None:
+        state.counters["exceeded"] += 1
+        content = error_body(504, outcome.message(execution), outcome.exceeded, trace=outcome.trace.to_dict())
+        if outcome.result is not None:
+            content["result"] = outcome.result.to_dict()
+        return 504, content, outcome.exceeded
+    status, content, error = no_answer_reply(outcome.result.to_dict())
+    state.counters["served" if status == 200 else "failed"] += 1
+    return status, content, error
+
+
+def _whole_reply(
+    reply: Reply, outcome: Outcome | ApiError | None, status: int, content: dict[str, Any]
+) -> Response:
+    """A query answered in one reply (an ApiError's headers on it), or 499 when abandoned."""
+    if outcome is None:
+        return Response(status_code=499)
+    response = reply.json(status, content)
+    if isinstance(outcome, ApiError) and outcome.headers:
+        response.headers.update(outcome.headers)
+    return response
 
 
 def _late(state: ServiceState, left: float) -> ApiError | None:

@@ -267,6 +267,17 @@ def _columns(chunks: Sequence[IndexedChunk], sources: Mapping[str, str]) -> Chun
 # ----------------------------------------------------------------------------- the index
 
 
+def _restored_chunks(
+    stored: StoredIndex, kept: np.ndarray | None, tail: list[IndexedChunk]
+) -> tuple[Chunks, dict[str, str] | None]:
+    """A saved index's chunks (its base's ``kept`` ones, then the delta's ``tail``), and
+    their sources when the format keeps them whole (formats 1 and 2, read as records)."""
+    if stored.columns is not None:
+        return Chunks(StoredChunks(stored.columns), kept, tail), None
+    records = [IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks]
+    return Chunks(None, None, records), dict(stored.sources)
+
+
 class Index:
     """Chunks, vectors, BM25 statistics and source checksums, changed under ``lock``.
 
@@ -385,15 +396,7 @@ class Index:
         latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
         kept = [latest[d.source] is d for d in docs for _ in d.chunks]  # per chunk, as vectors' rows
         new = [c for d in docs if latest[d.source] is d for c in d.chunks]
-        segment = None
-        with contextlib.ExitStack() as stack:
-            if self.tokenizer is not None and new:
-                pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="selfrag-bm25"))
-                lexical = self._lexical
-                segment = pool.submit(Postings.build, [c.tokens or [] for c in new], lexical.k1, lexical.b)
-            if vectors is None:
-                vectors = self._embed([c for d in docs for c in d.chunks])
-            postings = segment.result() if segment is not None else None
+        vectors, postings = self._embedded_with_segment(docs, new, vectors)
         with self.lock:
             sources = self.sources
             for source in latest:
@@ -408,15 +411,35 @@ class Index:
                     tail.extend(doc.chunks)
                     sources[doc.source] = doc.checksum
             if vectors is not None:
-                added = vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)]
-                self._tail_vectors.append(added)
-                tail_ann = self._anns.pop("tail", None)
-                if tail_ann is not None:  # kept up to date; else decided again at the next search
-                    tail_ann.add(added)
-                    self._anns["tail"] = tail_ann
+                self._append_vectors(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
             if postings is not None and self._lexical_built:
                 self._lexical.append_postings(postings, first)
             return len(self.chunks) - first
+
+    def _embedded_with_segment(
+        self, docs: list[PreparedDocument], new: list[IndexedChunk], vectors: np.ndarray | None
+    ) -> tuple[np.ndarray | None, Postings | None]:
+        """The vectors of every chunk of ``docs`` (``vectors`` when given) and the BM25
+        segment of the ``new`` ones (None without a tokenizer), built side by side."""
+        segment = None
+        with contextlib.ExitStack() as stack:
+            if self.tokenizer is not None and new:
+                pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="selfrag-bm25"))
+                lexical = self._lexical
+                segment = pool.submit(Postings.build, [c.tokens or [] for c in new], lexical.k1, lexical.b)
+            if vectors is None:
+                vectors = self._embed([c for d in docs for c in d.chunks])
+            postings = segment.result() if segment is not None else None
+        return vectors, postings
+
+    def _append_vectors(self, added: np.ndarray) -> None:
+        """Add the vectors of the chunks added to the tail (under the lock), and to the
+        tail's approximate index when it has one."""
+        self._tail_vectors.append(added)
+        tail_ann = self._anns.pop("tail", None)
+        if tail_ann is not None:  # kept up to date; else decided again at the next search
+            tail_ann.add(added)
+            self._anns["tail"] = tail_ann
 
     def delete(self, source: str) -> int:
         """Remove every chunk of ``source``; returns how many were removed."""
@@ -660,15 +683,9 @@ class Index:
         chunks = self.chunks
         stored = self.stored
         if delta_of is not None and stored is not None and chunks.base is not None and self._small_delta():
-            tail = chunks.tail
-            kept = np.arange(len(chunks.base)) if chunks.kept is None else chunks.kept
-            deleted = np.setdiff1d(np.arange(len(chunks.base), dtype=np.int64), kept, assume_unique=True)
-            if built == (stored.postings is not None):
-                sources = self.sources
-                columns = _columns(tail, {c.source: sources[c.source] for c in tail})
-                postings = self._lexical.postings(chunks.in_base) if built else None
-                vectors = self._tail_matrix() if VECTORS_FILE in delta_of["files"] else None
-                return {"delta": Delta(dict(delta_of), columns, vectors, postings, deleted)}
+            delta = self._delta(delta_of, stored, built)
+            if delta is not None:
+                return {"delta": delta}
         vectors = None
         approximate = None
         if self.embedder is not None and self.dim is not None:
@@ -681,6 +698,23 @@ class Index:
         else:
             columns = _columns(chunks, self.sources)
         return {"columns": columns, "vectors": vectors, "postings": postings, "ann": approximate}
+
+    def _delta(self, delta_of: Mapping[str, Any], stored: StoredIndex, built: bool) -> Delta | None:
+        """The changes since the base was saved (``delta_of``, its manifest): the tail's
+        chunks, vectors and BM25 postings, and the base's chunks deleted; None when the base
+        and this index differ in keeping BM25 statistics (the whole index is saved)."""
+        chunks = self.chunks
+        assert chunks.base is not None
+        tail = chunks.tail
+        kept = np.arange(len(chunks.base)) if chunks.kept is None else chunks.kept
+        deleted = np.setdiff1d(np.arange(len(chunks.base), dtype=np.int64), kept, assume_unique=True)
+        if built != (stored.postings is not None):
+            return None
+        sources = self.sources
+        columns = _columns(tail, {c.source: sources[c.source] for c in tail})
+        postings = self._lexical.postings(chunks.in_base) if built else None
+        vectors = self._tail_matrix() if VECTORS_FILE in delta_of["files"] else None
+        return Delta(dict(delta_of), columns, vectors, postings, deleted)
 
     def _whole_ann(self) -> ann.ApproximateIndex | None:
         """An approximate index this index has over all its vectors in order, if any."""
@@ -700,6 +734,43 @@ class Index:
     def restore(self, stored: StoredIndex) -> None:
         """Replace the contents with a saved index's, once its embedder is checked to be
         this one; concurrent searches see the old or the new contents, never a mix."""
+        self._check_embedder(stored)
+        delta = stored.delta
+        tail_columns = delta.columns if delta is not None else None
+        tail = [] if tail_columns is None else list(StoredChunks(tail_columns))
+        tail_sources = {} if tail_columns is None else tail_columns.source_dict()
+        kept = None
+        if stored.deleted is not None and len(stored.deleted):
+            kept = np.setdiff1d(np.arange(len(stored), dtype=np.int64), stored.deleted, assume_unique=True)
+        chunks, sources = _restored_chunks(stored, kept, tail)
+        stemming = stored.manifest.get("tokenizer")
+        postings = self._usable(stored.postings, stemming)
+        tail_postings = None if delta is None else self._usable(delta.postings, stemming)
+        vectors, tail_vectors = self._restored_vectors(stored)
+        built = postings is not None and (delta is None or tail_postings is not None)
+        lexical = self._restored_lexical(
+            postings if built else None, kept, tail_postings, len(chunks) - len(tail)
+        )
+        with self.lock:
+            self.chunks = chunks
+            self._sources = sources
+            self._tail_sources = tail_sources
+            # the same base, reused by a reload: its approximate index stays as well
+            same_base = self.stored is not None and vectors is not None and vectors is self._base_vectors
+            base_ann = self._anns.get("base") if same_base else None
+            self._base_vectors = vectors
+            self._tail_vectors = tail_vectors
+            self._anns = {} if base_ann is None else {"base": base_ann}
+            self._lexical = lexical
+            self._lexical_built = built
+            if self.tokenizer is not None:
+                self.lexical_terms = stemming if built else self.tokenizer.identity
+            self.stored = stored if stored.columns is not None else None
+            self.touched = {}
+
+    def _check_embedder(self, stored: StoredIndex) -> None:
+        """Raise EmbedderMismatchError unless the saved index was built with this index's
+        embedder (by name, and by dimension where it recorded one), or both have none."""
         identity = stored.manifest.get("embedder")
         mine = self.identity()
         if identity and mine is None:
@@ -720,24 +791,10 @@ class Index:
             dim = identity.get("dim")
             if isinstance(dim, int):
                 self.check_dim(dim)
-        delta = stored.delta
-        tail_columns = delta.columns if delta is not None else None
-        tail = [] if tail_columns is None else list(StoredChunks(tail_columns))
-        tail_sources = {} if tail_columns is None else tail_columns.source_dict()
-        kept = None
-        if stored.deleted is not None and len(stored.deleted):
-            kept = np.setdiff1d(np.arange(len(stored), dtype=np.int64), stored.deleted, assume_unique=True)
-        sources: dict[str, str] | None
-        if stored.columns is not None:
-            chunks, sources = Chunks(StoredChunks(stored.columns), kept, tail), None
-        else:  # formats 1 and 2: records, read whole
-            records = [
-                IndexedChunk(c["id"], c["text"], c["source"], c["metadata"], None) for c in stored.chunks
-            ]
-            chunks, sources = Chunks(None, None, records), dict(stored.sources)
-        stemming = stored.manifest.get("tokenizer")
-        postings = self._usable(stored.postings, stemming)
-        tail_postings = None if delta is None else self._usable(delta.postings, stemming)
+
+    def _restored_vectors(self, stored: StoredIndex) -> tuple[np.ndarray | None, list[np.ndarray]]:
+        """The saved vectors (none without an embedder): the base's matrix, and the tail's
+        (a delta's, or formats 1 and 2's whole matrix)."""
         vectors = None
         tail_vectors = []
         if stored.vectors is not None and self.embedder is not None:
@@ -746,35 +803,27 @@ class Index:
                 vectors = stored.vectors
             else:
                 tail_vectors = [stored.vectors]
+        delta = stored.delta
         if delta is not None and delta.vectors is not None and self.embedder is not None:
             tail_vectors.append(delta.vectors)
+        return vectors, tail_vectors
+
+    def _restored_lexical(
+        self, postings: Postings | None, kept: np.ndarray | None, tail_postings: Postings | None, tail_at: int
+    ) -> LexicalIndex:
+        """A BM25 index scoring as this one's, holding the saved statistics: the base's
+        ``postings`` less the chunks deleted since (only ``kept`` stay), then the tail's from
+        position ``tail_at``; empty when ``postings`` is None (rebuilt at the first search)."""
         lexical = LexicalIndex(self._lexical.k1, self._lexical.b)
         lexical.rebuilds = self._lexical.rebuilds
-        built = postings is not None and (delta is None or tail_postings is not None)
-        if built:
-            assert postings is not None
+        if postings is not None:
             lexical.restore(postings)
             if kept is not None:
                 lexical.keep(kept)
             if tail_postings is not None and len(tail_postings):
-                lexical.append_postings(tail_postings, len(chunks) - len(tail))
+                lexical.append_postings(tail_postings, tail_at)
             lexical.refresh()
-        with self.lock:
-            self.chunks = chunks
-            self._sources = sources
-            self._tail_sources = tail_sources
-            # the same base, reused by a reload: its approximate index stays as well
-            same_base = self.stored is not None and vectors is not None and vectors is self._base_vectors
-            base_ann = self._anns.get("base") if same_base else None
-            self._base_vectors = vectors
-            self._tail_vectors = tail_vectors
-            self._anns = {} if base_ann is None else {"base": base_ann}
-            self._lexical = lexical
-            self._lexical_built = built
-            if self.tokenizer is not None:
-                self.lexical_terms = stemming if built else self.tokenizer.identity
-            self.stored = stored if stored.columns is not None else None
-            self.touched = {}
+        return lexical
 
     def _usable(self, postings: Postings | None, stemming: Any) -> Postings | None:
         """A saved BM25 index, if this index tokenises and scores as it was built with (or

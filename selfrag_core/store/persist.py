@@ -471,19 +471,8 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
     _check_keys(where, "the manifest", manifest, _MANIFEST_KEYS, ("delta",) if version >= 4 else ())
     _check_data(where, "", manifest, FILES[version], REQUIRED[version])
     files = manifest["files"]
-    delta = manifest.get("delta")
-    if delta is not None:
-        _check_keys(where, "delta", delta, _DELTA_KEYS)
-        _check_data(where, "delta.", delta, DELTA_FILES, DELTA_REQUIRED)
-        if delta["data"] == manifest["data"]:
-            raise _invalid(where, "delta.data", delta["data"], "another directory than the base's")
-        deleted = delta["deleted"]
-        if not _is_int(deleted) or not 0 <= deleted <= manifest["chunks"]:
-            raise _invalid(where, "delta.deleted", deleted, f"an integer from 0 to {manifest['chunks']}")
-        if (VECTORS_FILE in files) != (VECTORS_FILE in delta["files"]):
-            raise _invalid(where, "delta.files", sorted(delta["files"]), f"{VECTORS_FILE} as in the base's")
-        if any((name in files) != (name in delta["files"]) for name in BM25_FILES):
-            raise _invalid(where, "delta.files", sorted(delta["files"]), "the BM25 files as in the base's")
+    if manifest.get("delta") is not None:
+        _check_delta(manifest, where)
     embedder = manifest["embedder"]
     if embedder is not None:
         _check_keys(where, "embedder", embedder, ("name", "dim"))
@@ -504,6 +493,29 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
         raise _invalid(
             where, "files", sorted(files), f"all of {list(bm25_files)} or none, and none without a tokenizer"
         )
+    _check_settings(manifest, where)
+
+
+def _check_delta(manifest: dict[str, Any], where: Path) -> None:
+    """A manifest's delta: its fields, another data directory than the base's, a count of
+    deleted chunks within the base's, and the vectors and BM25 files the base has."""
+    files, delta = manifest["files"], manifest["delta"]
+    _check_keys(where, "delta", delta, _DELTA_KEYS)
+    _check_data(where, "delta.", delta, DELTA_FILES, DELTA_REQUIRED)
+    if delta["data"] == manifest["data"]:
+        raise _invalid(where, "delta.data", delta["data"], "another directory than the base's")
+    deleted = delta["deleted"]
+    if not _is_int(deleted) or not 0 <= deleted <= manifest["chunks"]:
+        raise _invalid(where, "delta.deleted", deleted, f"an integer from 0 to {manifest['chunks']}")
+    if (VECTORS_FILE in files) != (VECTORS_FILE in delta["files"]):
+        raise _invalid(where, "delta.files", sorted(delta["files"]), f"{VECTORS_FILE} as in the base's")
+    if any((name in files) != (name in delta["files"]) for name in BM25_FILES):
+        raise _invalid(where, "delta.files", sorted(delta["files"]), "the BM25 files as in the base's")
+
+
+def _check_settings(manifest: dict[str, Any], where: Path) -> None:
+    """A manifest's settings: their keys and types, the values the RAG accepts, and no
+    weight for the vectors of an index without an embedder."""
     settings = manifest["settings"]
     _check_keys(where, "settings", settings, set(_SETTINGS) - set(_OPTIONAL_SETTINGS), _OPTIONAL_SETTINGS)
     for key, value in settings.items():
@@ -515,7 +527,7 @@ def _check_manifest(manifest: dict[str, Any], where: Path) -> None:
         make_reranker(settings.get("reranker"))
     except ConfigurationError as e:
         raise IndexFormatError(f"{where}: settings are invalid ({e}); {_FIX}") from e
-    if embedder is None and settings["bm25_alpha"] > 0:
+    if manifest["embedder"] is None and settings["bm25_alpha"] > 0:
         raise _invalid(
             where, "settings.bm25_alpha", settings["bm25_alpha"], "0 in an index without an embedder"
         )
@@ -637,7 +649,15 @@ def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
     vocab = {term: column for column, term in enumerate(terms)}
     if len(vocab) != len(terms):
         raise _invalid(where, "terms", terms, "a list of distinct strings")
-    columns = len(terms)
+    tf, indices, indptr, lengths = _read_postings_arrays(files, len(terms), chunks)
+    return Postings(vocab, tf, indices, indptr, lengths, params["k1"], params["b"])
+
+
+def _read_postings_arrays(
+    files: Mapping[str, Path], columns: int, chunks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The BM25 index's term frequencies, document positions, term offsets and document
+    lengths over ``columns`` terms and ``chunks`` documents, memory-mapped and checked."""
     indptr = _map_array(files[BM25_INDPTR], np.int64, lambda s: s == (columns + 1,), f"({columns + 1},)")
     if indptr[0] != 0 or (columns and bool((np.diff(indptr) < 0).any())):
         raise IndexFormatError(f"{files[BM25_INDPTR]} holds offsets that are not ascending from 0; {_FIX}")
@@ -656,7 +676,7 @@ def _read_postings(files: Mapping[str, Path], chunks: int) -> Postings:
     # plain views of the mappings: np.memmap's slicing and arithmetic run Python code at each
     # call, and a term's postings are sliced at every query
     tf, indices, indptr, lengths = (a.view(np.ndarray) for a in (tf, indices, indptr, lengths))
-    return Postings(vocab, tf, indices, indptr, lengths, params["k1"], params["b"])
+    return tf, indices, indptr, lengths
 
 
 def _read_strings(files: Mapping[str, Path], name: str, count: int) -> StringColumn:

@@ -94,17 +94,7 @@ def search_many(
         for group in groups:
             rankings = []
             for q in group:
-                lex = index.lexical_scores(q) if alpha < 1 else None
-                scores = among = named = None
-                if dense is not None:
-                    assert qvecs is not None
-                    scores = dense[:, column]
-                    if known is not None:  # approximate: make exact whatever can rank
-                        among = _exact_where_needed(
-                            index, scores, known[:, column], qvecs[column], lex, mask, pool
-                        )
-                    named = index.name_scores(q) if lex is not None else None
-                rankings.append(_rank(alpha, lex, scores, mask, pool, among, named))
+                rankings.append(_ranking(index, q, column, alpha, qvecs, dense, known, mask, pool))
                 column += 1
             ranked = rankings[0] if len(rankings) == 1 else _fuse(rankings, pool)
             hits = _hits(index, ranked)
@@ -115,6 +105,31 @@ def search_many(
             hits = reranker.rerank(query, hits, top_k, vectors)
         results.append(hits[:top_k])
     return results
+
+
+def _ranking(
+    index: Index,
+    q: str,
+    column: int,
+    alpha: float,
+    qvecs: np.ndarray | None,
+    dense: np.ndarray | None,
+    known: np.ndarray | None,
+    mask: np.ndarray | None,
+    pool: int,
+) -> Ranked:
+    """The ``pool`` best chunks for one query (under the index's lock): its BM25 scores
+    (unless ``alpha`` is 1) with its dense scores, ``dense``'s ``column``; with an
+    approximate index (``known``: the scores it found), made exact wherever they can rank."""
+    lex = index.lexical_scores(q) if alpha < 1 else None
+    scores = among = named = None
+    if dense is not None:
+        assert qvecs is not None
+        scores = dense[:, column]
+        if known is not None:  # approximate: make exact whatever can rank
+            among = _exact_where_needed(index, scores, known[:, column], qvecs[column], lex, mask, pool)
+        named = index.name_scores(q) if lex is not None else None
+    return _rank(alpha, lex, scores, mask, pool, among, named)
 
 
 def _expanded(query: str, expander: Callable[[str], list[str]] | None) -> list[str]:
