@@ -122,8 +122,9 @@ def test_a_call_cut_off_by_the_deadline_names_the_deadline_and_its_knob(driver: 
     config = ExecutionConfig(llm_timeout=10, query_timeout=0.2, knobs=knobs)
     error, run = driver(generate(FakeLLM("slow", latency=1.0), retries=2), config)
     assert isinstance(error, QueryTimeoutError)
-    assert "query exceeded query_timeout=0.2s during an LLM call; raise --timeout" in str(error)
-    assert "llm_timeout" not in str(error)
+    # on a busy machine the call may have waited for its turn first: "(0.01s of it waiting ...)"
+    assert "query exceeded query_timeout=0.2s during an LLM call" in str(error)
+    assert "; raise --timeout" in str(error) and "llm_timeout" not in str(error)
     assert run.trace.events[0].attempts == 1  # not retried: the deadline has passed
 
 
