@@ -325,27 +325,40 @@ class LexicalVerifier:
 
     @staticmethod
     def _caps(claim: _Claim, passage: _Passage) -> tuple[float, str | None]:
-        missing = sorted(n for n in claim.names if n not in passage.names and _stem(n) not in passage.stems)
-        numbers = [n for n in missing if _NUMBER.fullmatch(n)]
-        if numbers:
-            return 0.1, f"number_not_in_source:{numbers[0]}"
-        if missing:
-            return 0.25, f"name_not_in_source:{missing[0]}"
-        for phrase in claim.phrases:  # "Washington County" from "Washington" and "Fairfax County"
-            if f" {phrase} " not in passage.joined:
-                return 0.3, f"name_not_in_source:{phrase}"
-        for number in sorted(n for n in claim.names if _NUMBER.fullmatch(n)):
-            if not any(_bound(claim, w) for w in _windows(passage, number)):
-                return 0.3, f"misattributed:{number}"
-        window = None if claim.polar else _home(claim, passage)
-        if window is not None:  # the sentence read, not the one before it it may refer back to
-            tokens = window[-1].tokens
-            if claim.negated != _negated(tokens, None if claim.negated else set(claim.stems)):
-                return 0.2, "negation"
-        for item in claim.items:
-            if len(item & passage.stems) * 2 < len(item):
-                return 0.35, "list_item_not_in_source"
-        return 1.0, None
+        """The cap on the claim's score against ``passage`` and why; (1.0, None): none."""
+        return _names_cap(claim, passage) or _reading_cap(claim, passage) or (1.0, None)
+
+
+def _names_cap(claim: _Claim, passage: _Passage) -> tuple[float, str] | None:
+    """The cap on the claim's score when ``passage`` lacks one of its names or numbers,
+    or holds a number of it about something else; None when none is lacking."""
+    missing = sorted(n for n in claim.names if n not in passage.names and _stem(n) not in passage.stems)
+    numbers = [n for n in missing if _NUMBER.fullmatch(n)]
+    if numbers:
+        return 0.1, f"number_not_in_source:{numbers[0]}"
+    if missing:
+        return 0.25, f"name_not_in_source:{missing[0]}"
+    for phrase in claim.phrases:  # "Washington County" from "Washington" and "Fairfax County"
+        if f" {phrase} " not in passage.joined:
+            return 0.3, f"name_not_in_source:{phrase}"
+    for number in sorted(n for n in claim.names if _NUMBER.fullmatch(n)):
+        if not any(_bound(claim, w) for w in _windows(passage, number)):
+            return 0.3, f"misattributed:{number}"
+    return None
+
+
+def _reading_cap(claim: _Claim, passage: _Passage) -> tuple[float, str] | None:
+    """The cap on the claim's score when the sentence it is read from negates it (or it
+    negates that sentence), or ``passage`` lacks an item of its list; None otherwise."""
+    window = None if claim.polar else _home(claim, passage)
+    if window is not None:  # the sentence read, not the one before it it may refer back to
+        tokens = window[-1].tokens
+        if claim.negated != _negated(tokens, None if claim.negated else set(claim.stems)):
+            return 0.2, "negation"
+    for item in claim.items:
+        if len(item & passage.stems) * 2 < len(item):
+            return 0.35, "list_item_not_in_source"
+    return None
 
 
 def _window(passage: _Passage, i: int) -> list[_Sentence]:

@@ -625,16 +625,8 @@ class _Scorer:
         scores: dict[str, float | None] = {}
         ranked = _matched(doc_ids([doc_key(d) for d in outcome.sources]), question.relevant)
         failed = no_answer(outcome) is not None  # an error or the failure placeholder: scored as no answer
-        if question.answers and answered:
-            text = without_markers(outcome.answer)  # the citation markers are not the answer
-            scores["f1"] = 0.0 if failed else token_f1(text, question.answers)
-            scores["em"] = 0.0 if failed else exact_match(text, question.answers)
-            gold = answer_contains_gold(text, question.answers, question.question)  # a pick by its pick
-            scores["gold_in_answer"] = 0.0 if failed else gold
-            scores["f1_new"] = 0.0 if failed else new_word_f1(text, question.answers, question.question)
-        if question.decision and answered:
-            decided = decision_match(without_markers(outcome.answer), question.decision)
-            scores["decision"] = None if decided is None else (0.0 if failed else decided)
+        if answered:
+            scores.update(_answer_scores(question, outcome, failed))
         if question.relevant:
             scores[f"recall@{self.k}"] = recall_at_k(ranked, question.relevant, self.k)
             scores["ndcg@10"] = ndcg_at_k(ranked, question.relevant, 10)
@@ -665,6 +657,23 @@ class _Scorer:
                 texts = [d.text for d in outcome.sources]
                 scores["faithfulness"] = self.faithfulness.score(question.question, outcome.answer, texts)
         return scores
+
+
+def _answer_scores(question: EvalQuestion, outcome: Outcome, failed: bool) -> dict[str, float | None]:
+    """The scores of an answer against the question's gold answers and decision (0 when the
+    contender ``failed``; the decision unknown when the answer takes none)."""
+    scores: dict[str, float | None] = {}
+    if question.answers:
+        text = without_markers(outcome.answer)  # the citation markers are not the answer
+        scores["f1"] = 0.0 if failed else token_f1(text, question.answers)
+        scores["em"] = 0.0 if failed else exact_match(text, question.answers)
+        gold = answer_contains_gold(text, question.answers, question.question)  # a pick by its pick
+        scores["gold_in_answer"] = 0.0 if failed else gold
+        scores["f1_new"] = 0.0 if failed else new_word_f1(text, question.answers, question.question)
+    if question.decision:
+        decided = decision_match(without_markers(outcome.answer), question.decision)
+        scores["decision"] = None if decided is None else (0.0 if failed else decided)
+    return scores
 
 
 def no_answer(outcome: Outcome) -> str | None:

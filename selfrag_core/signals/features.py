@@ -82,6 +82,21 @@ def _covered_by_runs(words: list[str], runs: frozenset[tuple[str, str, str]]) ->
     return sum(covered) / len(words) if words else 0.0
 
 
+def _window_share(wanted: set[str], p: _Passage, size: int) -> float:
+    """The largest share (of ``size``) of ``wanted`` that a window of two sentences of
+    ``p`` holds, 0 for a passage without sentences."""
+    share = 0.0
+    for i, here in enumerate(p.sentences):
+        held = here | p.sentences[i + 1] if i + 1 < len(p.sentences) else here
+        share = max(share, len(wanted & held) / size)
+    return share
+
+
+def _missing_share(wanted: set[str], p: _Passage) -> float:
+    """The share of ``wanted`` (names or numbers, not empty) that ``p``'s words lack."""
+    return sum(n not in p.words for n in wanted) / len(wanted)
+
+
 def support_features(
     claim: str, passages: Sequence[str], lexical: float, embed: Embed | None = None
 ) -> dict[str, float]:
@@ -101,16 +116,14 @@ def support_features(
     prepared = [_passage(p) for p in passages]
     for p in prepared:
         union |= p.stems
-        for i, here in enumerate(p.sentences):
-            held = here | p.sentences[i + 1] if i + 1 < len(p.sentences) else here
-            window = max(window, len(wanted & held) / size)
+        window = max(window, _window_share(wanted, p, size))
         if pairs:
             pair_share = max(pair_share, len(pairs & p.pairs) / len(pairs))
         run_share = max(run_share, _covered_by_runs(words, p.runs))
         if named:
-            names_missing = min(names_missing, sum(n not in p.words for n in named) / len(named))
+            names_missing = min(names_missing, _missing_share(named, p))
         if numbers:
-            numbers_missing = min(numbers_missing, sum(n not in p.words for n in numbers) / len(numbers))
+            numbers_missing = min(numbers_missing, _missing_share(numbers, p))
     union_share = len(wanted & union) / size
     found = {
         "window": window,

@@ -103,18 +103,31 @@ def drafted_answer(
             candidates.append(draft(subset, reply.text))
     if not candidates:
         raise next(r for r in replies if isinstance(r, BaseException))
-    best, everything = candidates[0], tuple(range(len(docs)))
+    everything = tuple(range(len(docs)))
+    best = _best(candidates, everything)
+    if best.documents != everything:
+        yield _chosen(best, candidates)
+    return best.answer
+
+
+def _best(candidates: list[Draft], everything: tuple[int, ...]) -> Draft:
+    """The first of ``candidates`` unless a later one ranks higher, by :data:`DRAFT_MARGIN`
+    over the answer over ``everything`` (all the documents), by any amount over a draft."""
+    best = candidates[0]
     for other in candidates[1:]:
         margin = DRAFT_MARGIN if best.documents == everything else 0.0
         if other.rank() > best.rank() + margin:
             best = other
-    if best.documents != everything:
-        detail = {
-            "documents": [i + 1 for i in best.documents],
-            "drafts": [
-                {"documents": [i + 1 for i in d.documents], "score": d.score, "unusable": d.unusable}
-                for d in candidates
-            ],
-        }
-        yield Note("draft_chosen", None, detail, kind="progress")
-    return best.answer
+    return best
+
+
+def _chosen(best: Draft, candidates: list[Draft]) -> Note:
+    """The ``draft_chosen`` note: the documents of the ``best`` draft, every draft's score."""
+    detail = {
+        "documents": [i + 1 for i in best.documents],
+        "drafts": [
+            {"documents": [i + 1 for i in d.documents], "score": d.score, "unusable": d.unusable}
+            for d in candidates
+        ],
+    }
+    return Note("draft_chosen", None, detail, kind="progress")

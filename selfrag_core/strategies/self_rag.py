@@ -281,6 +281,14 @@ class SelfIRAG(Strategy[SelfRAGResult]):
             if cfg.enable_retrieval_refinement and evaluation.suggestions and judge.off is None:
                 current_query = _expand(current_query, evaluation.suggestions[:2])
 
+        return (yield from self._finish(query, history, options))
+
+    def _finish(
+        self, query: str, history: list[RefinementStep], options: dict[str, Any]
+    ) -> Plan[SelfRAGResult]:
+        """The result of the loop's ``history``: the selected step's answer, a quote or the
+        fallback answer when it is unusable, its parts completed when the config asks."""
+        cfg = self.config
         best = self._select(history)
         answer, confidence = best.answer, best.confidence
         unusable = best.evaluation.grounding.degenerate if self.config.grounding.enabled else None
