@@ -6,9 +6,9 @@ starts, then one at a steady interval (every :data:`INTERVAL` seconds) whether o
 anything advanced, and one when it ends, each with the count, the rate and the time
 left::
 
-    indexing: 0/597 files
-    indexing: 64/597 files (11%), 2.1 files/s, about 4 min left (30 s so far)
-    indexing: done, 597 files in 4 min 41 s (2.1 files/s)
+    indexing: 0/4339 chunks
+    indexing: 256/4339 chunks (6%), 8.5 chunks/s, about 8 min left (30 s so far)
+    indexing: done, 4339 chunks in 8 min 31 s (8.5 chunks/s)
 
 A description given to ``advance`` (the question being answered, say) is added to the
 next line; no line ever depends on one.

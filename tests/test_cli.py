@@ -358,7 +358,7 @@ def test_interrupt_keeps_the_previous_index(capsys, docs, index_dir, monkeypatch
 
     from selfrag_core.store import RAG
 
-    monkeypatch.setattr(RAG, "index_many", interrupted)
+    monkeypatch.setattr(RAG, "add_prepared", interrupted)  # `selfrag index` adds what it prepared
     code, _, err = run(capsys, "index", str(docs), *FAST)
     assert code == 130 and "interrupted" in err
     monkeypatch.undo()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,10 @@ SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages"}) 
 MAX_FILE_BYTES = 20_000_000
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
          (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))  # fmt: skip
-_BATCH = 32
+_BATCH = 32  # files a write, to a backend other than the embedded index
+#: chunks a write to the embedded index (the embedder is called a few of its batches at a
+#: time within it, the longest chunks first, so the batch bounds only what one failure loses)
+_BATCH_CHUNKS = 1024
 
 
 class CLIError(Exception):
@@ -189,6 +192,8 @@ def index_paths(
     docs: list[dict[str, Any]] = []
     out = Indexed(skipped=gathered.ignored)
     empty: list[str] = []
+    store = _preparing(rag)
+    prepared: dict[str, Any] = {}  # source -> its PreparedDocument (the embedded index's), in order
     if verbose:
         for path in gathered.ignored_files:
             progress.say(
@@ -197,7 +202,15 @@ def index_paths(
     with progress.task("reading files", len(gathered.files), "files") as advance:
         for path, explicit in gathered.files:
             try:
-                docs.append({"text": read_text(path, encoding), "source": source(path), "title": path.name})
+                doc = {"text": read_text(path, encoding), "source": source(path), "title": path.name}
+                if store is not None:  # checked, chunked and tokenised now: its chunks are counted
+                    try:
+                        ready = store.prepare_many([doc])
+                    except (TypeError, ValueError) as e:
+                        raise SkipFile(f"cannot be indexed: {str(e).removeprefix('document 0: ')}") from e
+                    prepared.pop(doc["source"], None)  # named twice: indexed once, where last named
+                    prepared.update((d.source, d) for d in ready)
+                docs.append(doc)
             except SkipFile as e:
                 out.skipped += 1
                 if isinstance(e, EmptyFile):
@@ -209,13 +222,55 @@ def index_paths(
             advance()
     out.emptied = _drop_emptied(writer(rag), empty, progress)
     changed = changed or any(out.emptied.values())
+    out.files = len(docs)
+    if store is not None:
+        out.added = _add_prepared(store, list(prepared.values()), progress, changed)
+        return out
     # the save is atomic, under the index's lock, over whatever another writer saved meanwhile
     with progress.task("indexing", len(docs), "files") as advance:
         report = ingest(rag, docs, batch_size=_BATCH, save=True, progress=advance)
     if changed and not report.saved:
         writer(rag).save()
-    out.files, out.added = len(docs), report.chunks or 0
+    out.added = report.chunks or 0
     return out
+
+
+def _preparing(rag: Any) -> Any:
+    """``rag`` when it prepares documents before adding them (the embedded index:
+    ``prepare_many`` and ``add_prepared``), else None (written through ``ingest``)."""
+    ready = all(callable(getattr(rag, name, None)) for name in ("prepare_many", "add_prepared", "save"))
+    return rag if ready else None
+
+
+def _add_prepared(store: Any, docs: list[Any], progress: Progress, changed: bool) -> int:
+    """Add the prepared documents to the embedded index in batches of about
+    :data:`_BATCH_CHUNKS` chunks, the progress counting chunks as each embedder call ends
+    (a few of its batches), then save when anything changed (``changed``: something was
+    deleted before); what earlier batches added is saved even when a later one raises.
+    The chunks added."""
+    added = 0
+    try:
+        with progress.task("indexing", sum(len(d.chunks) for d in docs), "chunks") as advance:
+            for batch in _chunk_batches(docs, _BATCH_CHUNKS):
+                added += store.add_prepared(batch, progress=advance)
+    finally:
+        if added or changed:  # atomic, under the index's lock, over whatever another writer saved
+            store.save()
+    return added
+
+
+def _chunk_batches(docs: list[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive documents, in batches of at least ``size`` chunks (the last one fewer)."""
+    batch: list[Any] = []
+    chunks = 0
+    for doc in docs:
+        batch.append(doc)
+        chunks += len(doc.chunks)
+        if chunks >= size:
+            yield batch
+            batch, chunks = [], 0
+    if batch:
+        yield batch
 
 
 def _drop_emptied(w: Writer, sources: list[str], progress: Progress) -> dict[str, int]:

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +41,22 @@ from selfrag_core.types import _json_safe
 
 logger = logging.getLogger("selfrag")
 
+#: texts per embedder call when the embedder has no ``batch_size``
 _EMBED_BATCH = 256
+#: ... and for one that has, this many of its batches a call
+_EMBED_BATCHES_A_CALL = 2
+
+
+def embed_step(embedder: Any) -> int:
+    """How many texts :meth:`Index._embed` gives ``embedder`` a call: two of its own
+    batches (``batch_size``; 64 texts for MiniLM, a few seconds on two cores), so progress
+    advances from the first call, else :data:`_EMBED_BATCH`."""
+    size = getattr(embedder, "batch_size", None)
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size * _EMBED_BATCHES_A_CALL
+    return _EMBED_BATCH
+
+
 _SCALARS = (str, int, float, bool, type(None))
 #: control characters other than whitespace, and the replacement character of undecodable bytes
 _ODD_CHARACTERS = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")
@@ -386,41 +401,70 @@ class Index:
                 prepared.append(item)
         return prepared
 
-    def add(self, docs: list[PreparedDocument], vectors: np.ndarray | None = None) -> int:
+    def add(
+        self,
+        docs: list[PreparedDocument],
+        vectors: np.ndarray | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> int:
         """Embed the documents' chunks and build their BM25 segment (outside the lock, side
         by side: each runs while the other waits on numpy), then add them, replacing the
         chunks of sources indexed before; returns the number of chunks added. ``vectors``:
-        the chunks' vectors, in order, when they are embedded already (one document per source)."""
+        the chunks' vectors, in order, when they are embedded already (one document per source).
+        ``progress(n)``: told of the chunks as they are embedded, each embedder call (all of
+        them at the end when nothing is embedded here)."""
         if not docs:
             return 0
         latest = {d.source: d for d in docs}  # within one batch, the last version of a source wins
         kept = [latest[d.source] is d for d in docs for _ in d.chunks]  # per chunk, as vectors' rows
         new = [c for d in docs if latest[d.source] is d for c in d.chunks]
-        vectors, postings = self._embedded_with_segment(docs, new, vectors)
+        embedded = vectors is None and self.embedder is not None
+        vectors, postings = self._embedded_with_segment(docs, new, vectors, progress)
         with self.lock:
-            sources = self.sources
-            for source in latest:
-                self.touched.setdefault(source, source in sources)
-            replaced = {s for s in latest if s in sources}
-            if replaced:
-                self._keep(self.chunks.positions_without(replaced))
-            first = len(self.chunks)
-            tail = self.chunks.tail
-            for doc in docs:
-                if latest[doc.source] is doc:
-                    tail.extend(doc.chunks)
-                    sources[doc.source] = doc.checksum
-            if vectors is not None:
-                self._append_vectors(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
-            if postings is not None and self._lexical_built:
-                self._lexical.append_postings(postings, first)
-            return len(self.chunks) - first
+            added_chunks = self._add_locked(docs, latest, kept, vectors, postings)
+        if progress is not None and not embedded:
+            progress(sum(len(d.chunks) for d in docs))
+        return added_chunks
+
+    def _add_locked(
+        self,
+        docs: list[PreparedDocument],
+        latest: dict[str, PreparedDocument],
+        kept: list[bool],
+        vectors: np.ndarray | None,
+        postings: Postings | None,
+    ) -> int:
+        """:meth:`add`'s part under the lock: the chunks of replaced sources dropped, the
+        ``latest`` version of each source appended with its ``kept`` vectors and BM25
+        ``postings``; the number of chunks added."""
+        sources = self.sources
+        for source in latest:
+            self.touched.setdefault(source, source in sources)
+        replaced = {s for s in latest if s in sources}
+        if replaced:
+            self._keep(self.chunks.positions_without(replaced))
+        first = len(self.chunks)
+        tail = self.chunks.tail
+        for doc in docs:
+            if latest[doc.source] is doc:
+                tail.extend(doc.chunks)
+                sources[doc.source] = doc.checksum
+        if vectors is not None:
+            self._append_vectors(vectors if all(kept) else vectors[np.asarray(kept, dtype=bool)])
+        if postings is not None and self._lexical_built:
+            self._lexical.append_postings(postings, first)
+        return len(self.chunks) - first
 
     def _embedded_with_segment(
-        self, docs: list[PreparedDocument], new: list[IndexedChunk], vectors: np.ndarray | None
+        self,
+        docs: list[PreparedDocument],
+        new: list[IndexedChunk],
+        vectors: np.ndarray | None,
+        progress: Callable[[int], Any] | None = None,
     ) -> tuple[np.ndarray | None, Postings | None]:
-        """The vectors of every chunk of ``docs`` (``vectors`` when given) and the BM25
-        segment of the ``new`` ones (None without a tokenizer), built side by side."""
+        """The vectors of every chunk of ``docs`` (``vectors`` when given; ``progress`` told
+        of each embedder call's chunks) and the BM25 segment of the ``new`` ones (None
+        without a tokenizer), built side by side."""
         segment = None
         with contextlib.ExitStack() as stack:
             if self.tokenizer is not None and new:
@@ -428,7 +472,7 @@ class Index:
                 lexical = self._lexical
                 segment = pool.submit(Postings.build, [c.tokens or [] for c in new], lexical.k1, lexical.b)
             if vectors is None:
-                vectors = self._embed([c for d in docs for c in d.chunks])
+                vectors = self._embed([c for d in docs for c in d.chunks], progress)
             postings = segment.result() if segment is not None else None
         return vectors, postings
 
@@ -519,14 +563,33 @@ class Index:
         out[~mine] = tail[positions[~mine] - in_base]
         return out
 
-    def _embed(self, chunks: list[IndexedChunk]) -> np.ndarray | None:
+    def _embed(
+        self, chunks: list[IndexedChunk], progress: Callable[[int], Any] | None = None
+    ) -> np.ndarray | None:
+        """The chunks' unit vectors, in order. They are embedded longest first, in calls of
+        :func:`embed_step` texts, so that each of the embedder's own batches holds texts of
+        about one length (a model pads a batch to its longest text) and ``progress(n)``
+        hears of every call as it ends; the rows go back to the chunks' order."""
         if self.embedder is None or not chunks:
             return None
-        parts = []
-        for i in range(0, len(chunks), _EMBED_BATCH):
-            texts = [c.text for c in chunks[i : i + _EMBED_BATCH]]
-            parts.append(as_matrix(self.embedder.embed_documents(texts), len(texts)))
-        matrix = np.vstack(parts)
+        texts = [c.text for c in chunks]
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # stable: ties keep their order
+        step = embed_step(self.embedder)
+        matrix: np.ndarray | None = None
+        for start in range(0, len(order), step):
+            rows = order[start : start + step]
+            part = as_matrix(self.embedder.embed_documents([texts[i] for i in rows]), len(rows))
+            if matrix is None:
+                matrix = np.empty((len(texts), part.shape[1]), np.float32)
+            elif part.shape[1] != matrix.shape[1]:
+                raise EmbedderMismatchError(
+                    f"the embedder returned {part.shape[1]}-dimensional vectors after "
+                    f"{matrix.shape[1]}-dimensional ones"
+                )
+            matrix[rows] = part
+            if progress is not None:
+                progress(len(rows))
+        assert matrix is not None
         self.check_dim(matrix.shape[1])
         return matrix
 

@@ -200,14 +200,24 @@ class RAG:
         item = self._index.prepare(text, source, checksum, metadata)
         return 0 if item is None else self._index.add([item])
 
-    def index_many(self, documents: Iterable[Mapping[str, Any]]) -> int:
+    def index_many(
+        self, documents: Iterable[Mapping[str, Any]], *, progress: Callable[[int], Any] | None = None
+    ) -> int:
         """Index several documents in one batch (one embedding pass, one BM25 rebuild).
 
         Each item is a dict with ``text`` and optionally ``source``, ``checksum``,
         ``metadata`` (a dict) and further metadata keys. Every document is checked
         first: one bad document raises and nothing of the batch is indexed.
+        ``progress(n)`` hears of the chunks as each embedder call ends (see :meth:`add_prepared`).
         """
-        return self._index.add(self._index.prepare_many(documents))
+        return self._index.add(self._index.prepare_many(documents), progress=progress)
+
+    def prepare_many(self, documents: Iterable[Mapping[str, Any]]) -> list[PreparedDocument]:
+        """The documents of :meth:`index_many` checked, chunked and tokenised, not yet
+        indexed (those indexed with the same checksum already left out): what
+        :meth:`add_prepared` adds. ``selfrag index`` prepares each file as it reads it, so
+        that it knows how many chunks it will embed before the first is."""
+        return self._index.prepare_many(documents)
 
     async def aindex(
         self, text: str, source: str | None = None, checksum: str | None = None, **metadata: Any
@@ -251,14 +261,23 @@ class RAG:
         tokenized = self._index.tokenizer is not None
         return Preparer(self.chunker.settings(), self.stemmer, tokenized, checksums)
 
-    def add_prepared(self, docs: list[PreparedDocument], vectors: Any = None) -> int:
-        """Add documents prepared elsewhere (:meth:`preparer`) with their chunks' vectors
-        (in order; None without an embedder), replacing the chunks of a source indexed
-        before: the chunk ids (``source#n``) make a batch added twice the same. Returns
-        the chunks added; :meth:`save` makes it durable (under the writers' lock)."""
+    def add_prepared(
+        self,
+        docs: list[PreparedDocument],
+        vectors: Any = None,
+        *,
+        progress: Callable[[int], Any] | None = None,
+    ) -> int:
+        """Add documents prepared elsewhere (:meth:`preparer`) or by :meth:`prepare_many`
+        with their chunks' vectors (in order; None: embedded here, with the index's
+        embedder if it has one), replacing the chunks of a source indexed before: the chunk
+        ids (``source#n``) make a batch added twice the same. ``progress(n)`` is told of the
+        chunks as they are embedded, after each embedder call (of a few of its batches;
+        all of them at the end when nothing is embedded here). Returns the chunks added;
+        :meth:`save` makes it durable (under the writers' lock)."""
         if vectors is not None:
             self._index.check_dim(int(vectors.shape[1]))
-        return self._index.add(docs, vectors)
+        return self._index.add(docs, vectors, progress)
 
     def count(self) -> int:
         """Number of indexed chunks."""

@@ -306,7 +306,7 @@ def test_selfrag_index_keeps_what_the_server_saved_while_it_indexed(
     (docs / "volcano.txt").write_text(
         "Volcanoes erupt when gas pressure breaks the rock.\n", encoding="utf-8"
     )
-    real = RAG.add_documents
+    real = RAG.add_prepared  # what `selfrag index` adds the files it read and chunked with
     posted: list[bool] = []
 
     def write_beside_a_server(self: RAG, documents: Any, *args: Any, **kwargs: Any) -> Any:
@@ -317,7 +317,7 @@ def test_selfrag_index_keeps_what_the_server_saved_while_it_indexed(
             server.save()
         return real(self, documents, *args, **kwargs)
 
-    monkeypatch.setattr(RAG, "add_documents", write_beside_a_server)
+    monkeypatch.setattr(RAG, "add_prepared", write_beside_a_server)
     assert cli.main(["index", str(docs), "--index", str(root), "--embedder", "hashing"]) == 0
     capsys.readouterr()
     names = {Path(s).name for s in RAG.load(root).sources()}
