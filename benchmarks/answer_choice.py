@@ -38,7 +38,7 @@ from selfrag_core.evaluation.metrics import (
 )
 from selfrag_core.signals.choice import CHOICE_FEATURES, choice_features
 from selfrag_core.signals.fitted import Checks, LogisticCheck, fit, shipped
-from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, quoted_answer
+from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, kept_decision, quoted_answer
 from selfrag_core.types import RetrievedDoc
 
 
@@ -79,10 +79,12 @@ def candidates(data: str, model_run: Path, quote_run: Path) -> list[list[Candida
         passages = [_passage(s, texts) for s in sources]
         docs = [RetrievedDoc(text=p, score=1.0) for p in passages]
         found = quoted_answer(q.question, docs)
+        said = model[q.id].get("answer") or ""
         answers = {
-            "model": model[q.id].get("answer") or "",
+            "model": said,
             "stand-in": quote[q.id].get("answer") or "",
             "quote": found or "",
+            "quote, the model's yes/no kept": kept_decision(said, found) if found else "",
         }
         row = []
         for kind, answer in answers.items():
@@ -94,7 +96,9 @@ def candidates(data: str, model_run: Path, quote_run: Path) -> list[list[Candida
                 "gold": 0.0 if failed else answer_contains_gold(text, q.answers, q.question),
                 "decision": decision_match(text, q.decision),
             }
-            features = choice_features(answer, q.question, passages, quote=kind != "model")
+            # the choice is made on the quote itself (the kept yes/no only rides along)
+            chosen_on = found or "" if kind.startswith("quote") else answer
+            features = choice_features(chosen_on, q.question, passages, quote=kind != "model")
             row.append(Candidate(kind, answer, features, scores))
         rows.append(row)
     return rows
@@ -151,7 +155,7 @@ def main() -> None:
         for data, m, q in zip(args.sets[::3], args.sets[1::3], args.sets[2::3], strict=True)
     ]
     if args.fit:
-        rows = [c for _, found in sets for row in found for c in row if c.answer]
+        rows = [c for _, found in sets for row in found for c in row[:3] if c.answer]
         labels = [bool(c.scores["gold"]) for c in rows]
         check = fit([c.features for c in rows], labels, CHOICE_FEATURES, l2=10.0)
         about = {"fitted_on": ", ".join(Path(d).name for d, _ in sets), "candidates": len(rows)}
@@ -175,6 +179,7 @@ def main() -> None:
     if checks.has("choice"):
         choosers["stand-in by choice"] = by_check(checks.pick("choice", False))
         choosers["quote by choice"] = by_check(checks.pick("choice", False), 2)
+        choosers["quote+yes/no by choice"] = by_check(checks.pick("choice", False), 3)
     for data, found in sets:
         report(data, found, choosers)
 

@@ -175,6 +175,14 @@ class StrategyConfig:
         a pick between two alternatives that the documents' dates or numbers contradict).
         None by default: no rule changes or flags an answer unless you name it. Composite
         strategies give them to the children they build, as the verifier. Keyword-only.
+    quotes: whether the final answer check weighs the source sentence that speaks most to
+        the question (quoted, ``“...” [n]``) beside the model's answer, and answers
+        with it when the fitted choice check (:func:`~selfrag_core.signals.choice.quote_chosen`)
+        prefers it (an ``answer_quoted`` decision in the trace). No LLM call. False by
+        default (a capable model's answer is left as it is); ``for_profile`` turns it on
+        for a model that cannot keep to JSON (:data:`~selfrag_core.profiles.SMALL_LOCAL`,
+        the embedded models): with such a model the sources' own sentence is often the
+        better answer. Keyword-only.
 
     ``replace(**changes)``: a copy with those fields changed, validated (an unknown name
     raises ConfigurationError listing the known ones). ``with_overrides(context)``: the
@@ -185,9 +193,12 @@ class StrategyConfig:
 
     verifier: Verifier | None = field(default=None, kw_only=True, compare=False, repr=False)
     rules: tuple[AnswerRule, ...] = field(default=(), kw_only=True, compare=False, repr=False)
+    quotes: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         check_verifier(self.verifier)
+        if not isinstance(self.quotes, bool):
+            raise TypeError(f"quotes must be True or False, got {self.quotes!r}")
         object.__setattr__(self, "rules", check_rules(self.rules))
 
     @classmethod
@@ -213,7 +224,9 @@ class StrategyConfig:
         if not isinstance(profile, ModelProfile):
             raise TypeError(f"profile must be a ModelProfile, got {type(profile).__name__}")
         top_k = changes.get("top_k")
-        sizes = cls._sizes(profile, profile_top_k(profile) if top_k is None else top_k)
+        # a model that cannot keep to JSON is a weak generator: a quote may answer better
+        sizes = {"quotes": not profile.follows_json}
+        sizes.update(cls._sizes(profile, profile_top_k(profile) if top_k is None else top_k))
         return cls().replace(**{**sizes, **{k: v for k, v in changes.items() if v is not None}})
 
     @classmethod

@@ -108,7 +108,7 @@ def test_without_its_entry_there_is_no_such_strategy(monkeypatch: pytest.MonkeyP
 def test_it_is_built_by_name_and_sized_by_the_model_profile(twice: str) -> None:
     rag, llm = FakeRetriever(DOCS), FakeLLM()
     small = presets.build_strategy(twice, rag, llm)  # the CLI's default: the small profile, top_k 3
-    assert isinstance(small, Twice) and small.config == TwiceConfig(top_k=3, focus=1)
+    assert isinstance(small, Twice) and small.config == TwiceConfig(top_k=3, focus=1, quotes=True)
     assert small.config == TwiceConfig.for_profile(SMALL_LOCAL, top_k=3)
     assert (
         small.execution.max_llm_calls == 12 and small.execution.query_timeout == presets.DEFAULT_QUERY_TIMEOUT

@@ -57,19 +57,19 @@ def test_small_preset_is_sized_for_a_small_model(parts: tuple[FakeRetriever, Fak
 
     assert isinstance(built["self"], SelfIRAG)
     assert built["self"].config == SelfRAGConfig(
-        max_refinement_iterations=2, top_k=3, fast_mode=False, stop_when_supported=True, drafts=2
+        max_refinement_iterations=2, top_k=3, fast_mode=False, stop_when_supported=True, drafts=2, quotes=True
     )
     hyde = built["hyde"]
     assert isinstance(hyde, HyDERAG)
-    assert hyde.config == HyDERAGConfig(num_hypothetical_docs=1, top_k=3, max_final_docs=3)
+    assert hyde.config == HyDERAGConfig(num_hypothetical_docs=1, top_k=3, max_final_docs=3, quotes=True)
     assert isinstance(built["recursive"], RecursiveRAG)
     # a model that cannot keep JSON writes junk sub-questions and merges badly: a question
     # of several parts is split by rule, one level, and its answers joined; any other is plain
-    expected = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=3)
+    expected = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=3, quotes=True)
     assert built["recursive"].config == expected
     healing = built["healing"]
     assert isinstance(healing, SelfHealingRAG)
-    assert healing.config == SelfHealingRAGConfig(max_retries=1, top_k=3)
+    assert healing.config == SelfHealingRAGConfig(max_retries=1, top_k=3, quotes=True)
     assert healing.strategies[0] is rag and isinstance(healing.strategies[1], HyDERAG)
     assert all(strategy.execution == execution for strategy in built.values())
 

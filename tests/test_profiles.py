@@ -79,17 +79,20 @@ def test_a_small_local_model_gets_small_sizes() -> None:
     assert (SMALL_LOCAL.name, SMALL_LOCAL.context_window) == ("small", 2048)
     assert (SMALL_LOCAL.follows_json, SMALL_LOCAL.deterministic, SMALL_LOCAL.cites) == (False, True, False)
     assert SMALL_LOCAL.small_context
-    assert PlainRAGConfig.for_profile(SMALL_LOCAL) == PlainRAGConfig(top_k=3)
+    assert PlainRAGConfig.for_profile(SMALL_LOCAL) == PlainRAGConfig(top_k=3, quotes=True)
     assert SelfRAGConfig.for_profile(SMALL_LOCAL) == SelfRAGConfig(
-        top_k=3, fast_mode=False, max_refinement_iterations=2, stop_when_supported=True, drafts=2
+        top_k=3, fast_mode=False, max_refinement_iterations=2, stop_when_supported=True, drafts=2, quotes=True
     )
     assert HyDERAGConfig.for_profile(SMALL_LOCAL) == HyDERAGConfig(
-        num_hypothetical_docs=1, top_k=3, max_final_docs=3
+        num_hypothetical_docs=1, top_k=3, max_final_docs=3, quotes=True
     )
     assert RecursiveRAGConfig.for_profile(SMALL_LOCAL) == RecursiveRAGConfig(
-        top_k=3, max_depth=1, decomposition="rules", merge=False
+        top_k=3, max_depth=1, decomposition="rules", merge=False, quotes=True
     )
-    assert SelfHealingRAGConfig.for_profile(SMALL_LOCAL) == SelfHealingRAGConfig(top_k=3, max_retries=1)
+    assert SelfHealingRAGConfig.for_profile(SMALL_LOCAL) == SelfHealingRAGConfig(
+        top_k=3, max_retries=1, quotes=True
+    )
+    assert not PlainRAGConfig.for_profile(CAPABLE).quotes  # a capable model's answer is its own
 
 
 @pytest.mark.parametrize(("window", "top_k"), [(512, 3), (4095, 3), (4096, 5), (128_000, 5)])

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from selfrag_core.signals.fitted import shipped
 from selfrag_core.signals.text import content, stem, tokens
 from selfrag_core.verify import verify_answer
 
@@ -35,3 +36,18 @@ def choice_features(
         "length": math.log1p(len(words)),
         "added": math.log1p(len({stem(t) for t in content(words)} - asked)),
     }
+
+
+def quote_chosen(
+    answer: str, quote: str, question: str, passages: Sequence[str]
+) -> tuple[float, float] | None:
+    """The fitted choice check's probabilities of the model's ``answer`` and of ``quote``
+    (a source sentence) when the quote is the better answer to ``question``, else None
+    (and when the checks file has no choice check)."""
+    checks = shipped()
+    if not checks.has("choice"):
+        return None
+    check = checks.pick("choice", semantic=False)
+    model = check.probability(choice_features(answer, question, passages, quote=False))
+    quoted = check.probability(choice_features(quote, question, passages, quote=True))
+    return (model, quoted) if quoted > model else None

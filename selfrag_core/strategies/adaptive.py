@@ -727,7 +727,7 @@ class AdaptiveRAG(Strategy[Answer]):
         if docs:
             try:
                 reply = yield from grounded_reply(self, query, docs, cfg.llm_retries)
-                answer = yield from checked_answer(reply.strip(), query, docs, self.rules)
+                answer = yield from checked_answer(reply.strip(), query, docs, self.rules, self.quotes)
             except RAGSystemError as e:
                 yield Note("generation_failed", f"{type(e).__name__}: {e}", {"then": "route the failure"})
                 answer, docs = GENERATION_FAILED_ANSWER, []

@@ -4,6 +4,7 @@ small plan helpers (retrieval with fallback, context formatting)."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -33,6 +34,7 @@ from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.runner import StreamEvent, arun_query, astream_query, finish_trace, run_query, stream_query
+from selfrag_core.signals.choice import quote_chosen
 from selfrag_core.signals.features import relevance_features
 from selfrag_core.signals.fitted import shipped
 from selfrag_core.signals.rules import AnswerRule
@@ -75,7 +77,7 @@ def answer_text(reply: str) -> str:
 
 
 def checked_answer(
-    answer: str, query: str, docs: list[RetrievedDoc], rules: Sequence[AnswerRule] = ()
+    answer: str, query: str, docs: list[RetrievedDoc], rules: Sequence[AnswerRule] = (), quotes: bool = False
 ) -> Plan[str]:
     """A strategy's final answer. When the documents do not speak to the question and do
     not support the answer (:func:`documents_relevance`), :data:`NOT_ENOUGH_ANSWER` with a
@@ -84,7 +86,10 @@ def checked_answer(
     covers the question, a copy of an instruction planted in a document, a key name, an
     identifier, a date the context does not hold), the source sentence that answers the
     question, quoted (:func:`quoted_answer`), else :data:`GENERATION_FAILED_ANSWER`, with
-    the reason in the trace. Then the strategy's answer ``rules``
+    the reason in the trace. With ``quotes`` (``StrategyConfig.quotes``), a usable answer
+    gives way to that quote when the fitted choice check prefers it
+    (:func:`~selfrag_core.signals.choice.quote_chosen`; an ``answer_quoted`` decision with
+    both probabilities). Then the strategy's answer ``rules``
     (:mod:`~selfrag_core.signals.rules`; none by default) run in order: the first finding
     with a replacement replaces the answer (a ``rule_replaced`` note, e.g.
     :class:`~selfrag_core.comparison.ComparisonRule`'s "Erika Jayne: 1971 [1], against 1977
@@ -118,11 +123,28 @@ def checked_answer(
         yield Note("rule_flagged", finding.message, flagged)
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
-        return answer
+        quote = quoted_answer(query, docs) if quotes else None
+        chosen = None if quote is None else quote_chosen(answer, quote, query, texts)
+        if quote is None or chosen is None:
+            return answer
+        weighed = {"answer": answer[:200], "model": round(chosen[0], 4), "quote": round(chosen[1], 4)}
+        yield Note("answer_quoted", None, weighed, kind="decision")
+        return kept_decision(answer, quote)
     quote = quoted_answer(query, docs)
     detail = {"reason": reason, "answer": answer[:200], "then": "a quote" if quote else "fallback answer"}
     yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
     return quote or GENERATION_FAILED_ANSWER
+
+
+_OPENING_DECISION = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+
+
+def kept_decision(answer: str, quote: str) -> str:
+    """``quote`` in the place of ``answer``, with the yes or no ``answer`` opens with kept
+    in front ("No. “...” [2]"): a source's sentence says what the documents hold, and
+    cannot say the yes or no a question of that kind asks for."""
+    opening = _OPENING_DECISION.match(answer)
+    return f"{opening.group(1).capitalize()}. {quote}" if opening else quote
 
 
 @dataclass(frozen=True)
@@ -296,7 +318,7 @@ def grounded_answer(strategy: Strategy[Any], query: str, docs: list[RetrievedDoc
     """The ``grounded_answer`` prompt's answer from ``docs`` (streamed), checked
     (:func:`checked_answer`); a failed LLM call raises at its ``yield``."""
     reply = yield from grounded_reply(strategy, query, docs, retries)
-    return (yield from checked_answer(reply.strip(), query, docs, strategy.rules))
+    return (yield from checked_answer(reply.strip(), query, docs, strategy.rules, strategy.quotes))
 
 
 class Strategy(Generic[R]):
@@ -409,6 +431,12 @@ class Strategy(Generic[R]):
         """The answer rules this strategy's final answer check runs: its config's
         ``rules`` (none by default, :mod:`~selfrag_core.signals.rules`)."""
         return tuple(getattr(self.config, "rules", ()))
+
+    @property
+    def quotes(self) -> bool:
+        """Whether the final answer check weighs a quote beside the model's answer: its
+        config's ``quotes``."""
+        return bool(getattr(self.config, "quotes", False))
 
     def get_stats(self) -> dict[str, Any]:
         """What the service's ``/stats`` shows of the strategy beside its class (SelfIRAG:

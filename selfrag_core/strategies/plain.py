@@ -81,7 +81,7 @@ class PlainRAG(Strategy[Answer]):
                 text = reply.text
             if not cfg.check_answer:
                 return Answer(text, docs)
-            answer = yield from checked_answer(text.strip(), query, docs, cfg.rules)
+            answer = yield from checked_answer(text.strip(), query, docs, cfg.rules, cfg.quotes)
         except RAGSystemError as e:
             if cfg.raise_errors:
                 raise
@@ -102,7 +102,7 @@ class PlainRAG(Strategy[Answer]):
             )
         if not cfg.check_answer:
             return Answer(text, docs)
-        return Answer((yield from checked_answer(text.strip(), query, docs, cfg.rules)), docs)
+        return Answer((yield from checked_answer(text.strip(), query, docs, cfg.rules, cfg.quotes)), docs)
 
     def _retrieve(self, query: str, context: Mapping[str, Any]) -> Plan[list[RetrievedDoc]]:
         """The documents for ``query``; a failed retrieval raises with ``raise_errors``,

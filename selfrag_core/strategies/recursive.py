@@ -272,7 +272,7 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
         _renumber_citations(sub_answers, sources)
         answer = yield from (self._merge(query, sub_answers) if cfg.merge else _joined(sub_answers))
         if answer != GENERATION_FAILED_ANSWER:
-            answer = yield from checked_answer(answer, query, sources, self.rules)
+            answer = yield from checked_answer(answer, query, sources, self.rules, self.quotes)
         return RecursiveRAGResult(answer, depth, True, subs, sub_answers, sources=sources, reason=reason)
 
     def _compare(

@@ -270,7 +270,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
 
         report = _report(attempts, threshold)
         if report.strategy is not None and report.answer != GENERATION_FAILED_ANSWER:
-            checked = yield from checked_answer(report.answer, query, report.sources, self.rules)
+            checked = yield from checked_answer(report.answer, query, report.sources, self.rules, self.quotes)
             if checked != report.answer:  # no attempt gave a usable answer
                 report.answer, report.success, report.citations = checked, False, []
         if report.strategy is None:

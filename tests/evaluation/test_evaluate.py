@@ -338,16 +338,27 @@ def answers(report: Any) -> list[dict[str, str]]:
 
 # two contenders that send the same prompts: plain, and plain again under another name
 TWINS = {"plain": "plain", "twin": "plain"}
+# sized for a capable model: the replies are the answers (no quote weighed in their place)
+STANDARD = "standard"
 
 
 def test_shared_replies_give_one_prompt_one_reply_in_every_contender(
     data: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    apart = run(data, TWINS, llm=varying(), cache=tmp_path / "apart.sqlite", limit=4, concurrency=1)
+    apart = run(
+        data, TWINS, llm=varying(), cache=tmp_path / "apart.sqlite", limit=4, concurrency=1, preset=STANDARD
+    )
     assert all(a["plain"] != a["twin"] for a in answers(apart))  # the model's noise, not the strategy's
     model = varying()
     shared = run(
-        data, TWINS, llm=model, cache=tmp_path / "shared.sqlite", limit=4, concurrency=1, shared_replies=True
+        data,
+        TWINS,
+        llm=model,
+        cache=tmp_path / "shared.sqlite",
+        limit=4,
+        concurrency=1,
+        shared_replies=True,
+        preset=STANDARD,
     )
     assert all(a["plain"] == a["twin"] for a in answers(shared)) and len(model.calls) == 4
     assert shared.comparisons()["twin"]["f1"]["mean"] == 0 and shared.settings["shared_replies"] is True
@@ -362,10 +373,10 @@ def test_shared_replies_give_one_prompt_one_reply_in_every_contender(
 
 def test_shared_replies_without_a_cache_share_through_a_temporary_file(data: tuple[Path, Path]) -> None:
     model = varying()
-    shared = run(data, TWINS, llm=model, limit=3, shared_replies=True)
+    shared = run(data, TWINS, llm=model, limit=3, shared_replies=True, preset=STANDARD)
     assert all(a["plain"] == a["twin"] for a in answers(shared)) and len(model.calls) == 3
     assert shared.cache is not None and shared.cache["path"] is None
-    unshared = run(data, TWINS, llm=varying(), limit=3)
+    unshared = run(data, TWINS, llm=varying(), limit=3, preset=STANDARD)
     assert unshared.cache is None and all(a["plain"] != a["twin"] for a in answers(unshared))
 
 

@@ -233,6 +233,7 @@ def test_plain_rags_defaults_are_unchanged() -> None:
         "drafts": 0,  # one answer, one call (DraftsRAG's config has two)
         "verifier": None,  # the LLM-free LexicalVerifier (every strategy's config has one)
         "rules": (),  # no hand-written answer rule runs unless named (ComparisonRule is opt-in)
+        "quotes": False,  # a capable model's answer is its own (for_profile(SMALL_LOCAL) weighs a quote)
     }
     assert PlainRAG(FakeRetriever(BEES), FakeLLM()).config == config
 
