@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from selfrag_core.backends.registry import EMBEDDER_CHOICES, backend_embedder, open_url, url_scheme
 from selfrag_core.config import ExecutionConfig, StrategyConfig
 from selfrag_core.errors import ConfigurationError, MissingDependencyError
-from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile
+from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile, profile_of
 from selfrag_core.prompts import Prompts
 from selfrag_core.retrieval import resolve_backend
 from selfrag_core.strategies import Strategy
@@ -76,6 +76,15 @@ def preset_for(llm_spec: str) -> str:
     name = llm_spec.strip()
     provider, sep, _ = name.partition(":")
     return "standard" if sep and len(provider) > 1 and not name.lower().endswith(".gguf") else "small"
+
+
+def preset_of(llm: Any) -> str:
+    """The preset that fits an LLM object: "small" when the profile it declares
+    (:func:`~selfrag_core.profiles.profile_of`: the embedded ``LocalLLM`` declares
+    ``SMALL_LOCAL``) does not follow JSON, else "standard": a model that declares nothing
+    (a LangChain chat model, a LlamaIndex LLM, an OpenAI-compatible server) is taken to be
+    capable, and the strategies' own defaults are made for it."""
+    return "standard" if profile_of(llm).follows_json else "small"
 
 
 def profile_for(preset: str | ModelProfile) -> ModelProfile:

@@ -48,7 +48,7 @@ from selfrag_core.evaluation.settings import EvalSettings
 from selfrag_core.grounding import assess, is_refusal
 from selfrag_core.ingest import ingest
 from selfrag_core.metrics import FaithfulnessMetric
-from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index
+from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index, preset_of
 from selfrag_core.progress import Steps, step
 from selfrag_core.replay import CachedLLM
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, context_text
@@ -177,6 +177,8 @@ def evaluate(
         keep_none=True,
         strict=True,
     )
+    if settings.preset is None:  # the sizes that fit the model the contenders answer with
+        settings = settings.replace(preset=preset_of(llm))
     baseline, k = settings.baseline, settings.k
     data = _questions(questions).sample(settings.limit, settings.seed)
     problems = list(data.problems)

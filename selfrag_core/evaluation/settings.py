@@ -33,8 +33,11 @@ class EvalSettings:
         the contenders; default ``plain``: one retrieval, one answer).
     k: documents counted by recall@k and MRR, and ranked in a retrieval-only run.
     top_k: passages a named contender retrieves per search (None: the preset's).
-    preset: the sizes of the named contenders, as ``selfrag eval`` sizes them ("small"
-        for a small local model, "standard"; see ``presets.build_strategy``).
+    preset: the sizes of the named contenders ("small" for a small local model,
+        "standard"; see ``presets.build_strategy``); None (the default): the one that fits
+        the LLM, as ``selfrag eval`` picks it by ``--llm`` (:func:`~selfrag_core.presets.preset_of`:
+        "small" for the embedded ``LocalLLM``, "standard" for a model that declares no
+        profile, such as a LangChain chat model). The report records the one used.
     limits: what bounds each question of a named contender: ``max_llm_calls``,
         ``llm_timeout``, ``query_timeout`` (and ``router``, ``call_budget`` for
         ``adaptive``), as ``build_strategy`` takes them; a copy is kept.
@@ -77,7 +80,7 @@ class EvalSettings:
     baseline: str = BASELINE
     k: int = 10
     top_k: int | None = 3
-    preset: str = "small"
+    preset: str | None = None
     limits: Mapping[str, Any] = field(default_factory=dict, hash=False)
     retrieval_only: bool | None = None
     cache: str | os.PathLike[str] | None = None
@@ -97,7 +100,8 @@ class EvalSettings:
         check_int("k", self.k, 1)
         if self.top_k is not None:
             check_int("top_k", self.top_k, 1)
-        profile_for(self.preset)  # an unknown preset raises, naming the known ones
+        if self.preset is not None:
+            profile_for(self.preset)  # an unknown preset raises, naming the known ones
         for name in ("limits", "extra"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):

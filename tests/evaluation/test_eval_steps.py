@@ -215,7 +215,8 @@ def test_a_retrieval_only_dry_run_expects_the_runs_calls(data: tuple[Path, Path]
     names = ["plain", "hyde", "self"]
     expected = dry_run(load_questions(questions), names, retrieval_only=True)
     llm = FakeLLM("The animal lives in a faraway country with a warm climate and many trees.")
-    settings = EvalSettings(embed="none", retrieval_only=True)
+    # the dry run's preset ("small", as ``selfrag eval --llm fake``): a FakeLLM declares none
+    settings = EvalSettings(embed="none", retrieval_only=True, preset="small")
     report = evaluate(questions, names, llm=llm, corpus=corpus, settings=settings)
     assert set(expected) == {"plain", "hyde"} == set(report.results[0])
     for name, e in expected.items():

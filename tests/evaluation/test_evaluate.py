@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_data import DEEP, TOO_DEEP, deny_reading
 
-from selfrag_core import ConfigurationError
+from selfrag_core import SMALL_LOCAL, ConfigurationError, HyDERAGConfig
 from selfrag_core.cli import main
 from selfrag_core.evaluation import EvalData, EvalQuestion, EvalSettings, evaluate, load_jsonl
 from selfrag_core.replay import CacheMissError
@@ -311,7 +311,8 @@ def test_replay_makes_no_call_and_gives_the_same_results(data: tuple[Path, Path]
     second = run(data, names, llm=silent, cache=cache, replay=True)
     assert silent.calls == []
     assert second.cache is not None and second.cache["path"] == str(cache)
-    assert (second.cache["hits"], second.cache["misses"]) == (first.cache["misses"], 0)
+    # every call the first run made (a recorded one or one replayed within the run) is replayed
+    assert (second.cache["hits"], second.cache["misses"]) == (first.cache["hits"] + first.cache["misses"], 0)
     assert second.cache["contenders"]["hyde"]["misses"] == 0 and second.cache["judge"] is None
 
     def stable(report: Any) -> list[Any]:
@@ -444,10 +445,13 @@ def test_retrieval_only_data_ranks_with_plain_and_hyde(tmp_path: Path) -> None:
     assert first["plain"]["sources"][0]["id"] == "d0" and first["plain"]["metrics"]["ndcg@10"] == 1.0
     assert len(first["plain"]["sources"]) == 10  # k documents ranked
     assert report.summary()["self"]["questions"] == 0
-    # HyDE's ranking costs its passage: one LLM call a question, in the report
-    assert report.summary()["hyde"]["llm_calls"] == 1.0 and first["hyde"]["timeline"][0]["kind"] == "llm"
+    # HyDE's ranking costs its passages: a FakeLLM declares no profile, so the "standard"
+    # preset (HyDE's own default of three passages, one LLM call each), in the report
+    n = HyDERAGConfig().num_hypothetical_docs
+    assert report.settings["preset"] == "standard"
+    assert report.summary()["hyde"]["llm_calls"] == n and first["hyde"]["timeline"][0]["kind"] == "llm"
     assert report.summary()["plain"]["llm_calls"] == 0.0  # a search alone
-    assert report.comparisons()["hyde"]["llm_calls"]["mean"] == 1.0
+    assert report.comparisons()["hyde"]["llm_calls"]["mean"] == n
 
 
 def test_an_interrupted_run_keeps_what_finished(data: tuple[Path, Path], tmp_path: Path) -> None:
@@ -667,3 +671,29 @@ def test_a_corpus_indexed_for_the_run_only_is_removed_after_it(
     report = evaluate(data, ["plain"], llm=reader(), corpus=corpus_path, settings=EvalSettings(embed="none"))
     assert report.results[0]["plain"]["sources"]  # it searched the temporary index
     assert not list(tmp_path.glob("selfrag-eval-*"))
+
+
+class _SmallFake(FakeLLM):
+    """A scripted model that declares the embedded models' profile, as ``LocalLLM`` does."""
+
+    profile = SMALL_LOCAL
+
+
+@pytest.mark.parametrize(
+    ("llm", "preset", "hypotheticals"),
+    [
+        (FakeLLM("Kenya"), "standard", HyDERAGConfig().num_hypothetical_docs),
+        (_SmallFake("Kenya"), "small", 1),
+    ],
+)
+def test_the_default_preset_is_the_one_the_model_declares(
+    data: tuple[Path, Path], llm: FakeLLM, preset: str, hypotheticals: int
+) -> None:
+    # a model that declares no profile (a LangChain chat model, say) is sized as a capable
+    # one; the embedded models' profile gets the small preset, as `selfrag eval --llm local`
+    report = run(data, ["plain", "hyde"], llm=llm, limit=1)
+    assert report.settings["preset"] == preset
+    hyde = report.results[0]["hyde"]
+    assert sum(1 for step in hyde["timeline"] if step["kind"] == "llm") == hypotheticals + 1
+    explicit = run(data, ["plain", "hyde"], llm=llm, limit=1, preset="small")
+    assert explicit.settings["preset"] == "small"  # a preset given is the one used
