@@ -473,8 +473,9 @@ class SelfRAGConfig(StrategyConfig):
     #: answer the parts of a question of several parts that the chosen answer leaves out
     #: (one more retrieval and answer per part, in one parallel round; none when it covers all)
     complete_parts: bool = True
-    #: two-step: beside the first answer, a draft over each of the first ``drafts`` documents
-    #: alone, in the same round; the verifier keeps the best (:mod:`selfrag_core.strategies.drafts`)
+    #: two-step: a draft over each of the first ``drafts`` documents alone, written after the
+    #: first answer and only when the verifier doubts it (none when no draft could beat it);
+    #: the verifier keeps the best (:mod:`selfrag_core.strategies.drafts`)
     drafts: int = 0
 
     def __post_init__(self) -> None:

@@ -173,13 +173,16 @@ def test_demo_with_the_fake_llm(capsys, tmp_path) -> None:  # type: ignore[no-un
     target = tmp_path / "demo"
     code, out, err = run(capsys, "demo", "--llm", "fake", "--index", str(target), "--questions", "3", *FAST)
     assert code == 0
-    assert "demo: 12 answers" in out
-    assert err.count("[hyde]") == 3 and err.count("[healing]") == 3
+    assert "demo: 15 answers" in out  # plain first, the reference, then the four
+    assert err.count("[plain]") == 3 and err.count("[hyde]") == 3 and err.count("[healing]") == 3
+    # each answer's checks, and each strategy's read against plain's
+    assert err.count("  checked: support ") == 15 and err.count("answers the question") == 15
+    assert err.count("the same answer as plain") + err.count("a different answer from plain's") == 12
     assert "indexed 14 sample documents" in err
     assert "[self] أين يلتقي النيل" in err
     assert open_index(target, create=False).count() > 14
     code, out, err = run(capsys, "demo", "--llm", "fake", "--index", str(target), *FAST)  # 2 questions
-    assert code == 0 and "demo: 8 answers" in out and "أين" not in err
+    assert code == 0 and "demo: 10 answers" in out and "أين" not in err
 
 
 def test_the_demo_corpus_ships_with_the_package() -> None:

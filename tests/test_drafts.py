@@ -85,10 +85,30 @@ def test_selfirag_with_drafts_keeps_the_best_supported_first_answer() -> None:
     )
     result = SelfIRAG(FakeRetriever(texts), llm, config).query(QUESTION)
     assert result.answer == "The Apollo program cost $25.4 billion."
-    assert len(llm.calls) == 3  # the answer and two drafts, and no judge: the draft is supported
+    assert len(llm.calls) == 3  # the answer, two drafts (it is doubted), no judge
     alone = FakeLLM(script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", ""))
     without = SelfIRAG(FakeRetriever(texts), alone, dataclasses.replace(config, drafts=0)).query(QUESTION)
     assert without.answer != result.answer and alone.calls[0].prompt.count("\n[") == 3
+
+
+def test_selfirag_writes_drafts_only_when_the_check_doubts_its_first_answer() -> None:
+    from selfrag_core import SelfIRAG, SelfRAGConfig
+
+    texts = [d.text for d in DOCS]
+    config = SelfRAGConfig(
+        top_k=3, fast_mode=False, stop_when_supported=True, max_refinement_iterations=1, drafts=2
+    )
+    sure = FakeLLM(script("The Apollo program cost $25.4 billion.", "It cost $25 billion.", "In 1969."))
+    result = SelfIRAG(FakeRetriever(texts), sure, config).query("What did the Apollo program cost?")
+    assert result.answer == "The Apollo program cost $25.4 billion."
+    assert len(sure.calls) == 1  # supported as it stands: no draft could beat it, none written
+    doubted = FakeLLM(
+        script("The program cost $40 billion.", "The Apollo program cost $25.4 billion.", "x"), latency=0.05
+    )
+    result = SelfIRAG(FakeRetriever(texts), doubted, config).query(QUESTION)
+    assert result.answer == "The Apollo program cost $25.4 billion."
+    assert [c.prompt.count("\n[") for c in doubted.calls] == [3, 1, 1]  # the answer over all, then the drafts
+    assert doubted.rounds() == 2  # the two drafts go out together
 
 
 def test_a_question_of_several_parts_gets_no_drafts() -> None:

@@ -82,12 +82,13 @@ def cuts(result: Any) -> list[TraceEvent]:
 @pytest.mark.parametrize("name", list(BUILDERS))
 async def test_a_4mb_reply_is_cut_and_the_query_ends_within_its_deadline(name: str, mode: str) -> None:
     llm = FakeLLM(HUGE)
-    strategy = BUILDERS[name](llm, ExecutionConfig(query_timeout=3))
+    strategy = BUILDERS[name](llm, ExecutionConfig(query_timeout=10))
     started = time.perf_counter()
     result = await run(strategy, mode)
-    # the issue: 18-22 s under query_timeout=3; a busy machine (CI beside other jobs) may add a
-    # second or so to the cut itself, which is no overrun of the kind this guards against
-    assert time.perf_counter() - started < 5
+    # the issue: 18-22 s under query_timeout=3 (every step read the whole reply); cut, a query
+    # takes well under a second on a quiet machine, and a few on a busy one (load 5 on 2
+    # cores: over 3 s), so the deadline leaves room for the load and still catches the overrun
+    assert time.perf_counter() - started < 12
     assert cuts(result), [e.name for e in result.trace.fallbacks]
     for cut in cuts(result):
         assert cut.detail["reply_chars"] == len(HUGE) and cut.detail["kept_chars"] == 100_000

@@ -26,12 +26,20 @@ from selfrag_core.cli.files import (
     gone_sources,
     index_paths,
 )
-from selfrag_core.cli.output import _usage, print_result, run_strategy, step_lines, unanswered
+from selfrag_core.cli.output import _usage, checked_line, print_result, run_strategy, step_lines, unanswered
 from selfrag_core.display import one_line
 from selfrag_core.engine import observe_trace
 from selfrag_core.errors import ConfigurationError, RAGSystemError, misconfiguration_hint
 from selfrag_core.ingest import Writer, writer
-from selfrag_core.presets import ADAPTIVE, STRATEGIES, build_strategy, load_verifier, open_index, preset_for
+from selfrag_core.presets import (
+    ADAPTIVE,
+    BASELINE,
+    STRATEGIES,
+    build_strategy,
+    load_verifier,
+    open_index,
+    preset_for,
+)
 from selfrag_core.progress import Progress
 from selfrag_core.strategies.registry import BUILT_IN
 
@@ -225,7 +233,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.strategy != ADAPTIVE and (args.router or args.call_budget is not None):
         raise CLIError(f"--router and --call-budget are for --strategy {ADAPTIVE}, not {args.strategy!r}")
     metadata_filter = metadata_filter_of(getattr(args, "filters", None) or [], _writer_of(rag))
-    strategy = _strategy(args, args.strategy, rag, _llm(args), _verifier(args))
+    verifier = _verifier(args)
+    strategy = _strategy(args, args.strategy, rag, _llm(args), verifier)
     context = {"metadata_filter": metadata_filter} if metadata_filter else None
     with nullcontext() if args.quiet else observe_trace(step_lines(Progress(args.plain))):
         result = run_strategy(strategy, args.question, context)
@@ -241,7 +250,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
     elif why is None:
-        print_result(result, args.question)
+        print_result(result, args.question, verifier)
     if why is not None:
         raise CLIError(
             f"no answer could be generated: {why} (see --json for the trace; --llm-timeout and --timeout "
@@ -348,16 +357,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     progress.say(f"indexed {files} sample documents ({rag.count()} chunks) into {directory}")
     llm, verifier = _llm(args), _verifier(args)
     questions = demo_questions()[: args.questions]
-    strategies = args.strategies or list(STRATEGIES)
+    # plain answers first, the reference each strategy's answer is read against
+    strategies = [BASELINE, *[n for n in args.strategies or STRATEGIES if n != BASELINE]]
     rows = []
     with progress.task("demo", len(questions) * len(strategies), "answers") as advance:
         for question in questions:
+            plain = None
             for name in strategies:
                 advance(0, f"{name}: {one_line(question, 60)}")
                 result = run_strategy(_strategy(args, name, rag, llm, verifier), question)
+                plain = result if name == BASELINE else plain
                 rows.append((name, question, result))
                 progress.say(f"\n[{name}] {question}\n  -> {one_line(result.answer)}")
-                progress.say(f"  {result.summary()}; {_usage(result)}")
+                summary = result.summary()
+                progress.say(f"  {summary + '; ' if summary else ''}{_usage(result)}")
+                checked = checked_line(result, question, verifier, plain)
+                if checked:
+                    progress.say(f"  checked: {checked}")
                 advance(1)
     calls = sum(r.trace.llm_calls for _, _, r in rows)
     print(f"demo: {len(rows)} answers, {calls} LLM calls in {time.perf_counter() - started:.1f} s; try:")

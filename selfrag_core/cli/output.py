@@ -10,6 +10,17 @@ from selfrag_core.errors import StrategyError
 from selfrag_core.progress import Progress
 from selfrag_core.runner import run_query, step_of
 from selfrag_core.types import GENERATION_FAILED_ANSWER, NO_INFORMATION_ANSWERS, Result
+from selfrag_core.verify import verify_answer
+
+#: what a trace's note says a strategy did to the model's answer, in a reader's words
+_DID = {
+    "answer_quoted": "a source's own sentence in place of the model's answer (the choice check preferred it)",
+    "draft_chosen": "a draft written from one source in place of the answer over all",
+    "answer_rejected": "the model's answer was unusable",
+    "rule_replaced": "a rule replaced the model's answer",
+    "incomplete_answer": "a part of the question the answer left out answered on its own",
+    "not_in_documents": "the documents found do not speak to the question",
+}
 
 
 def run_strategy(strategy: Any, question: str, context: Mapping[str, Any] | None = None) -> Any:
@@ -69,12 +80,38 @@ def _usage(result: Any) -> str:
     return f"LLM calls: {t.llm_calls}; tokens: {tokens}; time: {t.wall_s:.1f} s"
 
 
-def print_result(result: Result[Any], question: str = "") -> None:
+def checked_line(result: Any, question: str, verifier: Any = None, plain: Any = None) -> str:
+    """What the checks say of ``result``'s answer and what its strategy did to the model's,
+    on one line: the fitted support probability (``flagged`` when the verifier does not hold
+    it supported), the answering probability, each of the trace's notes that changed the
+    answer (:data:`_DID`), and, given ``plain`` (PlainRAG's result for the same question),
+    whether the answer is plain's; "" for a result without an answer."""
+    if result.no_answer is not None or not result.answer.strip():
+        return ""
+    verdict = verify_answer(result.answer, [d.text for d in result.documents], verifier, question)
+    parts = []
+    if verdict.probability is not None:
+        flag = "" if verdict.supported else " (flagged: not supported by the sources)"
+        parts.append(f"support {verdict.probability:.2f}{flag}")
+    if verdict.informativeness is not None:
+        parts.append(f"answers the question {verdict.informativeness:.2f}")
+    names = [e.name for e in result.trace.events]
+    parts += [did for name, did in _DID.items() if name in names]
+    if plain is not None and plain is not result:
+        same = " ".join(plain.answer.split()) == " ".join(result.answer.split())
+        parts.append("the same answer as plain" if same else "a different answer from plain's")
+    return "; ".join(parts)
+
+
+def print_result(result: Result[Any], question: str = "", verifier: Any = None) -> None:
     print(result.answer.strip() or "(no answer)")
     print()
     quality = result.summary()
     if quality:
         print(quality[0].upper() + quality[1:])
+    checked = checked_line(result, question, verifier)
+    if checked:
+        print(f"Checked: {checked}")
     sources = _sources(result, question=question)
     if sources:
         print("Sources:")

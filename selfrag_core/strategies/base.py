@@ -123,17 +123,26 @@ def checked_answer(
         yield Note("rule_flagged", finding.message, flagged)
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
-        quote = quoted_answer(query, docs) if quotes else None
-        chosen = None if quote is None else quote_chosen(answer, quote, query, texts)
-        if quote is None or chosen is None:
-            return answer
-        weighed = {"answer": answer[:200], "model": round(chosen[0], 4), "quote": round(chosen[1], 4)}
-        yield Note("answer_quoted", None, weighed, kind="decision")
-        return kept_decision(answer, quote)
+        return (yield from weighed_quote(answer, query, docs)) if quotes else answer
     quote = quoted_answer(query, docs)
     detail = {"reason": reason, "answer": answer[:200], "then": "a quote" if quote else "fallback answer"}
     yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
     return quote or GENERATION_FAILED_ANSWER
+
+
+def weighed_quote(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
+    """``answer`` (usable), or the source sentence that speaks most to ``query``
+    (:func:`quoted_answer`) when the fitted choice check prefers it
+    (:func:`~selfrag_core.signals.choice.quote_chosen`): then an ``answer_quoted`` decision
+    with both probabilities, and the quote with the yes or no ``answer`` opened with
+    (:func:`kept_decision`). No LLM call."""
+    quote = quoted_answer(query, docs)
+    chosen = None if quote is None else quote_chosen(answer, quote, query, [d.text for d in docs])
+    if quote is None or chosen is None:
+        return answer
+    weighed = {"answer": answer[:200], "model": round(chosen[0], 4), "quote": round(chosen[1], 4)}
+    yield Note("answer_quoted", None, weighed, kind="decision")
+    return kept_decision(answer, quote)
 
 
 _OPENING_DECISION = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
