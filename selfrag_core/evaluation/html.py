@@ -358,20 +358,21 @@ class _Page:
     def summary_table(self) -> str:
         baseline, metrics = self.baseline, self.metrics
         arrows = ["↑" if m.get("higher_is_better", True) else "↓" for m in metrics]
+        # a count the same for every contender (questions, errors 0) is said once, under the table
+        values = {k: [_fmt(_get(self.summary, c, k), d) for c in self.contenders] for _, k, d in _COLUMNS}
+        same = [(h, k) for h, k, _ in _COLUMNS if len(self.contenders) > 1 and len(set(values[k])) == 1]
+        columns = [(h, k) for h, k, _ in _COLUMNS if (h, k) not in same]
         head = "".join(f"<th>{_e(_label(m))} {a}</th>" for m, a in zip(metrics, arrows, strict=True))
-        rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _, _ in _COLUMNS)}</tr>"]
-        for c in self.contenders:
+        rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _ in columns)}</tr>"]
+        for i, c in enumerate(self.contenders):
             cells = [f"<td class='num'>{_fmt(self.mean(c, m['name']))}</td>" for m in metrics]
-            cells += [
-                f"<td class='num'>{_fmt(_get(self.summary, c, key), digits)}</td>"
-                for _, key, digits in _COLUMNS
-            ]
+            cells += [f"<td class='num'>{values[key][i]}</td>" for _, key in columns]
             rows.append(f"<tr><th>{_e(c)}{' (baseline)' if c == baseline else ''}</th>{''.join(cells)}</tr>")
         flat = [
             f"{_e(_label(m))} {_fmt(self.mean(baseline, m['name']))}"
             + (" (every answer)" if self.spread[m["name"]] == "constant" else "")
             for m in self.flat
-        ]
+        ] + [f"{h} {values[k][0]}" for h, k in same if values[k][0] != _fmt(None)]  # unknown: not said
         line = f"<p class='flat'>The same for every contender: {', '.join(flat)}.</p>" if flat else ""
         latency = (
             "<p class='note'>Latency: of the questions where the contender made every LLM call itself"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,10 +31,15 @@ _BOOTSTRAP_BLOCK = 1_000_000
 # -- answers -----------------------------------------------------------------------
 
 
+def _unicode_punctuation(ch: str) -> bool:
+    return ch > "\x7f" and unicodedata.category(ch).startswith("P")
+
+
 def normalize_answer(text: str) -> str:
     """SQuAD v1.1's normalisation: lower case, no punctuation, no articles (a, an, the),
-    single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    single spaces. Punctuation is ASCII's and Unicode's (curly quotes, dashes, "，"):
+    SQuAD's script keeps “sea, so a quoted answer scored 0 against the gold word."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION and not _unicode_punctuation(ch))
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 

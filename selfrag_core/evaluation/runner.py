@@ -595,7 +595,7 @@ def _metrics(
     if not ranking:  # what an answer is measured by
         metrics.append(MetricInfo("unsupported", "unsupported answers", higher_is_better=False))
         metrics.append(MetricInfo("sentence_support", "sentences supported"))
-        metrics.append(MetricInfo("informativeness", "answers the question (fitted check)"))
+        metrics.append(MetricInfo("informativeness", "answering (fitted)"))
         if judged:
             metrics.append(MetricInfo("faithfulness", "faithfulness (judged)"))
     return metrics

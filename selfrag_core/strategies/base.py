@@ -121,13 +121,24 @@ def checked_answer(
             yield Note("rule_replaced", finding.message, {**flagged, "then": finding.replacement})
             return finding.replacement
         yield Note("rule_flagged", finding.message, flagged)
+    return (yield from usable_answer(answer, query, docs, quotes, GENERATION_FAILED_ANSWER))
+
+
+def usable_answer(
+    answer: str, query: str, docs: list[RetrievedDoc], quotes: bool, otherwise: str
+) -> Plan[str]:
+    """``answer`` when it is usable (``grounding.degenerate_reason``; with ``quotes``,
+    weighed against the quote, :func:`weighed_quote`), else the source sentence that answers
+    the question, quoted (:func:`quoted_answer`), else ``otherwise``; an ``answer_rejected``
+    note with the reason when the answer is replaced."""
     reason = degenerate_reason(answer, query, context_text(docs))
     if reason is None:
         return (yield from weighed_quote(answer, query, docs)) if quotes else answer
     quote = quoted_answer(query, docs)
-    detail = {"reason": reason, "answer": answer[:200], "then": "a quote" if quote else "fallback answer"}
-    yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
-    return quote or GENERATION_FAILED_ANSWER
+    if quote or otherwise != answer:
+        detail = {"reason": reason, "answer": answer[:200], "then": "a quote" if quote else "fallback answer"}
+        yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
+    return quote or otherwise
 
 
 def weighed_quote(answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:

@@ -63,7 +63,7 @@ from selfrag_core.strategies.base import (
     quoted_answer,
     retrieval_options,
     retrieve_or_empty,
-    weighed_quote,
+    usable_answer,
 )
 from selfrag_core.strategies.drafts import drafted_answer
 from selfrag_core.types import EvaluationResult, Grounding, RefinementStep, RetrievedDoc, SelfRAGResult
@@ -463,8 +463,9 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
-        if iteration == 1:  # the plain answer: weighed against a quote as PlainRAG's is
-            answer = yield from self._first_answer(answer, query, docs)
+        if iteration == 1:  # the plain answer, checked as PlainRAG's is (an unusable one
+            # with no quote to take its place is kept, for the next step to refine)
+            answer = yield from usable_answer(answer, query, docs, self.quotes, otherwise=answer)
         grounding = None
         if self.config.stop_when_supported and self.config.grounding.enabled:
             grounding = yield from self._grounding(answer, query, docs)
@@ -475,20 +476,6 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 return answer, evaluation
         evaluation = yield from self._evaluate(query, ctx, docs, answer, lang, judge, grounding)
         return answer, evaluation
-
-    def _first_answer(self, answer: str, query: str, docs: list[RetrievedDoc]) -> Plan[str]:
-        """The first step's answer: an unusable one gives way to a quote; with ``quotes``
-        (the small profile's), a usable one too, when the fitted choice check prefers the
-        quote (:func:`~selfrag_core.strategies.base.weighed_quote`), as in PlainRAG."""
-        reason = degenerate_reason(answer, query, context_text(docs))
-        if reason is None:
-            return (yield from weighed_quote(answer, query, docs)) if self.quotes else answer
-        quote = quoted_answer(query, docs)
-        if quote:
-            detail = {"reason": reason, "answer": answer[:200], "then": "a quote"}
-            yield Note("answer_rejected", f"the answer is unusable: {reason}", detail)
-            return quote
-        return answer
 
     def _evaluate(
         self,

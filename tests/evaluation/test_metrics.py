@@ -36,10 +36,19 @@ from selfrag_core.evaluation.metrics import (
         ("rock-and-roll", "rockandroll"),  # punctuation is deleted, not made a space
         ("  \tMixed\nCASE  ", "mixed case"),
         ("", ""),
+        ("“Sea turtles nest on beaches.” [2]", "sea turtles nest on beaches 2"),  # a quoted answer
+        ("Paris — «la capitale», ¿no?", "paris la capitale no"),  # Unicode's punctuation too
+        ("5 € ≥ 3", "5 € ≥ 3"),  # symbols are not punctuation
     ],
 )
 def test_normalize_answer(text: str, expected: str) -> None:
     assert normalize_answer(text) == expected
+
+
+def test_a_quoted_answer_scores_as_its_words() -> None:
+    # six tokens, two of them the gold's: precision 1/3, recall 1
+    assert token_f1("“Sea turtles nest on beaches.” [2]", ["sea turtles"]) == pytest.approx(0.5)
+    assert answer_contains_gold("“Paris” [1]", ["Paris"]) == 1.0
 
 
 def test_exact_match() -> None:
