@@ -58,7 +58,7 @@ from selfrag_core.grounding import assess, content_stems, is_refusal, question_c
 from selfrag_core.parsing import load_json
 from selfrag_core.prompts import Prompts
 from selfrag_core.protocols import BackendLike, LLMLike
-from selfrag_core.questions import is_multi_part, split_question
+from selfrag_core.questions import split_question
 from selfrag_core.signals.rules import AnswerRule
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -73,7 +73,6 @@ from selfrag_core.strategies.base import (
     retrieve_or_empty,
 )
 from selfrag_core.strategies.hyde import HyDERAG
-from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.strategies.recursive import RecursiveRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
 from selfrag_core.strategies.self_rag import SelfIRAG
@@ -200,34 +199,11 @@ def continues_answers(strategy: Any) -> bool:
 
 def estimate_calls(strategy: Any, question: str) -> float:
     """A rough prior of the LLM calls ``strategy`` makes on ``question``, from its settings
-    (a fitted router replaces it with the calls measured on your data): plain 1 (and one
-    a draft of DraftsRAG's, on a question of one part); HyDE one
-    per hypothetical passage and the answer; RecursiveRAG one per part of a question it
-    splits by rule (and the merge), else one, or four when it asks the LLM to decompose;
-    SelfIRAG 2; SelfHealingRAG its first attempt and the metric, and half of the others';
-    another strategy 2."""
-    if isinstance(strategy, PlainRAG):  # and DraftsRAG: its drafts in the answer's round
-        return 1.0 + (0.0 if is_multi_part(question) else float(strategy.config.drafts))
-    if isinstance(strategy, HyDERAG):
-        return float(strategy.config.num_hypothetical_docs + 1)
-    if isinstance(strategy, RecursiveRAG):
-        cfg = strategy.config
-        parts = split_question(question) if cfg.decomposition != "llm" else [question]
-        if cfg.max_depth >= 1 and len(parts) >= 2:
-            return float(min(len(parts), cfg.max_sub_questions) + (1 if cfg.merge else 0))
-        if cfg.max_depth < 1 or cfg.decomposition == "rules" or not strategy.is_complex(question):
-            return 1.0
-        return 4.0
-    if isinstance(strategy, SelfIRAG):
-        return 2.0
-    if isinstance(strategy, SelfHealingRAG):
-        tried = strategy.strategies[: strategy.config.max_retries + 1]
-        metric = 1.0 if strategy.config.evidence_weight < 1 else 0.0
-        each = [(estimate_calls(s, question) if isinstance(s, Strategy) else 1.0) + metric for s in tried]
-        return each[0] + 0.5 * sum(each[1:])
-    if isinstance(strategy, AdaptiveRAG):
-        return 1.5
-    return 2.0
+    (a fitted router replaces it with the calls measured on your data): a ``Strategy``'s
+    own estimate (:meth:`~selfrag_core.strategies.base.Strategy.estimated_calls`, each
+    strategy's in its module: plain 1, HyDE one per hypothetical passage and the answer,
+    ...; 2 by default), 2 for any other object with a ``plan``."""
+    return strategy.estimated_calls(question) if isinstance(strategy, Strategy) else 2.0
 
 
 # ----------------------------------------------------------------------------- routers
@@ -661,6 +637,10 @@ class AdaptiveRAG(Strategy[Answer]):
             )
 
     # ------------------------------------------------------------------ routing
+    def estimated_calls(self, query: str) -> float:
+        """Its plain answer, and an escalation now and then."""
+        return 1.5
+
     def expected_calls(self, name: str, signals: Mapping[str, float], question: str) -> float:
         """The LLM calls candidate ``name`` is expected to make: measured by a fitted
         router, else :func:`estimate_calls`."""
