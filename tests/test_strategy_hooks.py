@@ -25,7 +25,7 @@ from selfrag_core.evaluation.data import EvalData, EvalQuestion
 from selfrag_core.evaluation.router import dry_run
 from selfrag_core.presets import build_strategy
 from selfrag_core.strategies import registry
-from selfrag_core.strategies.adaptive import estimate_calls
+from selfrag_core.strategies.adaptive import CANDIDATE_ORDER, AdaptiveRAG, candidates_from, estimate_calls
 from selfrag_core.strategies.base import retrieve_or_empty
 from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
@@ -132,6 +132,17 @@ def test_its_calls_are_steps_of_its_stream() -> None:
     assert step_of(TraceEvent(kind="llm", name="answer")) is None
     with pytest.raises(ValueError, match=r"Odd.step_calls names \['musing'\]"):
         type("Odd", (Strategy,), {"step_calls": {"odd_call": "musing"}})
+
+
+def test_it_is_a_candidate_of_adaptive_when_compared(probe: str) -> None:
+    assert candidates_from(registry.BUILT_IN) == (*CANDIDATE_ORDER, probe)
+    assert CANDIDATE_ORDER == ("recursive", "hyde", "self", "healing")
+    adaptive = AdaptiveRAG(FakeRetriever(DOCS), FakeLLM(), strategies=None)
+    candidate = adaptive.strategies[probe]
+    assert list(adaptive.strategies) == [*CANDIDATE_ORDER, probe]
+    assert isinstance(candidate, Probe) and candidate.config.top_k == adaptive.config.top_k
+    assert adaptive.expected_calls(probe, {}, QUESTIONS[0]) == 3.0
+    assert adaptive.strategies["healing"].strategies[1] is adaptive.strategies["hyde"]
 
 
 def test_it_ranks_as_a_retrieval_only_contender(probe: str, tmp_path: Path) -> None:

@@ -43,15 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from selfrag_core.comparison import comparison
-from selfrag_core.config import (
-    AdaptiveRAGConfig,
-    ExecutionConfig,
-    HyDERAGConfig,
-    RecursiveRAGConfig,
-    SelfHealingRAGConfig,
-    SelfRAGConfig,
-    config_from,
-)
+from selfrag_core.config import AdaptiveRAGConfig, ExecutionConfig, SelfRAGConfig, config_from
 from selfrag_core.engine import Note, Plan, without_streaming
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.grounding import assess, content_stems, is_refusal, question_coverage
@@ -72,10 +64,6 @@ from selfrag_core.strategies.base import (
     retrieval_options,
     retrieve_or_empty,
 )
-from selfrag_core.strategies.hyde import HyDERAG
-from selfrag_core.strategies.recursive import RecursiveRAG
-from selfrag_core.strategies.self_healing import SelfHealingRAG
-from selfrag_core.strategies.self_rag import SelfIRAG
 from selfrag_core.types import Answer, RetrievedDoc
 
 if TYPE_CHECKING:
@@ -536,26 +524,51 @@ def load_router(source: str | os.PathLike[str] | Mapping[str, Any]) -> FittedRou
 # ----------------------------------------------------------------------------- the strategy
 
 
+#: the order of the default candidates (:func:`candidates_from`), the order their route notes list them in
+CANDIDATE_ORDER = ("recursive", "hyde", "self", "healing")
+#: a default candidate's settings beside ``top_k`` and the checks: RecursiveRAG splits by
+#: rule, one level, its parts joined; SelfIRAG keeps its own ``top_k``
+CANDIDATE_SETTINGS: dict[str, dict[str, Any]] = {
+    "recursive": {"max_depth": 1, "decomposition": "rules", "merge": False},
+    "self": {"top_k": SelfRAGConfig.top_k},
+}
+
+
+def candidates_from(table: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the entries of ``table`` (the registry's
+    :data:`~selfrag_core.strategies.registry.BUILT_IN`) compared by default: an
+    ``AdaptiveRAG``'s default candidates, in :data:`CANDIDATE_ORDER`, then any other in
+    the table's order."""
+    names = [name for name, entry in table.items() if entry.compared]
+    rank = {name: i for i, name in enumerate(CANDIDATE_ORDER)}
+    return tuple(sorted(names, key=lambda name: rank.get(name, len(rank))))
+
+
 def default_candidates(
     rag_system: BackendLike, llm: LLMLike, *, top_k: int, execution: ExecutionConfig | None,
     prompts: Mapping[str, str] | Prompts | None, verifier: Verifier | None = None,
     rules: tuple[AnswerRule, ...] = (),
 ) -> dict[str, Strategy[Any]]:  # fmt: skip
-    """The candidates of an ``AdaptiveRAG`` given none, by the names ``selfrag eval`` gives
-    them: ``recursive`` (split by rule, parts joined), ``hyde``, ``self``, ``healing``
-    (plain, then HyDE), each otherwise with its own defaults, and each with ``verifier``
-    and answer ``rules`` (the AdaptiveRAG's: chosen once)."""
+    """The candidates of an ``AdaptiveRAG`` given none (:func:`candidates_from` the
+    registry), by the names ``selfrag eval`` gives them: ``recursive`` (split by rule,
+    parts joined), ``hyde``, ``self``, ``healing`` (plain, then that HyDE), each built by
+    its registry entry with ``top_k`` and :data:`CANDIDATE_SETTINGS`, otherwise with its
+    own defaults, and each with ``verifier`` and answer ``rules`` (the AdaptiveRAG's:
+    chosen once)."""
+    from selfrag_core.strategies.registry import BUILT_IN  # the registry imports this module
+
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
     checks: dict[str, Any] = {"verifier": verifier, "rules": rules}
-    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k, **checks), **shared)
-    healing = SelfHealingRAGConfig(top_k=top_k, **checks)
-    split = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=top_k, **checks)
-    return {
-        "recursive": RecursiveRAG(rag_system, llm, split, **shared),
-        "hyde": hyde,
-        "self": SelfIRAG(rag_system, llm, SelfRAGConfig(**checks), **shared),
-        "healing": SelfHealingRAG(llm, [rag_system, hyde], config=healing, **shared),
-    }
+    built: dict[str, Strategy[Any]] = {}
+
+    def sized(name: str) -> Strategy[Any]:
+        if name not in built:
+            entry = BUILT_IN[name]
+            config = entry.config(**{"top_k": top_k, **checks, **CANDIDATE_SETTINGS.get(name, {})})
+            built[name] = entry.build(rag_system, llm, config, sized, shared, {})
+        return built[name]
+
+    return {name: sized(name) for name in candidates_from(BUILT_IN)}
 
 
 class AdaptiveRAG(Strategy[Answer]):

@@ -59,6 +59,16 @@ class BuiltIn:
     compared: bool = False
     compose: Compose | None = None
 
+    def build(
+        self, rag: Any, llm: Any, config: Any, sized: Sized, shared: Options, routing: Options
+    ) -> Strategy[Any]:
+        """The strategy with ``config``, ``shared`` (``execution``, ``prompts``) and, made of
+        others, those ``sized(name)`` builds (``routing``: adaptive's)."""
+        if self.compose is not None:
+            return self.compose(rag, llm, config, sized, shared, routing)
+        make: Callable[..., Strategy[Any]] = self.strategy
+        return make(rag, llm, config=config, **shared)
+
 
 def compared() -> tuple[str, ...]:
     """The names of the strategies compared by default, in the table's order."""
