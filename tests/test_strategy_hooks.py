@@ -25,7 +25,7 @@ from selfrag_core.evaluation.data import EvalData, EvalQuestion
 from selfrag_core.evaluation.router import dry_run
 from selfrag_core.presets import build_strategy
 from selfrag_core.strategies import registry
-from selfrag_core.strategies.adaptive import CANDIDATE_ORDER, AdaptiveRAG, candidates_from, estimate_calls
+from selfrag_core.strategies.adaptive import CANDIDATE_ORDER, AdaptiveRAG, candidate_names, estimate_calls
 from selfrag_core.strategies.base import retrieve_or_empty
 from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
 from selfrag_core.strategies.self_healing import SelfHealingRAG
@@ -135,7 +135,7 @@ def test_its_calls_are_steps_of_its_stream() -> None:
 
 
 def test_it_is_a_candidate_of_adaptive_when_compared(probe: str) -> None:
-    assert candidates_from(registry.BUILT_IN) == (*CANDIDATE_ORDER, probe)
+    assert candidate_names() == (*CANDIDATE_ORDER, probe)
     assert CANDIDATE_ORDER == ("recursive", "hyde", "self", "healing")
     adaptive = AdaptiveRAG(FakeRetriever(DOCS), FakeLLM(), strategies=None)
     candidate = adaptive.strategies[probe]

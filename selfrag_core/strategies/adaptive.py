@@ -524,7 +524,7 @@ def load_router(source: str | os.PathLike[str] | Mapping[str, Any]) -> FittedRou
 # ----------------------------------------------------------------------------- the strategy
 
 
-#: the order of the default candidates (:func:`candidates_from`), the order their route notes list them in
+#: the order of the default candidates (:func:`candidate_names`), the order their route notes list them in
 CANDIDATE_ORDER = ("recursive", "hyde", "self", "healing")
 #: a default candidate's settings beside ``top_k`` and the checks: RecursiveRAG splits by
 #: rule, one level, its parts joined; SelfIRAG keeps its own ``top_k``
@@ -532,14 +532,23 @@ CANDIDATE_SETTINGS: dict[str, dict[str, Any]] = {
     "recursive": {"max_depth": 1, "decomposition": "rules", "merge": False},
     "self": {"top_k": SelfRAGConfig.top_k},
 }
+#: where the default candidates come from: the registry's ``BUILT_IN``, which
+#: ``strategies.registry`` hands in when it is imported (:func:`candidates_from`); it
+#: imports this module, so this module does not import it
+_candidate_table: list[Mapping[str, Any]] = []
 
 
-def candidates_from(table: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of the entries of ``table`` (the registry's
-    :data:`~selfrag_core.strategies.registry.BUILT_IN`) compared by default: an
-    ``AdaptiveRAG``'s default candidates, in :data:`CANDIDATE_ORDER`, then any other in
-    the table's order."""
-    names = [name for name, entry in table.items() if entry.compared]
+def candidates_from(table: Mapping[str, Any]) -> None:
+    """Take the default candidates from ``table`` (names and their entries, with
+    ``compared``, ``config`` and ``build``): ``strategies.registry`` calls it with its
+    :data:`~selfrag_core.strategies.registry.BUILT_IN`."""
+    _candidate_table[:] = [table]
+
+
+def candidate_names() -> tuple[str, ...]:
+    """The names of the default candidates: the table's entries compared by default, in
+    :data:`CANDIDATE_ORDER`, then any other in the table's order."""
+    names = [name for table in _candidate_table for name, entry in table.items() if entry.compared]
     rank = {name: i for i, name in enumerate(CANDIDATE_ORDER)}
     return tuple(sorted(names, key=lambda name: rank.get(name, len(rank))))
 
@@ -549,26 +558,23 @@ def default_candidates(
     prompts: Mapping[str, str] | Prompts | None, verifier: Verifier | None = None,
     rules: tuple[AnswerRule, ...] = (),
 ) -> dict[str, Strategy[Any]]:  # fmt: skip
-    """The candidates of an ``AdaptiveRAG`` given none (:func:`candidates_from` the
-    registry), by the names ``selfrag eval`` gives them: ``recursive`` (split by rule,
-    parts joined), ``hyde``, ``self``, ``healing`` (plain, then that HyDE), each built by
-    its registry entry with ``top_k`` and :data:`CANDIDATE_SETTINGS`, otherwise with its
-    own defaults, and each with ``verifier`` and answer ``rules`` (the AdaptiveRAG's:
-    chosen once)."""
-    from selfrag_core.strategies.registry import BUILT_IN  # the registry imports this module
-
+    """The candidates of an ``AdaptiveRAG`` given none (:func:`candidate_names`), by the
+    names ``selfrag eval`` gives them: ``recursive`` (split by rule, parts joined),
+    ``hyde``, ``self``, ``healing`` (plain, then that HyDE), each built by its registry
+    entry with ``top_k`` and :data:`CANDIDATE_SETTINGS`, otherwise with its own defaults,
+    and each with ``verifier`` and answer ``rules`` (the AdaptiveRAG's: chosen once)."""
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
     checks: dict[str, Any] = {"verifier": verifier, "rules": rules}
     built: dict[str, Strategy[Any]] = {}
 
     def sized(name: str) -> Strategy[Any]:
         if name not in built:
-            entry = BUILT_IN[name]
+            entry = _candidate_table[0][name]
             config = entry.config(**{"top_k": top_k, **checks, **CANDIDATE_SETTINGS.get(name, {})})
             built[name] = entry.build(rag_system, llm, config, sized, shared, {})
         return built[name]
 
-    return {name: sized(name) for name in candidates_from(BUILT_IN)}
+    return {name: sized(name) for name in candidate_names()}
 
 
 class AdaptiveRAG(Strategy[Answer]):

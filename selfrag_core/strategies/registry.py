@@ -28,7 +28,7 @@ from selfrag_core.config import (
     SelfRAGConfig,
     StrategyConfig,
 )
-from selfrag_core.strategies.adaptive import AdaptiveRAG, load_router
+from selfrag_core.strategies.adaptive import AdaptiveRAG, candidates_from, load_router
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
@@ -121,5 +121,7 @@ BUILT_IN: dict[str, BuiltIn] = {
     "drafts": BuiltIn(DraftsRAG, DraftsRAGConfig, "plain, and drafts over single documents in one round"),
 }
 
-# the summaries name a SelfHealingRAG attempt's strategy by this table
+# the summaries name a SelfHealingRAG attempt's strategy by this table, and AdaptiveRAG
+# takes its default candidates from it
 name_strategies_by(name_of)
+candidates_from(BUILT_IN)
