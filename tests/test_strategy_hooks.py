@@ -47,11 +47,8 @@ class Probe(Strategy[Answer]):
 
     step_calls: ClassVar[dict[str, str]] = {"probe_query": "hypothesis"}
 
-    def __init__(
-        self, rag_system: Any, llm: Any, config: ProbeConfig | None = None, *, execution: Any = None,
-        prompts: Any = None,
-    ) -> None:  # fmt: skip
-        super().__init__(rag_system, llm, execution=execution, prompts=prompts)
+    def __init__(self, rag_system: Any, llm: Any, config: ProbeConfig | None = None, **shared: Any) -> None:
+        super().__init__(rag_system, llm, **shared)
         self.config = config or ProbeConfig()
 
     def ranking(self) -> Any:
