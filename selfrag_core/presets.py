@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,14 +160,11 @@ def build_strategy(
     if entry is None:
         raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(BUILT_IN)}")
     config = entry.config.for_profile(profile, top_k=top_k, verifier=verifier)
-    if entry.compose is None:
-        make: Callable[..., Strategy[Any]] = entry.strategy
-        return make(rag, llm, config=config, **shared)
 
     def sized(other: str) -> Strategy[Any]:
         return build_strategy(other, rag, llm, top_k=top_k, preset=profile, verifier=verifier, **limits)
 
-    return entry.compose(rag, llm, config, sized, shared, {"router": router, "call_budget": call_budget})
+    return entry.build(rag, llm, config, sized, shared, {"router": router, "call_budget": call_budget})
 
 
 def _import_attribute(spec: str, what: str, name: str, others: str) -> Any:

@@ -51,9 +51,10 @@ class Step:
     (see :func:`step_of` for which event is which step).
 
     ``kind``: ``"retrieval"`` (a retrieval ended: ``detail`` has ``query``, ``top_k`` and
-    ``hits``, the number of documents found), ``"hypothesis"`` (HyDE wrote a hypothetical
-    passage), ``"sub_question"`` (``question``, ``depth`` and ``status``: ``started``,
-    ``answered`` with its ``answer``, or ``failed``), ``"verdict"`` (a judge's verdict:
+    ``hits``, the number of documents found), ``"hypothesis"`` (a hypothetical passage
+    written: a call a strategy's ``step_calls`` names so), ``"sub_question"``
+    (``question``, ``depth`` and ``status``: ``started``, ``answered`` with its ``answer``,
+    or ``failed``), ``"verdict"`` (a judge's verdict:
     SelfIRAG's ``confidence`` and ``scores``, or SelfHealingRAG's ``score`` of an
     attempt against its ``threshold`` and whether it ``passed``), ``"attempt"``
     (SelfHealingRAG: ``strategy`` and ``status``: ``started``, ``failed`` or ``rejected``)
@@ -111,16 +112,17 @@ def _quoted(text: Any, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
-#: LLM calls that are steps, by purpose
-_STEP_CALLS = {"hyde_document": "hypothesis"}
+#: LLM calls that are steps, by purpose: each strategy class's ``step_calls``
+#: (:attr:`~selfrag_core.strategies.base.Strategy.step_calls`), added as it is defined
+STEP_CALLS: dict[str, str] = {}
 #: notes that are steps, by name, other than fallbacks
 _STEP_NOTES = {"sub_question": "sub_question", "verdict": "verdict", "below_threshold": "attempt"}
 
 
 def step_of(event: TraceEvent) -> Step | None:
-    """The step that ``event`` stands for, or None (LLM calls other than HyDE's passages,
-    decisions and progress notes that are none of the :data:`STEP_KINDS`): every
-    retrieval; every ``hyde_document`` call (a hypothesis); the ``sub_question`` and
+    """The step that ``event`` stands for, or None (LLM calls no strategy's ``step_calls``
+    names, decisions and progress notes that are none of the :data:`STEP_KINDS`): every
+    retrieval; every call of a purpose in :data:`STEP_CALLS` (its kind); the ``sub_question`` and
     ``verdict`` notes; SelfHealingRAG's attempt markers, ``attempt_failed`` and
     ``below_threshold`` (an attempt started, failed, rejected); every other fallback.
     The one mapping behind every stream's steps, the CLI's, the HTTP service's and the
@@ -134,7 +136,7 @@ def step_of(event: TraceEvent) -> Step | None:
         }
         kind: str | None = "retrieval"
     elif event.kind == "llm":
-        kind = _STEP_CALLS.get(event.name)
+        kind = STEP_CALLS.get(event.name)
         detail = {}
     elif event.kind == "attempt":
         kind, detail = "attempt", {"strategy": event.name, "status": "started", **detail}
@@ -193,7 +195,7 @@ def check_strategy(strategy: Any) -> Any:
     if missing:
         raise TypeError(
             f"{type(strategy).__name__} is not a selfrag strategy: it has no {', '.join(missing)}; "
-            "pass SelfIRAG, HyDERAG, RecursiveRAG, SelfHealingRAG or a Strategy subclass of yours"
+            "pass SelfIRAG, RecursiveRAG, another strategy of selfrag or a Strategy subclass of yours"
         )
     return strategy
 
@@ -295,8 +297,8 @@ async def arun_query(
 
 
 def _documents_plan(strategy: Any, query: str, context: Mapping[str, Any] | None, top_k: int | None) -> Any:
-    """``strategy``'s own ranking plan for ``query`` when it has one (``documents_plan``:
-    HyDE's fused ranking), else None: the one place the retrievers' choice is made."""
+    """``strategy``'s own ranking plan for ``query`` when it has one (``documents_plan``, as a
+    strategy ranking on its own defines it), else None: the one place the retrievers' choice is made."""
     own = getattr(strategy, "documents_plan", None)
     return own(query, context, top_k) if callable(own) else None
 
@@ -310,7 +312,7 @@ def retrieve_documents(
 ) -> list[RetrievedDoc]:
     """The documents ``strategy`` finds for ``query``, at most ``top_k``: what a retriever
     returns (both adapters' retrievers call this). A strategy with its own ranking
-    (``documents_plan(query, context, top_k)``, as HyDERAG's fused ranking: one LLM round,
+    (``documents_plan(query, context, top_k)``: a fused ranking, say, in one LLM round,
     no answer) runs only that; any other runs its query and returns the answer's sources."""
     plan = _documents_plan(strategy, query, context, top_k)
     if plan is None:

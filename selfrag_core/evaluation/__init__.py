@@ -1,7 +1,7 @@
 """``selfrag eval``: which strategy, on your data, with your model, at what cost.
 
     from selfrag_core.evaluation import EvalSettings, evaluate
-    report = evaluate("questions.jsonl", ["plain", "self", "hyde"], llm=llm, corpus="corpus.jsonl",
+    report = evaluate("questions.jsonl", ["plain", "self", "recursive"], llm=llm, corpus="corpus.jsonl",
                       settings=EvalSettings(cache="calls.sqlite", output="eval-out"))
     print(report.table())
 

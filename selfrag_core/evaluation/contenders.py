@@ -4,7 +4,7 @@ rank documents for it), each turned into one :class:`Outcome` shape.
 A contender is one of:
 
 * a built-in strategy by name (an entry of :data:`selfrag_core.strategies.registry.BUILT_IN`:
-  ``plain``, ``self``, ``hyde``, ``recursive``, ``healing``, ``adaptive``; sized as the CLI
+  ``plain``, ``self``, ``recursive``, ``adaptive``, ...; sized as the CLI
   sizes them, see :func:`selfrag_core.presets.build_strategy`), or ``"file.py:Name"`` /
   ``"package.module:Name"`` for a strategy of your own;
 * any strategy object (a ``Strategy``, built-in or yours, composed or not);
@@ -43,7 +43,6 @@ from selfrag_core.retrieval import normalize_results
 from selfrag_core.runner import run_query
 from selfrag_core.strategies.adaptive import route_signals
 from selfrag_core.strategies.base import Strategy
-from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import PlainRAG
 from selfrag_core.types import Answer, Result, RetrievedDoc, Trace
 
@@ -82,7 +81,7 @@ class Outcome:
 class Contender:
     """A name and how it answers: ``answer(question) -> Outcome``; ``rank(question, k)``
     gives the documents it would answer from, ``k`` of them, without answering (None
-    where the contender cannot: only ``plain`` and ``hyde`` rank on their own)."""
+    where the contender cannot: a strategy whose ``ranking()`` is None)."""
 
     name: str
     answer: Callable[[str], Outcome]
@@ -112,19 +111,11 @@ def _from_result(result: Result[Any]) -> Outcome:
     return outcome
 
 
-def ranks(strategy: Any) -> str | None:
-    """How ``strategy`` ranks documents in a retrieval-only run: ``"hyde"`` (HyDE's fused
-    ranking: one LLM round, its hypothetical documents), ``"search"`` (plain: one search of
-    the backend, no LLM call; a subclass may search otherwise), None (it cannot: the run
-    leaves it out)."""
-    if isinstance(strategy, HyDERAG):
-        return "hyde"
-    return "search" if type(strategy) is PlainRAG else None
-
-
 def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> Contender:
-    """A strategy as a contender; ``rag``, the backend it searches, lets ``plain``
-    rank (one search); HyDE ranks with its fused ranking (one LLM round)."""
+    """A strategy as a contender, ranking as its ``ranking()`` says
+    (:meth:`~selfrag_core.strategies.base.Strategy.ranking`): its own ranking plan, run
+    with its calls and tokens counted, or ``"search"``, one search of ``rag`` (the backend
+    the run searches; None: it cannot rank)."""
 
     def answer(question: str) -> Outcome:
         try:
@@ -142,16 +133,16 @@ def strategy_contender(name: str, strategy: Strategy[Any], rag: Any = None) -> C
             return outcome
 
     rank: Callable[[str, int], Outcome] | None = None
-    kind = ranks(strategy)
-    if isinstance(strategy, HyDERAG):  # its fused ranking, one LLM round (kind "hyde")
+    ranking = strategy.ranking()
+    if callable(ranking):  # its own ranking plan
 
         def rank(question: str, k: int) -> Outcome:
             run = Run(strategy.execution)
-            docs = run_sync(strategy.documents_plan(question, None, k), run)
+            docs = run_sync(ranking(question, k), run)
             run.trace.wall_s = run.trace.elapsed()
             return _from_result(Answer("", list(docs), trace=run.trace))  # with its calls and tokens
 
-    elif rag is not None and kind == "search":
+    elif rag is not None and ranking == "search":
 
         def rank(question: str, k: int) -> Outcome:
             return Outcome("", normalize_results(rag.retrieve(question, k)), llm_calls=0)  # a search

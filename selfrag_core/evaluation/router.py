@@ -1,6 +1,6 @@
 """Fit :class:`~selfrag_core.strategies.adaptive.AdaptiveRAG`'s router on a ``selfrag eval`` run.
 
-``selfrag eval QUESTIONS --strategies plain,self,hyde,recursive,healing --fit-router router.json``
+``selfrag eval QUESTIONS --strategies plain,self,recursive,healing --fit-router router.json``
 runs the contenders, then fits, on a random share of the questions (the rest held out):
 
 * per candidate strategy and stage (before the answer: the question's and the retrieval's
@@ -44,7 +44,6 @@ import numpy as np
 from selfrag_core.config import DEFAULT_TOP_K, ExecutionConfig
 from selfrag_core.engine import Run, run_sync
 from selfrag_core.errors import ConfigurationError
-from selfrag_core.evaluation.contenders import ranks
 from selfrag_core.evaluation.data import EvalData
 from selfrag_core.evaluation.gate import _number, _results_file, load_results
 from selfrag_core.evaluation.metrics import paired_difference
@@ -484,18 +483,19 @@ def dry_run(
     fitted router's means; AdaptiveRAG's are routed before the answer on each question's
     retrieval (``calls``: no escalation after the answer, ``calls_max``: the costliest one
     within the budget). Input tokens are estimated from the plain answer prompt with the
-    retrieved documents (four characters a token) times the calls, HyDE's passages from
-    their own short prompt. ``rag``: the backend, else the index in ``index``, else
-    ``corpus`` (or the data's own) indexed lexically, nothing embedded
+    retrieved documents (four characters a token) times the calls, the calls of a
+    strategy's ranking by its ``ranking_prompt``. ``rag``: the backend, else the index in
+    ``index``, else ``corpus`` (or the data's own) indexed lexically, nothing embedded
     (:func:`dry_run_backend`, which says what the estimate rests on).
     ``steps`` (a :class:`~selfrag_core.progress.Progress`) shows the indexing and the
     questions' retrievals as they go.
 
     A retrieval-only run (``retrieval_only``; None: as ``evaluate`` decides, when the data
     has relevance judgements but no answers) ranks documents instead of answering, and so
-    does its dry run, which searches nothing: plain ranks by one search (no LLM call),
-    HyDE writes its hypothetical documents (the calls, and their prompts' tokens), and a
-    contender that cannot rank is left out of the result, as the run leaves it out."""
+    does its dry run, which searches nothing: each contender costs its ranking's
+    ``ranking_calls()`` and their ``ranking_prompt`` tokens (plain's one search none), and
+    one that cannot rank (its ``ranking()`` None) is left out of the result, as the run
+    leaves it out."""
     ranking = ranks_only(data, retrieval_only)
     if rag is None and ranking:
         rag = _NoSearch()
@@ -507,7 +507,7 @@ def dry_run(
         for n in names
     }
     if ranking:
-        strategies = {n: s for n, s in strategies.items() if ranks(s) is not None}
+        strategies = {n: s for n, s in strategies.items() if s.ranking() is not None}
     totals: dict[str, dict[str, float]] = {
         n: {"calls": 0.0, "calls_max": 0.0, "input_tokens": 0.0} for n in strategies
     }
@@ -518,7 +518,7 @@ def dry_run(
             text = question.question
             docs = [] if ranking else run_sync(retrieve_or_empty(rag, text, k), Run(ExecutionConfig()))
             for n, strategy in strategies.items():
-                low, high = (_ranking_calls(strategy),) * 2 if ranking else _expected(strategy, text, docs)
+                low, high = (strategy.ranking_calls(),) * 2 if ranking else _expected(strategy, text, docs)
                 totals[n]["calls"] += low
                 totals[n]["calls_max"] += high
                 totals[n]["input_tokens"] += _input_tokens(strategy, text, docs, low)
@@ -529,21 +529,17 @@ def dry_run(
 
 def _input_tokens(strategy: Any, question: str, docs: list[Any], calls: float) -> float:
     """The input tokens (four characters a token) of ``calls`` LLM calls of ``strategy`` on
-    ``question``: HyDE's hypothetical documents asked for by their short prompt, every other
-    call counted as the answer prompt over ``docs``."""
-    render, lang = strategy.prompts.render, detect_language(question)
-    passages = min(_ranking_calls(strategy), calls)
-    chars = passages * len(render("hyde_document", lang, question=question)) if passages else 0.0
+    ``question``: those of its ranking (``ranking_calls()``) by their ``ranking_prompt``,
+    every other call counted as the answer prompt over ``docs``."""
+    passages = min(strategy.ranking_calls(), calls)
+    chars = passages * len(strategy.ranking_prompt(question)) if passages else 0.0
     if calls > passages:
-        answer = render("grounded_answer", lang, context=format_context(docs), question=question)
+        lang = detect_language(question)
+        answer = strategy.prompts.render(
+            "grounded_answer", lang, context=format_context(docs), question=question
+        )
         chars += (calls - passages) * len(answer)
     return chars / 4
-
-
-def _ranking_calls(strategy: Any) -> float:
-    """The LLM calls of ``strategy`` ranking documents for a question (:func:`ranks`):
-    HyDE's hypothetical documents, none for a search."""
-    return float(strategy.config.num_hypothetical_docs) if ranks(strategy) == "hyde" else 0.0
 
 
 def _expected(strategy: Any, question: str, docs: list[Any]) -> tuple[float, float]:

@@ -130,7 +130,7 @@ def evaluate(
 
     ``questions``: a file or BEIR folder (:func:`~selfrag_core.evaluation.data.load_questions`),
     loaded data, or a list of questions. ``contenders``: names (``plain``, ``self``,
-    ``hyde``, ``recursive``, ``healing``, ``file.py:Name``), or ``{name: strategy |
+    ``recursive``, ``healing``, ..., ``file.py:Name``), or ``{name: strategy |
     LangChain runnable | LlamaIndex query engine | callable}``; the baseline must be one.
     Named contenders answer with ``llm`` over ``rag``: an index given as ``index`` (a
     directory: opened, or built there from the corpus when it holds none), or the

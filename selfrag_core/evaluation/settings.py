@@ -42,7 +42,7 @@ class EvalSettings:
         ``llm_timeout``, ``query_timeout`` (and ``router``, ``call_budget`` for
         ``adaptive``), as ``build_strategy`` takes them; a copy is kept.
     retrieval_only: rank ``k`` documents instead of answering, for the contenders that
-        can (``plain``, ``hyde``); None: when the data has relevance judgements but no
+        can (a strategy whose ``ranking()`` is not None); None: when the data has relevance judgements but no
         answers.
     cache: a SQLite file every LLM call (the model's and the judge's) is recorded in and
         replayed from (:class:`~selfrag_core.replay.CachedLLM`), each contender's

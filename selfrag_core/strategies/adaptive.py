@@ -43,22 +43,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from selfrag_core.comparison import comparison
-from selfrag_core.config import (
-    AdaptiveRAGConfig,
-    ExecutionConfig,
-    HyDERAGConfig,
-    RecursiveRAGConfig,
-    SelfHealingRAGConfig,
-    SelfRAGConfig,
-    config_from,
-)
+from selfrag_core.config import AdaptiveRAGConfig, ExecutionConfig, SelfRAGConfig, config_from
 from selfrag_core.engine import Note, Plan, without_streaming
 from selfrag_core.errors import ConfigurationError, RAGSystemError
 from selfrag_core.grounding import assess, content_stems, is_refusal, question_coverage
 from selfrag_core.parsing import load_json
 from selfrag_core.prompts import Prompts
 from selfrag_core.protocols import BackendLike, LLMLike
-from selfrag_core.questions import is_multi_part, split_question
+from selfrag_core.questions import split_question
 from selfrag_core.signals.rules import AnswerRule
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
@@ -72,11 +64,6 @@ from selfrag_core.strategies.base import (
     retrieval_options,
     retrieve_or_empty,
 )
-from selfrag_core.strategies.hyde import HyDERAG
-from selfrag_core.strategies.plain import PlainRAG
-from selfrag_core.strategies.recursive import RecursiveRAG
-from selfrag_core.strategies.self_healing import SelfHealingRAG
-from selfrag_core.strategies.self_rag import SelfIRAG
 from selfrag_core.types import Answer, RetrievedDoc
 
 if TYPE_CHECKING:
@@ -200,34 +187,11 @@ def continues_answers(strategy: Any) -> bool:
 
 def estimate_calls(strategy: Any, question: str) -> float:
     """A rough prior of the LLM calls ``strategy`` makes on ``question``, from its settings
-    (a fitted router replaces it with the calls measured on your data): plain 1 (and one
-    a draft of DraftsRAG's, on a question of one part); HyDE one
-    per hypothetical passage and the answer; RecursiveRAG one per part of a question it
-    splits by rule (and the merge), else one, or four when it asks the LLM to decompose;
-    SelfIRAG 2; SelfHealingRAG its first attempt and the metric, and half of the others';
-    another strategy 2."""
-    if isinstance(strategy, PlainRAG):  # and DraftsRAG: its drafts in the answer's round
-        return 1.0 + (0.0 if is_multi_part(question) else float(strategy.config.drafts))
-    if isinstance(strategy, HyDERAG):
-        return float(strategy.config.num_hypothetical_docs + 1)
-    if isinstance(strategy, RecursiveRAG):
-        cfg = strategy.config
-        parts = split_question(question) if cfg.decomposition != "llm" else [question]
-        if cfg.max_depth >= 1 and len(parts) >= 2:
-            return float(min(len(parts), cfg.max_sub_questions) + (1 if cfg.merge else 0))
-        if cfg.max_depth < 1 or cfg.decomposition == "rules" or not strategy.is_complex(question):
-            return 1.0
-        return 4.0
-    if isinstance(strategy, SelfIRAG):
-        return 2.0
-    if isinstance(strategy, SelfHealingRAG):
-        tried = strategy.strategies[: strategy.config.max_retries + 1]
-        metric = 1.0 if strategy.config.evidence_weight < 1 else 0.0
-        each = [(estimate_calls(s, question) if isinstance(s, Strategy) else 1.0) + metric for s in tried]
-        return each[0] + 0.5 * sum(each[1:])
-    if isinstance(strategy, AdaptiveRAG):
-        return 1.5
-    return 2.0
+    (a fitted router replaces it with the calls measured on your data): a ``Strategy``'s
+    own estimate (:meth:`~selfrag_core.strategies.base.Strategy.estimated_calls`, each
+    strategy's in its module: plain 1, HyDE one per hypothetical passage and the answer,
+    ...; 2 by default), 2 for any other object with a ``plan``."""
+    return strategy.estimated_calls(question) if isinstance(strategy, Strategy) else 2.0
 
 
 # ----------------------------------------------------------------------------- routers
@@ -560,26 +524,57 @@ def load_router(source: str | os.PathLike[str] | Mapping[str, Any]) -> FittedRou
 # ----------------------------------------------------------------------------- the strategy
 
 
+#: the order of the default candidates (:func:`candidate_names`), the order their route notes list them in
+CANDIDATE_ORDER = ("recursive", "hyde", "self", "healing")
+#: a default candidate's settings beside ``top_k`` and the checks: RecursiveRAG splits by
+#: rule, one level, its parts joined; SelfIRAG keeps its own ``top_k``
+CANDIDATE_SETTINGS: dict[str, dict[str, Any]] = {
+    "recursive": {"max_depth": 1, "decomposition": "rules", "merge": False},
+    "self": {"top_k": SelfRAGConfig.top_k},
+}
+#: where the default candidates come from: the registry's ``BUILT_IN``, which
+#: ``strategies.registry`` hands in when it is imported (:func:`candidates_from`); it
+#: imports this module, so this module does not import it
+_candidate_table: list[Mapping[str, Any]] = []
+
+
+def candidates_from(table: Mapping[str, Any]) -> None:
+    """Take the default candidates from ``table`` (names and their entries, with
+    ``compared``, ``config`` and ``build``): ``strategies.registry`` calls it with its
+    :data:`~selfrag_core.strategies.registry.BUILT_IN`."""
+    _candidate_table[:] = [table]
+
+
+def candidate_names() -> tuple[str, ...]:
+    """The names of the default candidates: the table's entries compared by default, in
+    :data:`CANDIDATE_ORDER`, then any other in the table's order."""
+    names = [name for table in _candidate_table for name, entry in table.items() if entry.compared]
+    rank = {name: i for i, name in enumerate(CANDIDATE_ORDER)}
+    return tuple(sorted(names, key=lambda name: rank.get(name, len(rank))))
+
+
 def default_candidates(
     rag_system: BackendLike, llm: LLMLike, *, top_k: int, execution: ExecutionConfig | None,
     prompts: Mapping[str, str] | Prompts | None, verifier: Verifier | None = None,
     rules: tuple[AnswerRule, ...] = (),
 ) -> dict[str, Strategy[Any]]:  # fmt: skip
-    """The candidates of an ``AdaptiveRAG`` given none, by the names ``selfrag eval`` gives
-    them: ``recursive`` (split by rule, parts joined), ``hyde``, ``self``, ``healing``
-    (plain, then HyDE), each otherwise with its own defaults, and each with ``verifier``
-    and answer ``rules`` (the AdaptiveRAG's: chosen once)."""
+    """The candidates of an ``AdaptiveRAG`` given none (:func:`candidate_names`), by the
+    names ``selfrag eval`` gives them: ``recursive`` (split by rule, parts joined),
+    ``hyde``, ``self``, ``healing`` (plain, then that HyDE), each built by its registry
+    entry with ``top_k`` and :data:`CANDIDATE_SETTINGS`, otherwise with its own defaults,
+    and each with ``verifier`` and answer ``rules`` (the AdaptiveRAG's: chosen once)."""
     shared: dict[str, Any] = {"execution": execution, "prompts": prompts}
     checks: dict[str, Any] = {"verifier": verifier, "rules": rules}
-    hyde = HyDERAG(rag_system, llm, config=HyDERAGConfig(top_k=top_k, **checks), **shared)
-    healing = SelfHealingRAGConfig(top_k=top_k, **checks)
-    split = RecursiveRAGConfig(max_depth=1, decomposition="rules", merge=False, top_k=top_k, **checks)
-    return {
-        "recursive": RecursiveRAG(rag_system, llm, split, **shared),
-        "hyde": hyde,
-        "self": SelfIRAG(rag_system, llm, SelfRAGConfig(**checks), **shared),
-        "healing": SelfHealingRAG(llm, [rag_system, hyde], config=healing, **shared),
-    }
+    built: dict[str, Strategy[Any]] = {}
+
+    def sized(name: str) -> Strategy[Any]:
+        if name not in built:
+            entry = _candidate_table[0][name]
+            config = entry.config(**{"top_k": top_k, **checks, **CANDIDATE_SETTINGS.get(name, {})})
+            built[name] = entry.build(rag_system, llm, config, sized, shared, {})
+        return built[name]
+
+    return {name: sized(name) for name in candidate_names()}
 
 
 class AdaptiveRAG(Strategy[Answer]):
@@ -661,6 +656,10 @@ class AdaptiveRAG(Strategy[Answer]):
             )
 
     # ------------------------------------------------------------------ routing
+    def estimated_calls(self, query: str) -> float:
+        """Its plain answer, and an escalation now and then."""
+        return 1.5
+
     def expected_calls(self, name: str, signals: Mapping[str, float], question: str) -> float:
         """The LLM calls candidate ``name`` is expected to make: measured by a fitted
         router, else :func:`estimate_calls`."""

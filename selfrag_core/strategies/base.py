@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, Union
 
 from selfrag_core.citations import cite, renumber
 from selfrag_core.config import ExecutionConfig, StrategyConfig
@@ -33,7 +33,16 @@ from selfrag_core.prompts import Prompts, detect_language, document_blocks, with
 from selfrag_core.protocols import BackendLike, LLMLike
 from selfrag_core.questions import split_question
 from selfrag_core.retrieval import _deduplicate, _doc_key
-from selfrag_core.runner import StreamEvent, arun_query, astream_query, finish_trace, run_query, stream_query
+from selfrag_core.runner import (
+    STEP_CALLS,
+    STEP_KINDS,
+    StreamEvent,
+    arun_query,
+    astream_query,
+    finish_trace,
+    run_query,
+    stream_query,
+)  # fmt: skip
 from selfrag_core.signals.choice import quote_chosen
 from selfrag_core.signals.features import relevance_features
 from selfrag_core.signals.fitted import shipped
@@ -54,6 +63,9 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 T = TypeVar("T")
 S = TypeVar("S", bound="Strategy[Any]")
+#: how a strategy ranks documents without answering (:meth:`Strategy.ranking`): ``"search"``
+#: (one search of the backend), or ``ranking(question, k)``, the plan of its ``k`` documents
+Ranking = Union[Literal["search"], Callable[[str, int], Plan[list[RetrievedDoc]]]]
 
 
 def format_context(docs: list[RetrievedDoc], limit: int | None = None, max_chars: int | None = None) -> str:
@@ -367,6 +379,17 @@ class Strategy(Generic[R]):
     #: whether a query's ``context["memory"]`` (a ConversationMemory) reaches the prompts:
     #: the OpenAI endpoint passes a chat's earlier turns only to such a strategy
     conversational: ClassVar[bool] = False
+    #: the LLM calls a stream shows as steps, ``{purpose: step kind}`` (a kind of
+    #: :data:`~selfrag_core.runner.STEP_KINDS`; HyDERAG's ``{"hyde_document": "hypothesis"}``):
+    #: :func:`~selfrag_core.runner.step_of` knows those of every strategy class defined
+    step_calls: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = sorted(set(cls.step_calls.values()) - set(STEP_KINDS))
+        if unknown:
+            raise ValueError(f"{cls.__name__}.step_calls names {unknown}, not kinds of {STEP_KINDS}")
+        STEP_CALLS.update(cls.step_calls)
 
     def __init__(
         self,
@@ -457,6 +480,30 @@ class Strategy(Generic[R]):
         """Whether the final answer check weighs a quote beside the model's answer: its
         config's ``quotes``."""
         return bool(getattr(self.config, "quotes", False))
+
+    def ranking(self) -> Ranking | None:
+        """How this strategy ranks documents for a question without answering (a
+        retrieval-only ``selfrag eval`` run, its contender's ``rank``): ``"search"`` (one
+        search of the backend, no LLM call: PlainRAG), a plan ``ranking(question, k)`` of
+        the ``k`` documents it would answer from (HyDERAG's fused ranking), or None, the
+        default: it cannot, and such a run leaves it out."""
+        return None
+
+    def ranking_calls(self) -> float:
+        """The LLM calls one :meth:`ranking` costs (the dry run's estimate): none by default."""
+        return 0.0
+
+    def ranking_prompt(self, query: str) -> str:
+        """The prompt each of the :meth:`ranking_calls` sends for ``query`` (the dry run
+        counts its tokens): "" by default."""
+        return ""
+
+    def estimated_calls(self, query: str) -> float:
+        """A rough prior of the LLM calls this strategy makes on ``query``, from its settings:
+        AdaptiveRAG's cost model (:func:`~selfrag_core.strategies.adaptive.estimate_calls`;
+        a fitted router replaces it with the calls measured) and ``selfrag eval --dry-run``.
+        2 by default."""
+        return 2.0
 
     def get_stats(self) -> dict[str, Any]:
         """What the service's ``/stats`` shows of the strategy beside its class (SelfIRAG:

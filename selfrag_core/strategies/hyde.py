@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from selfrag_core.config import ExecutionConfig, HyDERAGConfig, config_from
 from selfrag_core.engine import Generate, Note, Parallel, Plan, RetrieveMany
@@ -40,6 +40,7 @@ from selfrag_core.retrieval import _deduplicate, _doc_key
 from selfrag_core.runner import aretrieve_documents, retrieve_documents
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
+    Ranking,
     Strategy,
     grounded_answer,
     retrieval_options,
@@ -124,6 +125,8 @@ class HyDERAG(Strategy[HyDEResult]):
     """
 
     config: HyDERAGConfig
+    #: each hypothetical passage is a step of its stream (a hypothesis)
+    step_calls: ClassVar[Mapping[str, str]] = {"hyde_document": "hypothesis"}
 
     def __init__(
         self,
@@ -183,6 +186,23 @@ class HyDERAG(Strategy[HyDEResult]):
     ) -> list[RetrievedDoc]:
         """Async :meth:`retrieve_documents`."""
         return await aretrieve_documents(self, query, top_k, context)
+
+    # ------------------------------------------------------------------ its cost
+    def ranking(self) -> Ranking:
+        """Its fused ranking (:meth:`documents_plan`): one LLM round, its hypothetical documents."""
+        return lambda query, k: self.documents_plan(query, None, k)
+
+    def ranking_calls(self) -> float:
+        """One call a hypothetical document."""
+        return float(self.config.num_hypothetical_docs)
+
+    def ranking_prompt(self, query: str) -> str:
+        """The short prompt of a hypothetical document."""
+        return self.prompts.render("hyde_document", detect_language(query), question=query)
+
+    def estimated_calls(self, query: str) -> float:
+        """One call a hypothetical document, and the answer."""
+        return self.ranking_calls() + 1.0
 
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[HyDEResult]:
@@ -244,7 +264,7 @@ class HyDERAG(Strategy[HyDEResult]):
         return _Fused(hypothetical, reciprocal_rank_fusion(rankings), len(texts), found.count(None))
 
     def _hypothetical_docs(self, query: str) -> Plan[list[str]]:
-        prompt = self.prompts.render("hyde_document", detect_language(query), question=query)
+        prompt = self.ranking_prompt(query)
         cfg = self.config
         replies = yield Parallel(
             tuple(

@@ -14,9 +14,11 @@ from selfrag_core.errors import RAGSystemError
 from selfrag_core.llm import LLMReply
 from selfrag_core.prompts import Prompts, detect_language
 from selfrag_core.protocols import BackendLike, LLMLike
+from selfrag_core.questions import is_multi_part
 from selfrag_core.strategies.base import (
     GENERATION_FAILED_ANSWER,
     NOT_ENOUGH_ANSWER,
+    Ranking,
     Strategy,
     checked_answer,
     format_context,
@@ -103,6 +105,14 @@ class PlainRAG(Strategy[Answer]):
         if not cfg.check_answer:
             return Answer(text, docs)
         return Answer((yield from checked_answer(text.strip(), query, docs, cfg.rules, cfg.quotes)), docs)
+
+    def ranking(self) -> Ranking | None:
+        """One search of the backend, no LLM call (a subclass may search otherwise: None)."""
+        return "search" if type(self) is PlainRAG else None
+
+    def estimated_calls(self, query: str) -> float:
+        """One call, and one a draft on a question of one part (drafts share its round)."""
+        return 1.0 + (0.0 if is_multi_part(query) else float(self.config.drafts))
 
     def _retrieve(self, query: str, context: Mapping[str, Any]) -> Plan[list[RetrievedDoc]]:
         """The documents for ``query``; a failed retrieval raises with ``raise_errors``,

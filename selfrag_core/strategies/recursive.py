@@ -231,6 +231,17 @@ class RecursiveRAG(Strategy[RecursiveRAGResult]):
             len(query) >= cfg.min_query_length and len(matched_keywords(query, cfg.complexity_keywords)) >= 2
         )
 
+    def estimated_calls(self, query: str) -> float:
+        """One call a part of a question it splits by rule (and the merge), else one, or
+        four when it asks the LLM to decompose."""
+        cfg = self.config
+        parts = split_question(query) if cfg.decomposition != "llm" else [query]
+        if cfg.max_depth >= 1 and len(parts) >= 2:
+            return float(min(len(parts), cfg.max_sub_questions) + (1 if cfg.merge else 0))
+        if cfg.max_depth < 1 or cfg.decomposition == "rules" or not self.is_complex(query):
+            return 1.0
+        return 4.0
+
     # ------------------------------------------------------------------ the plan
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[RecursiveRAGResult]:
         try:

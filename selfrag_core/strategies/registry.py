@@ -28,7 +28,7 @@ from selfrag_core.config import (
     SelfRAGConfig,
     StrategyConfig,
 )
-from selfrag_core.strategies.adaptive import AdaptiveRAG, load_router
+from selfrag_core.strategies.adaptive import AdaptiveRAG, candidates_from, load_router
 from selfrag_core.strategies.base import Strategy
 from selfrag_core.strategies.hyde import HyDERAG
 from selfrag_core.strategies.plain import DraftsRAG, PlainRAG
@@ -58,6 +58,16 @@ class BuiltIn:
     #: one of the strategies compared by default (see the module docstring)
     compared: bool = False
     compose: Compose | None = None
+
+    def build(
+        self, rag: Any, llm: Any, config: Any, sized: Sized, shared: Options, routing: Options
+    ) -> Strategy[Any]:
+        """The strategy with ``config``, ``shared`` (``execution``, ``prompts``) and, made of
+        others, those ``sized(name)`` builds (``routing``: adaptive's)."""
+        if self.compose is not None:
+            return self.compose(rag, llm, config, sized, shared, routing)
+        make: Callable[..., Strategy[Any]] = self.strategy
+        return make(rag, llm, config=config, **shared)
 
 
 def compared() -> tuple[str, ...]:
@@ -111,5 +121,7 @@ BUILT_IN: dict[str, BuiltIn] = {
     "drafts": BuiltIn(DraftsRAG, DraftsRAGConfig, "plain, and drafts over single documents in one round"),
 }
 
-# the summaries name a SelfHealingRAG attempt's strategy by this table
+# the summaries name a SelfHealingRAG attempt's strategy by this table, and AdaptiveRAG
+# takes its default candidates from it
 name_strategies_by(name_of)
+candidates_from(BUILT_IN)

@@ -218,6 +218,13 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         """Sync ``ask_with_report`` (``query``)."""
         return self.query(query, _context(top_k, metadata_filter, memory))
 
+    def estimated_calls(self, query: str) -> float:
+        """Its first attempt and the metric, and half of the others' (a backend's attempt: one call)."""
+        tried = self.strategies[: self.config.max_retries + 1]
+        metric = 1.0 if self.config.evidence_weight < 1 else 0.0
+        each = [(s.estimated_calls(query) if isinstance(s, Strategy) else 1.0) + metric for s in tried]
+        return each[0] + 0.5 * sum(each[1:])
+
     def finish(self, result: SelfHealingReport, run: Run) -> SelfHealingReport:
         """The trace, the citations checked against the claims the metric judged for the
         chosen attempt (no extra call), each attempt's calls, tokens and latency, the

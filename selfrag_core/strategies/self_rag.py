@@ -231,6 +231,10 @@ class SelfIRAG(Strategy[SelfRAGResult]):
         }
 
     # ------------------------------------------------------------------ the loop
+    def estimated_calls(self, query: str) -> float:
+        """An answer and its evaluation."""
+        return 2.0
+
     def _plan(self, query: str, context: dict[str, Any]) -> Plan[SelfRAGResult]:
         cfg = self.config
         lang = detect_language(query)
