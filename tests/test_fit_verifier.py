@@ -113,6 +113,7 @@ def test_the_refit_file_round_trips_and_moves_the_scores_toward_the_feature_that
     # the shipped and the refit check compared on the held-out answers
     assert set(fit.held_out) == {"shipped (lexical)", "refit (lexical)"}
     assert fit.held_out["refit (lexical)"]["auroc"] == 1.0
+    assert type(fit.held_out["refit (lexical)"]["threshold"]) is float  # plain JSON numbers
     assert LABEL_RULE in fit.table() and "refit (lexical)" in fit.table()
 
 

@@ -49,7 +49,7 @@ MIN_ANSWERS, MIN_EACH = 8, 2
 #: the weight of the L2 penalty on the (standardised) weights
 L2 = 1.0
 #: the thresholds the fit chooses from
-THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.05, 0.96, 0.01))
+THRESHOLDS = tuple(round(float(t), 2) for t in np.arange(0.05, 0.96, 0.01))
 
 
 @dataclass(frozen=True)
