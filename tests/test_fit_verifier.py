@@ -146,6 +146,17 @@ def test_too_few_answers_one_label_or_no_features_are_refused_saying_what_to_do(
         LexicalVerifier(checks={"version": 1})  # type: ignore[arg-type]
 
 
+def test_a_finished_runs_folder_is_refit_from_and_a_garbage_row_is_refused(tmp_path: Path) -> None:
+    run(12, designer_llm(), support_features=True, output=tmp_path / "run")
+    assert fit_verifier(tmp_path / "run", holdout=0.0).fitted_on == 12  # read from its results.jsonl
+    results = tmp_path / "run" / "results.jsonl"
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    lines[3]["results"]["plain"]["support_rows"] = [{"window": "high"}]
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(ConfigurationError, match="support_rows is not what selfrag eval writes; rerun"):
+        fit_verifier(tmp_path / "run", holdout=0.0)
+
+
 def test_the_held_out_questions_are_chosen_by_id_alone() -> None:
     ids = [f"q{i}" for i in range(40)]
     held = held_out(ids, 0.3)
@@ -185,3 +196,6 @@ def test_the_command_line_refits_prints_both_checks_and_reads_the_file_back(
     assert isinstance(verifier, LexicalVerifier) and verifier.checks == Checks.load(checks)
     assert main([*args, "--verifier", str(checks)]) == 0
     assert "AUROC of .probability" in capsys.readouterr().out
+    (tmp_path / "broken.json").write_text('{"version": 0}')
+    assert main([*args, "--verifier", str(tmp_path / "broken.json")]) == 2
+    assert "is not a version-1 checks file" in capsys.readouterr().err

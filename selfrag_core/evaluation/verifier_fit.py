@@ -104,9 +104,8 @@ def balanced_accuracy(scores: Sequence[float], labels: Sequence[bool], threshold
 def _figures(check: LogisticCheck, answers: list[_Answer]) -> dict[str, float | None]:
     scores = [support_probability(check, a.rows) for a in answers]
     labels = [a.label for a in answers]
-    area = auroc(scores, labels)
     return {
-        "auroc": None if area is None else round(area, 4),
+        "auroc": _round(auroc(scores, labels)),
         "balanced_accuracy": _round(balanced_accuracy(scores, labels, check.threshold)),
         "threshold": check.threshold,
     }
