@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from selfrag_core.backends.registry import EMBEDDER_CHOICES, backend_embedder, open_url, url_scheme
 from selfrag_core.config import ExecutionConfig, StrategyConfig
@@ -33,12 +33,11 @@ from selfrag_core.errors import ConfigurationError, MissingDependencyError
 from selfrag_core.profiles import CAPABLE, SMALL_LOCAL, ModelProfile, profile_of
 from selfrag_core.prompts import Prompts
 from selfrag_core.retrieval import resolve_backend
+from selfrag_core.signals.fitted import Checks
 from selfrag_core.strategies import Strategy
 from selfrag_core.strategies.registry import BUILT_IN, compared
 from selfrag_core.validation import check_verifier
-
-if TYPE_CHECKING:
-    from selfrag_core.verify import Verifier
+from selfrag_core.verify import LexicalVerifier, Verifier
 
 logger = logging.getLogger("selfrag")
 
@@ -228,8 +227,12 @@ def load_verifier(spec: str) -> Verifier:
     ``"package.module:name"`` or ``"path/to/file.py:name"``, a
     :class:`~selfrag_core.verify.Verifier` (``verify(sentences, passages, question)`` and a
     ``threshold``), or a class or factory called with no arguments that returns one (one
-    that loads an NLI model and wraps it in a ``CrossEncoderVerifier``, say). Raises
-    ConfigurationError naming what is missing."""
+    that loads an NLI model and wraps it in a ``CrossEncoderVerifier``, say); or a checks
+    file (``FILE.json``, written by ``selfrag eval --fit-verifier FILE.json``): the
+    lexical verifier with those fitted checks (``LexicalVerifier(checks=Checks.load(FILE))``).
+    Raises ConfigurationError naming what is missing."""
+    if spec.casefold().endswith(".json"):
+        return LexicalVerifier(checks=Checks.load(spec))
     found = _import_attribute(spec, "verifier", "factory", "a Verifier or a factory that returns one")
     verifier: Verifier = found
     if isinstance(found, type) or (callable(found) and not callable(getattr(found, "verify", None))):

@@ -78,7 +78,7 @@ from selfrag_core.grounding import (
 from selfrag_core.protocols import Verdict as Verdict
 from selfrag_core.protocols import Verifier as Verifier
 from selfrag_core.signals.features import answering_features, support_features
-from selfrag_core.signals.fitted import shipped
+from selfrag_core.signals.fitted import Checks, LogisticCheck, shipped
 from selfrag_core.signals.text import GENERIC as _GENERIC
 from selfrag_core.signals.text import NUMBER as _NUMBER
 from selfrag_core.signals.text import PRONOUNS as _PRONOUNS
@@ -274,16 +274,26 @@ class LexicalVerifier:
     against one passage at a time (see the module docstring). ``embedder``: an object
     with ``embed_documents(texts) -> vectors`` (the index's embedder, ``LocalEmbeddings``);
     its cosine similarity lifts paraphrases, above ``semantic_floor`` mapped linearly
-    onto [0, 1]."""
+    onto [0, 1]. ``checks``: the fitted checks its answers' ``probability`` and
+    ``informativeness`` are read with (:func:`checks_of`), e.g. ``Checks.load(path)`` of
+    a file ``selfrag eval --fit-verifier`` wrote; None: the shipped ones."""
 
     def __init__(
-        self, *, threshold: float = THRESHOLD, embedder: Any = None, semantic_floor: float = 0.55
+        self,
+        *,
+        threshold: float = THRESHOLD,
+        embedder: Any = None,
+        semantic_floor: float = 0.55,
+        checks: Checks | None = None,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")
+        if checks is not None and not isinstance(checks, Checks):
+            raise TypeError(f"checks must be Checks (Checks.load(path)) or None, got {type(checks).__name__}")
         self.threshold = threshold
         self.embedder = embedder
         self.semantic_floor = semantic_floor
+        self.checks = checks
 
     def verify(
         self, sentences: Sequence[str], passages: Sequence[str], question: str = ""
@@ -488,7 +498,7 @@ def verify_answer(
             0.0,
             0.0 if question else None,
         )
-    sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
+    sentences = _checked_sentences(answer)
     if not sentences:
         return AnswerVerdict([], None, checker.threshold)
     texts = list(passages)
@@ -516,18 +526,61 @@ def _mean_and_min(scores: Sequence[float]) -> float:
 def _fitted(
     sentences: list[str], lexical: list[float], passages: list[str], question: str, checker: Verifier
 ) -> tuple[float, float | None, float]:
-    """The fitted checks' probabilities for an answer: that it is supported (its sentences'
-    by :func:`_mean_and_min`), that it answers ``question`` (its most answering
-    sentence's; None without a question), and the answering check's threshold; over the
-    embedder of ``checker`` when it has one."""
-    embed = _embed_of(checker)
-    support = shipped().pick("support", embed is not None)
-    supported = [
-        support.probability(support_features(s, passages, score, embed))
-        for s, score in zip(sentences, lexical, strict=True)
-    ]
-    answering = shipped().pick("answering", embed is not None)
-    return _mean_and_min(supported), _answering(sentences, question, passages, embed), answering.threshold
+    """The fitted checks' probabilities for an answer (the checks of ``checker``,
+    :func:`checks_of`): that it is supported (:func:`support_probability`), that it
+    answers ``question`` (its most answering sentence's; None without a question), and
+    the answering check's threshold; over the embedder of ``checker`` when it has one."""
+    embed, checks = _embed_of(checker), checks_of(checker)
+    support = checks.pick("support", embed is not None)
+    rows = _support_rows(sentences, lexical, passages, embed)
+    answering = checks.pick("answering", embed is not None)
+    informative = _answering(sentences, question, passages, embed, checks)
+    return support_probability(support, rows), informative, answering.threshold
+
+
+def checks_of(verifier: Verifier | None) -> Checks:
+    """The fitted checks ``verifier`` reads its answers' ``probability`` and
+    ``informativeness`` with: its own (``LexicalVerifier(checks=Checks.load(path))``, or
+    any verifier with a ``checks`` attribute holding :class:`Checks`), else the shipped
+    ones."""
+    own = getattr(verifier, "checks", None)
+    return own if isinstance(own, Checks) else shipped()
+
+
+def support_rows(
+    answer: str, question: str, docs: Sequence[str], verifier: Verifier | None = None
+) -> list[dict[str, float]]:
+    """The feature rows the support check scores for ``answer`` against the passages
+    ``docs`` (:func:`~selfrag_core.signals.features.support_features`): one per sentence
+    that :func:`verify_answer` checks, its ``lexical`` feature the best score ``verifier``
+    (the default :class:`LexicalVerifier`) gives it, with ``question``; ``cosine`` too
+    when ``verifier`` has an embedder. [] for a loop or an answer without such a sentence
+    (its probability is fixed, not fitted). What ``selfrag eval --fit-verifier`` refits
+    the check on, so the fit reads what the check scores at run time."""
+    checker = verifier or DEFAULT
+    sentences = [] if repetition(answer) is not None else _checked_sentences(answer)
+    if not sentences:
+        return []
+    texts = list(docs)
+    lexical = [best(row).score for row in checker.verify(sentences, texts, question)]
+    return _support_rows(sentences, lexical, texts, _embed_of(checker))
+
+
+def support_probability(check: LogisticCheck, rows: Sequence[dict[str, float]]) -> float:
+    """The support ``check``'s probability that an answer is supported, from its
+    sentences' :func:`support_rows`: the :func:`_mean_and_min` of theirs."""
+    return _mean_and_min([check.probability(row) for row in rows])
+
+
+def _support_rows(
+    sentences: list[str], lexical: list[float], passages: list[str], embed: Any
+) -> list[dict[str, float]]:
+    return [support_features(s, passages, score, embed) for s, score in zip(sentences, lexical, strict=True)]
+
+
+def _checked_sentences(answer: str) -> list[str]:
+    """The sentences of ``answer`` the verifier checks: those with a content word."""
+    return [s for s in split_sentences(answer) if _Claim.of(s).stems]
 
 
 def _embed_of(checker: Verifier | None) -> Any:
@@ -535,10 +588,12 @@ def _embed_of(checker: Verifier | None) -> Any:
     return None if embedder is None else getattr(embedder, "embed_documents", embedder)
 
 
-def _answering(sentences: list[str], question: str, passages: Sequence[str], embed: Any) -> float | None:
+def _answering(
+    sentences: list[str], question: str, passages: Sequence[str], embed: Any, checks: Checks
+) -> float | None:
     if not question or not sentences:
         return None
-    check = shipped().pick("answering", embed is not None)
+    check = checks.pick("answering", embed is not None)
     return max(check.probability(answering_features(s, question, embed, passages)) for s in sentences)
 
 
@@ -552,21 +607,24 @@ def informativeness(
     sentence with a content word; 0.0 for a loop."""
     if repetition(answer) is not None:
         return 0.0 if question else None
-    sentences = [s for s in split_sentences(answer) if _Claim.of(s).stems]
-    return _answering(sentences, question, list(passages), _embed_of(verifier))
+    sentences = _checked_sentences(answer)
+    return _answering(sentences, question, list(passages), _embed_of(verifier), checks_of(verifier))
 
 
-def answers_as_well(candidate: float | None, incumbent: float | None) -> bool:
+def answers_as_well(
+    candidate: float | None, incumbent: float | None, verifier: Verifier | None = None
+) -> bool:
     """Whether an answer of ``candidate`` informativeness may replace one of ``incumbent``
     on support: only when it answers the question about as well, less by no more than the
     answering check's ``margin`` (fitted: how far apart its two classes lie; a smaller
-    difference is noise); True when either is unknown. Every strategy that picks between
-    answers by the verifier asks this, so a restatement that says nothing ("The document
-    states that ...") does not replace a substantive answer because its words are easier
-    to find in the passages."""
+    difference is noise; the check of ``verifier``'s :func:`checks_of`); True when either
+    is unknown. Every strategy that picks between answers by the verifier asks this, so a
+    restatement that says nothing ("The document states that ...") does not replace a
+    substantive answer because its words are easier to find in the passages."""
     if candidate is None or incumbent is None:
         return True
-    return candidate >= incumbent - float(shipped().pick("answering", False).about.get("margin", 0.0))
+    margin = checks_of(verifier).pick("answering", False).about.get("margin", 0.0)
+    return candidate >= incumbent - float(margin)
 
 
 #: an answer that is not of the kind the question asks for scores at most this

@@ -1,4 +1,5 @@
-"""``selfrag eval``: the strategies against a plain retrieve-and-answer, ``--dry-run``, ``--fit-router``."""
+"""``selfrag eval``: the strategies against a plain retrieve-and-answer, ``--dry-run``,
+``--fit-router``, ``--fit-verifier``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _cache_home() -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfrag eval``: the contenders on the questions, the report printed and written, the
-    router fitted (``--fit-router``), then the gate against ``--baseline``: 1 on a regression."""
+    router fitted (``--fit-router``), the support check refitted (``--fit-verifier``), then the
+    gate against ``--baseline``: 1 on a regression."""
     from selfrag_core.evaluation import EvalSettings, evaluate, load_questions
 
     data = load_questions(args.questions)
@@ -64,6 +66,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _print_run(report, out)
     if args.fit_router:
         _fit_router(args, report, out)
+    if args.fit_verifier:
+        _fit_verifier(args, report, out)
     if baseline is None:
         return 0
     from selfrag_core.evaluation.gate import compare_runs, gate_report, regressions
@@ -113,7 +117,7 @@ def _eval_settings(
                 "query_timeout": args.timeout or None, **_routing(args)},
         cache=cache, replay=args.replay, shared_replies=args.shared_replies,
         concurrency=args.concurrency, limit=limit, seed=args.seed, output=out, embed=args.embedder,
-        verifier=_verifier(args),
+        verifier=_verifier(args), support_features=bool(args.fit_verifier),
         extra={"llm": args.llm, **_generation_options(args), "offset": args.offset, **_routing(args)},
     )  # fmt: skip
 
@@ -218,8 +222,24 @@ def _fit_router(args: argparse.Namespace, report: Any, out: Path) -> None:
     )  # fmt: skip
     path = fit.write(args.fit_router)
     print(f"\n{fit.table()}\nrouter: {path} (use it with --strategy adaptive --router {path})")
+    _add_to_summary(out, "router", {"path": str(path), **fit.figures()})
+
+
+def _fit_verifier(args: argparse.Namespace, report: Any, out: Path) -> None:
+    """``--fit-verifier FILE``: the support check refitted on this run's answers, the
+    shipped and refit checks' held-out figures, in FILE and summary.json."""
+    from selfrag_core.evaluation.verifier_fit import fit_verifier
+
+    fit = fit_verifier(report, holdout=args.holdout)
+    path = fit.write(args.fit_verifier)
+    print(f"\n{fit.table()}\nchecks: {path} (use them with --verifier {path})")
+    _add_to_summary(out, "verifier_fit", {"path": str(path), **fit.figures()})
+
+
+def _add_to_summary(out: Path, key: str, value: dict[str, Any]) -> None:
+    """``value`` under ``key`` in the run's summary.json, when it was written."""
     summary = out / "summary.json"
     if summary.exists():
         data = load_json(summary.read_text(encoding="utf-8"))
-        data["router"] = {"path": str(path), **fit.figures()}
+        data[key] = value
         summary.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")

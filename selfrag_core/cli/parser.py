@@ -129,7 +129,8 @@ def _llm_options() -> argparse.ArgumentParser:
         "--verifier", metavar="SPEC",
         help="what decides whether an answer is supported by the documents, for every strategy (and "
              "eval's unsupported metric): package.module:name or file.py:name, a Verifier or a factory "
-             "returning one, e.g. a CrossEncoderVerifier over your NLI model (default: the lexical one)",
+             "returning one, e.g. a CrossEncoderVerifier over your NLI model; or FILE.json, the checks "
+             "selfrag eval --fit-verifier wrote, for the lexical one (default: the lexical one)",
     )  # fmt: skip
     llm_opts.add_argument(
         "--max-llm-calls", type=int, default=12, help="LLM-call budget per question (default 12)"
@@ -336,15 +337,22 @@ def _eval_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], pare
 
 
 def _eval_router_options(p: argparse.ArgumentParser) -> None:
-    """`selfrag eval --fit-router FILE` and its options."""
+    """`selfrag eval --fit-router FILE`, `--fit-verifier FILE` and their options."""
     p.add_argument(
         "--fit-router", metavar="FILE",
         help=f"after the run, fit {ADAPTIVE}'s router on the contenders' per-question results (a held-out "
              "share reports its own row against plain and the best single strategy) and write it to FILE",
     )  # fmt: skip
     p.add_argument(
+        "--fit-verifier", metavar="FILE",
+        help="after the run, refit the support check on its answers (label: the gold answer is in the "
+             "answer), print the shipped and the refit check's held-out AUROC and balanced accuracy, and "
+             "write the checks to FILE (use them with --verifier FILE)",
+    )  # fmt: skip
+    p.add_argument(
         "--holdout", type=float, default=0.3, metavar="SHARE",
-        help="with --fit-router: the share of the questions held out from the fit (default 0.3)",
+        help="with --fit-router or --fit-verifier: the share of the questions held out from the fit "
+             "(default 0.3)",
     )  # fmt: skip
     p.add_argument(
         "--fit-metric", metavar="NAME", help="with --fit-router: the metric to route for (default f1)"

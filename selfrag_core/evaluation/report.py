@@ -150,7 +150,9 @@ class EvalReport:
         """How far the support check can be trusted on this contender's answers (None
         without gold answers): the AUROC of the verifier's score predicting "a gold answer
         is in the answer", and the mean F1 of the answers it certifies and of those it
-        flags (``unsupported``)."""
+        flags (``unsupported``); when the verifier carries fitted checks of its own
+        (``support_probability`` scored), the AUROC of its answers' ``.probability`` too
+        (``auroc_probability``)."""
         rows = [
             (score, gold, f1, flagged)
             for score, gold, f1, flagged in zip(
@@ -166,13 +168,19 @@ class EvalReport:
             return None
         certified = [f1 for _, _, f1, flagged in rows if not flagged]
         rejected = [f1 for _, _, f1, flagged in rows if flagged]
-        return {
+        figures = {
             "auroc": _rounded(auroc([r[0] for r in rows], [r[1] > 0 for r in rows])),
             "certified": len(certified),
             "flagged": len(rejected),
             "f1_certified": _rounded(_mean(certified)),
             "f1_flagged": _rounded(_mean(rejected)),
         }
+        golds = self.values(contender, "gold_in_answer")
+        pairs = zip(self.values(contender, "support_probability"), golds, strict=True)
+        known = [(p, gold > 0) for p, gold in pairs if p is not None and gold is not None]
+        if known:
+            figures["auroc_probability"] = _rounded(auroc([p for p, _ in known], [y for _, y in known]))
+        return figures
 
     def comparisons(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Each contender against the baseline, per metric and cost: the paired
@@ -236,13 +244,16 @@ class EvalReport:
             lines += ["", *_grid(compared)]
         checked = [(name, summary[name]["verifier"]) for name in self.contenders if summary[name]["verifier"]]
         if checked:
+            own = any("auroc_probability" in v for _, v in checked)  # a verifier with checks of its own
             rows = [["the support check", "AUROC (gold in answer)", "certified: n, F1", "flagged: n, F1"]]
+            rows[0] += ["AUROC of .probability"] if own else []
             rows += [
                 [
                     name,
                     _fmt(v["auroc"]),
                     f"{v['certified']}, {_fmt(v['f1_certified'])}",
                     f"{v['flagged']}, {_fmt(v['f1_flagged'])}",
+                    *([_fmt(v.get("auroc_probability"))] if own else []),
                 ]
                 for name, v in checked
             ]

@@ -51,8 +51,10 @@ from selfrag_core.metrics import FaithfulnessMetric
 from selfrag_core.presets import BASELINE, STRATEGIES, build_strategy, open_index, preset_of
 from selfrag_core.progress import Steps, step
 from selfrag_core.replay import CachedLLM
+from selfrag_core.signals.fitted import shipped
 from selfrag_core.strategies.base import GENERATION_FAILED_ANSWER, context_text
 from selfrag_core.types import RetrievedDoc
+from selfrag_core.verify import checks_of, support_rows, verify_answer
 
 if TYPE_CHECKING:
     from selfrag_core.verify import Verifier
@@ -316,7 +318,7 @@ def _close_run(
 
 
 #: evaluate()'s keywords before :class:`EvalSettings`, each now the field of its name (deprecated)
-_OLD_KEYWORDS = frozenset(f.name for f in fields(EvalSettings)) - {"extra", "verifier"}
+_OLD_KEYWORDS = frozenset(f.name for f in fields(EvalSettings)) - {"extra", "verifier", "support_features"}
 
 
 def _old_keywords(
@@ -435,7 +437,8 @@ def prepare(
     built = _contenders(contenders, rag, contender_llm, options)
     judged = recorded(judge, JUDGE_NAMESPACE)  # the judge's replies: always its own
     faithfulness = None if judge is None else FaithfulnessMetric(judge if judged is None else judged)
-    return Prepared(built, cached, judged, _Scorer(settings.k, faithfulness, verifier))
+    scorer = _Scorer(settings.k, faithfulness, verifier, settings.support_features)
+    return Prepared(built, cached, judged, scorer)
 
 
 def absorb(prepared: Prepared, one: Finished) -> None:
@@ -619,9 +622,25 @@ def _matched(keys: list[str], relevant: Mapping[str, float]) -> list[str]:
 
 class _Scorer:
     def __init__(
-        self, k: int, faithfulness: FaithfulnessMetric | None, verifier: Verifier | None = None
+        self,
+        k: int,
+        faithfulness: FaithfulnessMetric | None,
+        verifier: Verifier | None = None,
+        support_features: bool = False,
     ) -> None:
         self.k, self.faithfulness, self.verifier = k, faithfulness, verifier
+        self.support_features = support_features
+        # a verifier with checks of its own (a refit): its support probability is scored too
+        self.own_checks = checks_of(verifier) is not shipped()
+
+    def support(self, question: EvalQuestion, outcome: Outcome) -> list[dict[str, float]] | None:
+        """With ``support_features``, the answer's support feature rows
+        (:func:`~selfrag_core.verify.support_rows`, against the full texts of the documents
+        it was given) for ``fit_verifier``; None otherwise and for no answer."""
+        if not self.support_features or no_answer(outcome) is not None:
+            return None
+        texts = [d.text for d in outcome.sources]
+        return support_rows(outcome.answer, question.question, texts, self.verifier)
 
     def score(self, question: EvalQuestion, outcome: Outcome, answered: bool) -> dict[str, float | None]:
         scores: dict[str, float | None] = {}
@@ -647,6 +666,10 @@ class _Scorer:
             scores["support_score"] = 0.0 if grounding.degenerate else grounding.support_score
             # the fitted answering check's: does it answer the question (a restatement: low)
             scores["informativeness"] = 0.0 if grounding.degenerate else grounding.informativeness
+            if self.own_checks:  # its support check's probability: the report gives its AUROC
+                texts = [d.text for d in outcome.sources]
+                verdict = verify_answer(outcome.answer, texts, self.verifier, question.question)
+                scores["support_probability"] = verdict.probability
             # the share of the answer's sentences a source supports (unknown for a refusal)
             refusal = is_refusal(outcome.answer)
             citations = (
@@ -690,10 +713,15 @@ def no_answer(outcome: Outcome) -> str | None:
 
 
 def record(
-    question: EvalQuestion, outcome: Outcome, scores: Mapping[str, float | None], replayed: int = 0
+    question: EvalQuestion,
+    outcome: Outcome,
+    scores: Mapping[str, float | None],
+    replayed: int = 0,
+    support: list[dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """One contender's result on one question, as ``results.jsonl`` and the report hold it
-    (``replayed``: the LLM calls answered from the cache, replayed or borrowed)."""
+    (``replayed``: the LLM calls answered from the cache, replayed or borrowed;
+    ``support``: the answer's support feature rows, for ``--fit-verifier``)."""
     trace = outcome.trace
     timeline = [
         {"kind": e.kind, "name": e.name, "start_s": round(e.start_s, 4), "latency_s": round(e.latency_s, 4)}
@@ -717,6 +745,7 @@ def record(
         "fallbacks": None if trace is None else [e.name for e in trace.fallbacks],
         "timeline": timeline,
         **({} if outcome.signals is None else {"signals": outcome.signals}),  # for --fit-router
+        **({} if support is None else {"support_rows": support}),  # for --fit-verifier
     }
 
 
@@ -761,9 +790,10 @@ def answer(prepared: Prepared, question: EvalQuestion, ranking: bool, k: int) ->
             outcome = timed(contender.name, _work(contender, question.question, ranking, k))
             replayed = tally[0]  # before the judge's calls
             scores = prepared.scorer.score(question, outcome, not ranking)
+            support = None if ranking else prepared.scorer.support(question, outcome)
         finally:
             _ASKING.reset(asking)
-        results[contender.name] = record(question, outcome, scores, replayed)
+        results[contender.name] = record(question, outcome, scores, replayed, support)
     return results
 
 

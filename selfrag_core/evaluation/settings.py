@@ -66,7 +66,14 @@ class EvalSettings:
         ``support_score`` and ``sentence_support`` metrics, so they judge with the
         verifier the strategies decide with (a :class:`~selfrag_core.verify.Verifier`;
         None: the LLM-free ``LexicalVerifier``). The report's ``settings`` name its class.
-        A contender you pass as an object keeps its own.
+        A contender you pass as an object keeps its own. A verifier with fitted checks of
+        its own (``LexicalVerifier(checks=...)``, ``--verifier FILE.json``) also has its
+        answers' support ``probability`` scored (``support_probability``), whose AUROC the
+        report gives beside the score's.
+    support_features: record each answer's support feature rows
+        (:func:`~selfrag_core.verify.support_rows`) in its record (``support_rows`` in
+        ``results.jsonl``), what :func:`~selfrag_core.evaluation.verifier_fit.fit_verifier`
+        (``selfrag eval --fit-verifier``) refits the support check on.
     extra: further entries for the report's ``settings`` (``summary.json``), which the
         run does not read: ``selfrag eval`` records the model, the generation options and
         ``--offset``. An entry that names a setting the report records replaces it
@@ -93,6 +100,7 @@ class EvalSettings:
     embed: str = "auto"
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
     verifier: Verifier | None = field(default=None, compare=False, repr=False)
+    support_features: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.baseline, str) or not self.baseline:
@@ -120,6 +128,7 @@ class EvalSettings:
         check_int("seed", self.seed, None)
         check_embedder(self.embed)
         check_verifier(self.verifier)
+        check_bool("support_features", self.support_features)
 
     def replace(self, **changes: Any) -> EvalSettings:
         return replaced(self, **changes)

@@ -230,7 +230,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
         chosen attempt (no extra call), each attempt's calls, tokens and latency, the
         tracer, ``last_report``."""
         report = finish_trace(result, run, verifier=self.verifier, citing=cite)
-        chosen = _chosen(report.attempt_details, report.threshold)
+        chosen = _chosen(report.attempt_details, report.threshold, self.verifier)
         if chosen is not None and chosen.claims and chosen.answer == report.answer:
             report.citations = check_with_claims(report.citations, chosen.claims)
         _attempt_usage(report.attempt_details, run.trace)
@@ -275,7 +275,7 @@ class SelfHealingRAG(Strategy[SelfHealingReport]):
             why = f"{name} scored {attempt.score:.2f} < {threshold:.2f}"
             yield Note("below_threshold", why, {"reason": reason}, kind="decision")
 
-        report = _report(attempts, threshold)
+        report = _report(attempts, threshold, self.verifier)
         if report.strategy is not None and report.answer != GENERATION_FAILED_ANSWER:
             checked = yield from checked_answer(report.answer, query, report.sources, self.rules, self.quotes)
             if checked != report.answer:  # no attempt gave a usable answer
@@ -375,11 +375,14 @@ def _check_memory(memory: object) -> ConversationMemory | None:
     raise TypeError("memory must be a ConversationMemory or None")
 
 
-def _chosen(attempts: list[HealingAttempt], threshold: float) -> HealingAttempt | None:
+def _chosen(
+    attempts: list[HealingAttempt], threshold: float, verifier: Verifier | None = None
+) -> HealingAttempt | None:
     """The first attempt that cleared the threshold; else the first answered one unless a
     later one scores higher with at least as much evidence (never on the metric alone)
-    and answers the question as well (:func:`~selfrag_core.verify.answers_as_well`: a
-    restatement is easier to support than an answer, and says nothing)."""
+    and answers the question as well (:func:`~selfrag_core.verify.answers_as_well` by the
+    checks of ``verifier``: a restatement is easier to support than an answer, and says
+    nothing)."""
     answered = [a for a in attempts if a.error is None]
     chosen = next((a for a in answered if a.score >= threshold), None)
     if chosen is None and answered:
@@ -388,15 +391,17 @@ def _chosen(attempts: list[HealingAttempt], threshold: float) -> HealingAttempt 
             if (
                 attempt.score > chosen.score
                 and (attempt.evidence or 0.0) >= (chosen.evidence or 0.0)
-                and answers_as_well(attempt.informativeness, chosen.informativeness)
+                and answers_as_well(attempt.informativeness, chosen.informativeness, verifier)
             ):
                 chosen = attempt
     return chosen
 
 
-def _report(attempts: list[HealingAttempt], threshold: float) -> SelfHealingReport:
+def _report(
+    attempts: list[HealingAttempt], threshold: float, verifier: Verifier | None = None
+) -> SelfHealingReport:
     """The report of the :func:`_chosen` attempt."""
-    chosen = _chosen(attempts, threshold)
+    chosen = _chosen(attempts, threshold, verifier)
     return SelfHealingReport(
         success=chosen is not None and chosen.score >= threshold,
         attempts=len(attempts),
