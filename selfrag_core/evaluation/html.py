@@ -355,13 +355,20 @@ class _Page:
             parts.append(f"<p class='flat'>Left out, the same for every contender: {_e(same)}.</p>")
         return "\n".join(parts)
 
+    def _counts(self) -> tuple[dict[str, list[str]], list[tuple[str, str]], list[str]]:
+        """The summary's counts per contender, formatted (by key), the columns (header, key)
+        that tell contenders apart, and those the same for every contender said once
+        ("questions 6", "errors 0"; an unknown one is not said)."""
+        values = {k: [_fmt(_get(self.summary, c, k), d) for c in self.contenders] for _, k, d in _COLUMNS}
+        alike = {k for k, v in values.items() if len(self.contenders) > 1 and len(set(v)) == 1}
+        columns = [(h, k) for h, k, _ in _COLUMNS if k not in alike]
+        same = [f"{h} {values[k][0]}" for h, k, _ in _COLUMNS if k in alike and values[k][0] != _fmt(None)]
+        return values, columns, same
+
     def summary_table(self) -> str:
         baseline, metrics = self.baseline, self.metrics
         arrows = ["↑" if m.get("higher_is_better", True) else "↓" for m in metrics]
-        # a count the same for every contender (questions, errors 0) is said once, under the table
-        values = {k: [_fmt(_get(self.summary, c, k), d) for c in self.contenders] for _, k, d in _COLUMNS}
-        same = [(h, k) for h, k, _ in _COLUMNS if len(self.contenders) > 1 and len(set(values[k])) == 1]
-        columns = [(h, k) for h, k, _ in _COLUMNS if (h, k) not in same]
+        values, columns, same = self._counts()
         head = "".join(f"<th>{_e(_label(m))} {a}</th>" for m, a in zip(metrics, arrows, strict=True))
         rows = [f"<tr><th>contender</th>{head}{''.join(f'<th>{h}</th>' for h, _ in columns)}</tr>"]
         for i, c in enumerate(self.contenders):
@@ -372,7 +379,7 @@ class _Page:
             f"{_e(_label(m))} {_fmt(self.mean(baseline, m['name']))}"
             + (" (every answer)" if self.spread[m["name"]] == "constant" else "")
             for m in self.flat
-        ] + [f"{h} {values[k][0]}" for h, k in same if values[k][0] != _fmt(None)]  # unknown: not said
+        ] + same
         line = f"<p class='flat'>The same for every contender: {', '.join(flat)}.</p>" if flat else ""
         latency = (
             "<p class='note'>Latency: of the questions where the contender made every LLM call itself"
