@@ -170,7 +170,8 @@ def test_recursive_searches_each_alternative_and_corrects_a_contradicted_answer(
         result.answer
         == f"Jean-Loup Chrétien: 1938 [{jean}], against 1977 for Samantha Cristoforetti [{samantha}]."
     )
-    assert backend.queries[1:] == ["Samantha Cristoforetti born", "Jean-Loup Chrétien born"]
+    # the parts are retrieved in parallel: in either order
+    assert sorted(backend.queries[1:]) == ["Jean-Loup Chrétien born", "Samantha Cristoforetti born"]
     assert len(llm.calls) == 1
     assert [e.name for e in result.trace.events if e.name == "rule_replaced"] == ["rule_replaced"]
     assert {d.text for d in result.sources} >= set(PASSAGES[:2])
@@ -463,7 +464,7 @@ def test_recursive_corrects_a_pick_the_numbers_contradict() -> None:
     texts = [d.text for d in result.sources]
     salvia, arachis = (texts.index(GENERA[i]) + 1 for i in (0, 1))
     assert result.answer == f"Salvia: 1000 species [{salvia}], against 70 for Arachis [{arachis}]."
-    assert backend.queries[1:] == ["Arachis species", "Salvia species"]
+    assert sorted(backend.queries[1:]) == ["Arachis species", "Salvia species"]  # retrieved in parallel
     assert len(llm.calls) == 1
     corrected = [e for e in result.trace.events if e.name == "rule_replaced"]
     assert len(corrected) == 1 and corrected[0].detail["amounts"] == [70, 1000]
