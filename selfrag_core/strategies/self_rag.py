@@ -460,16 +460,18 @@ class SelfIRAG(Strategy[SelfRAGResult]):
                 "answer", self.prompts.render(template, lang, context=ctx, question=query)
             )
             answer = answer_text(reply.text)
-            if iteration == 1 and self.config.drafts:  # written only when the check doubts it
-                answer = yield from drafted_answer(
-                    self, query, docs, self.config.drafts, self.config.llm_retries, first=reply.text
-                )
+            if iteration == 1:
+                # PlainRAG's answer, checked as PlainRAG checks it (an unusable one with no
+                # quote to take its place is kept, for the next step to refine); then the
+                # drafts, written only when the verifier doubts it, may beat it
+                answer = yield from usable_answer(answer, query, docs, self.quotes, otherwise=answer)
+                if self.config.drafts:
+                    answer = yield from drafted_answer(
+                        self, query, docs, self.config.drafts, self.config.llm_retries, first=answer
+                    )
         except RAGSystemError as e:
             yield Note("generation_failed", f"{type(e).__name__}: {e}")
             return None
-        if iteration == 1:  # the plain answer, checked as PlainRAG's is (an unusable one
-            # with no quote to take its place is kept, for the next step to refine)
-            answer = yield from usable_answer(answer, query, docs, self.quotes, otherwise=answer)
         grounding = None
         if self.config.stop_when_supported and self.config.grounding.enabled:
             grounding = yield from self._grounding(answer, query, docs)
