@@ -97,7 +97,7 @@ def test_a_model_file_missing_a_tensor_raises(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes((source / name).read_bytes())
     words = np.zeros((4, 384), dtype="<f4")
     write_safetensors(tmp_path / "model.safetensors", {minilm._WORDS: words}, {minilm._WORDS: "F32"})
-    with pytest.raises(KeyError, match="lacks embeddings.position_embeddings.weight"):
+    with pytest.raises(KeyError, match=r"lacks embeddings\.position_embeddings\.weight"):
         NumpyMiniLM(tmp_path)
 
 
