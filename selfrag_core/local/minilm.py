@@ -165,7 +165,8 @@ class NumpyMiniLM:
     def _one_blas_thread(self) -> contextlib.AbstractContextManager[Any]:
         """BLAS on one thread while encoding: a query's matrices are small, and BLAS's
         threads waiting on each other on a busy machine cost more than they save (a
-        15-token query: about 1 s on two threads at load 4 on two cores, 15 ms on one)."""
+        15-token query: about 1 s on two threads at load 4 on two cores, 15 ms on one).
+        The limit is the process's while it holds; without threadpoolctl, none."""
         return contextlib.nullcontext() if self._blas is None else self._blas.limit(limits=1, user_api="blas")
 
     def _batch(self, texts: Sequence[str]) -> np.ndarray:
