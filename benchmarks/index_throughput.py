@@ -83,7 +83,7 @@ def pipeline_chunks(folder: Path) -> list[str]:
 
 def time_embedder(embedder: Any, chunks: list[str]) -> float:
     start = time.perf_counter()
-    vectors = embedder._model.encode(
+    vectors = embedder._sentence_transformers().encode(
         chunks, batch_size=embedder.batch_size, normalize_embeddings=True, convert_to_numpy=True,
         show_progress_bar=False,
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """The embedded local LLM and embedder (extra ``[local]``).
 
-Importing this package is cheap: llama-cpp-python, torch and sentence-transformers
-load only when a ``LocalLLM`` or ``LocalEmbeddings`` is constructed.
+Importing this package is cheap: llama-cpp-python loads only when a ``LocalLLM`` is
+constructed, torch and sentence-transformers only when a ``LocalEmbeddings`` embeds
+documents (its queries run in numpy: ``selfrag_core.local.minilm``).
 """
 
 from selfrag_core.local.embeddings import LocalEmbeddings, default_embeddings, embeddings_available
