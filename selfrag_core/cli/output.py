@@ -82,17 +82,21 @@ def _usage(result: Any) -> str:
 
 def checked_line(result: Any, question: str, verifier: Any = None, plain: Any = None) -> str:
     """What the checks say of ``result``'s answer and what its strategy did to the model's,
-    on one line: the fitted support probability (``flagged`` when the verifier does not hold
-    it supported), the answering probability, each of the trace's notes that changed the
+    on one line: the verifier's support score (``flagged`` under its threshold: the score
+    that ``supported`` rests on in every result), the fitted support probability, the
+    answering probability, each of the trace's notes that changed the
     answer (:data:`_DID`), and, given ``plain`` (PlainRAG's result for the same question),
     whether the answer is plain's; "" for a result without an answer."""
     if result.no_answer is not None or not result.answer.strip():
         return ""
     verdict = verify_answer(result.answer, [d.text for d in result.documents], verifier, question)
     parts = []
+    if verdict.score is not None:  # the score the supported flag rests on, everywhere (eval, HTTP, MCP)
+        under = f" (flagged: under {verdict.threshold:.2f}, not supported by the sources)"
+        flag = "" if verdict.supported else under
+        parts.append(f"support {verdict.score:.2f}{flag}")
     if verdict.probability is not None:
-        flag = "" if verdict.supported else " (flagged: not supported by the sources)"
-        parts.append(f"support {verdict.probability:.2f}{flag}")
+        parts.append(f"fitted support {verdict.probability:.2f}")
     if verdict.informativeness is not None:
         parts.append(f"answers the question {verdict.informativeness:.2f}")
     names = [e.name for e in result.trace.events]
