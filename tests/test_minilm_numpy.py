@@ -143,24 +143,14 @@ def test_the_query_path_imports_no_torch() -> None:
 def test_ask_on_a_minilm_index_imports_no_torch(tmp_path: Path) -> None:
     """``selfrag ask`` on an index that records MiniLM (its vectors stand-ins of the same
     name and size: building a real one needs torch)."""
-    from selfrag_core.local.embeddings import LocalEmbeddings, embeddings_available
+    from selfrag_core.local.embeddings import embeddings_available
 
     if not embeddings_available():
         pytest.skip("needs selfrag[local]")
     pytest.importorskip("bm25s")
-    from selfrag_core.store import RAG, HashingEmbeddings
+    from test_cli import NamedLikeMiniLM  # MiniLM's name on hashing vectors
 
-    class NamedLikeMiniLM:
-        name = LocalEmbeddings.name
-
-        def __init__(self) -> None:
-            self.inner = HashingEmbeddings(384)
-
-        def embed_documents(self, texts: list[str]) -> object:
-            return self.inner.embed_documents(texts)
-
-        def embed_query(self, text: str) -> object:
-            return self.inner.embed_query(text)
+    from selfrag_core.store import RAG
 
     index = str(tmp_path / "index")
     rag = RAG(NamedLikeMiniLM(), path=index)
